@@ -1,0 +1,3 @@
+from hetspec.cli import main
+
+raise SystemExit(main())

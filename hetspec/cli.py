@@ -1,0 +1,54 @@
+"""``hetspec`` command line: parses arguments and hands each subcommand to one function.
+
+Each command module (``sim.commands.*``, ``real.commands.*``) exposes ``register(subparsers)``
+which adds its subcommand(s) and sets ``func`` on the parser. Command modules must not import
+torch at module level, so ``hetspec platforms`` stays fast; real-path commands import it
+inside their handlers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from hetspec import __version__
+from hwmodels.errors import HetSpecError
+
+# Order here is the order of ``hetspec --help``.
+COMMAND_MODULES = (
+    "sim.commands.catalog",
+    "sim.commands.step",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="hetspec",
+        description="Simulate, predict and measure speculative LLM decoding on heterogeneous devices.",
+    )
+    parser.add_argument("--version", action="version", version=f"hetspec {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except HetSpecError as exc:
+        print(f"hetspec: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("hetspec: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Simulator and analytical performance model of speculative decoding (never imports torch)."""

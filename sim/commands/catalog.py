@@ -1,0 +1,1 @@
+"""``hetspec platforms``, ``hetspec platform show NAME``, ``hetspec models``."""

@@ -1,0 +1,1 @@
+"""``hetspec step``: the operators of one forward step and their roofline time."""

@@ -16,9 +16,7 @@ from hetspec import __version__
 from hwmodels.errors import HetSpecError
 
 # Order here is the order of ``hetspec --help``.
-COMMAND_MODULES = (
-    "sim.commands.catalog",
-    "sim.commands.step",
+COMMAND_MODULES: tuple[str, ...] = (
 )
 
 

@@ -1,1 +1,0 @@
-"""``hetspec platforms``, ``hetspec platform show NAME``, ``hetspec models``."""

@@ -1,1 +1,0 @@
-"""``hetspec step``: the operators of one forward step and their roofline time."""

@@ -109,19 +109,25 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(spec.hidden, spec.kv_dim, bias=False)
         self.o_proj = nn.Linear(spec.n_heads * spec.head_dim, spec.hidden, bias=False)
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: KVCache, start: int,
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: KVCache | None, start: int,
                 mask: Tensor | None) -> Tensor:
         b, q, _ = x.shape
         xq = self.q_proj(x).view(b, q, self.n_heads, self.hd).transpose(1, 2)
         xk = self.k_proj(x).view(b, q, self.n_kv, self.hd).transpose(1, 2)
         xv = self.v_proj(x).view(b, q, self.n_kv, self.hd).transpose(1, 2)
         xq, xk = apply_rope(xq, cos, sin), apply_rope(xk, cos, sin)
-        end = start + q
-        cache.k[self.layer, :b, :, start:end] = xk
-        cache.v[self.layer, :b, :, start:end] = xv
-        keys, values = cache.k[self.layer, :b, :, :end], cache.v[self.layer, :b, :, :end]
-        # mask: [q, end] bool (True = attend); None only for a single token, which sees every slot.
-        out = F.scaled_dot_product_attention(xq, keys, values, attn_mask=mask,
+        if cache is None:
+            # Cache-free causal pass (training, scoring): no in-place writes, so autograd can run
+            # backward through it (every layer writing one shared cache tensor in place cannot).
+            keys, values, causal = xk, xv, q > 1
+        else:
+            end = start + q
+            cache.k[self.layer, :b, :, start:end] = xk
+            cache.v[self.layer, :b, :, start:end] = xv
+            keys, values, causal = cache.k[self.layer, :b, :, :end], cache.v[self.layer, :b, :, :end], False
+        # mask: [q, end] bool (True = attend); None only for a single token, which sees every slot,
+        # or for the cache-free pass, which is causal.
+        out = F.scaled_dot_product_attention(xq, keys, values, attn_mask=mask, is_causal=causal,
                                              enable_gqa=self.n_kv != self.n_heads)
         return self.o_proj(out.transpose(1, 2).reshape(b, q, self.n_heads * self.hd))
 
@@ -150,7 +156,7 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(spec.hidden, spec.norm_eps)
         self.mlp = MLP(spec)
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: KVCache, start: int,
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: KVCache | None, start: int,
                 mask: Tensor | None) -> Tensor:
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache, start, mask)
         return x + self.mlp(self.post_attention_layernorm(x))
@@ -190,8 +196,8 @@ class Transformer(nn.Module):
                 tree_mask: Tensor | None = None, last_only: bool = False, return_hidden: bool = False):
         """Run q new tokens.
 
-        tokens: ``[b, q]`` ids. cache: their K/V are written as pending slots (a throwaway cache
-        is used when None: plain causal LM over ``tokens``). positions: ``[q]`` or ``[b, q]``
+        tokens: ``[b, q]`` ids. cache: their K/V are written as pending slots (when None: a plain
+        causal LM pass over ``tokens`` that autograd can train through). positions: ``[q]`` or ``[b, q]``
         position ids (default: continuing the sequence, ``length + pending + arange(q)``).
         tree_mask: ``[q, pending + q]`` bool, True where new token i may attend to pending or
         new token j (the committed prefix is always visible); None means causal.
@@ -199,9 +205,9 @@ class Transformer(nn.Module):
         normed hidden state ``[b, q, hidden]`` when ``return_hidden``.
         """
         b, q = tokens.shape
-        if cache is None:
+        if cache is None and tree_mask is not None:
             cache = self.new_cache(q, b)
-        start = cache.reserve(q)
+        start = cache.reserve(q) if cache is not None else 0
         if positions is None:
             positions = torch.arange(start, start + q, device=tokens.device)
         if positions.dim() == 1:
@@ -216,11 +222,12 @@ class Transformer(nn.Module):
             prefix = torch.ones(q, cache.length, dtype=torch.bool, device=tokens.device)
             mask = torch.cat([prefix, tree_mask.to(device=tokens.device, dtype=torch.bool)], dim=1)
         else:
-            mask = _causal_mask(q, start + q, tokens.device) if q > 1 else None
+            mask = _causal_mask(q, start + q, tokens.device) if q > 1 and cache is not None else None
         x = self.model.embed_tokens(tokens)
         for layer in self.model.layers:
             x = layer(x, cos, sin, cache, start, mask)
-        cache.pending += q
+        if cache is not None:
+            cache.pending += q
         hidden = self.model.norm(x[:, -1:] if last_only else x)
         logits = self.lm_head(hidden)
         return (logits, hidden) if return_hidden else logits

@@ -17,6 +17,8 @@ from hwmodels.errors import HetSpecError
 
 # Order here is the order of ``hetspec --help``.
 COMMAND_MODULES: tuple[str, ...] = (
+    "sim.commands.catalog",
+    "sim.commands.step",
 )
 
 
@@ -46,6 +48,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("hetspec: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # output piped into `head` and closed early: not an error
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

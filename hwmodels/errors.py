@@ -18,7 +18,7 @@ class UnknownNameError(HetSpecError, KeyError):
 
     def __init__(self, what: str, value: str, valid: Iterable[str]):
         self.what, self.value, self.valid = what, value, sorted(valid)
-        super().__init__(f"unknown {what} {value!r}; valid: {', '.join(self.valid)}")
+        super().__init__(f"unknown {what} {value!r}; valid: {', '.join(self.valid) or '(none)'}")
 
     def __str__(self) -> str:  # KeyError would otherwise quote the message
         return self.args[0]

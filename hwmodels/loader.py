@@ -1,0 +1,336 @@
+"""Load and write platform preset files (TOML), checking every field.
+
+Format (one file per platform, ``hwmodels/presets/<name>.toml``): every number is written as
+``field = { value = <number>, source = "<datasheet, paper table, or command that measured it>" }``.
+
+```toml
+name = "example"
+description = "..."
+
+[devices.gpu]
+kind = "gpu"                     # cpu | gpu | npu
+description = "..."
+mem_bw_gbps = { value = 936.0, source = "..." }
+mem_capacity_gb = { value = 24.0, source = "..." }
+bw_efficiency = { value = 0.8, source = "..." }
+compute_efficiency = { value = 0.7, source = "..." }
+op_overhead_us = { value = 5.0, source = "..." }
+token_tile = { value = 16, source = "..." }
+sparse_attn_efficiency = { value = 0.0, source = "..." }
+cores = { value = 82, source = "..." }                        # optional
+gemm_efficiency_curve = { value = [[1, 0.1], [16, 0.5]], source = "..." }   # optional
+[devices.gpu.peak_tflops]
+fp16 = { value = 142.0, source = "..." }
+
+[[links]]
+name = "pcie"
+kind = "pcie"                    # pcie | unified | storage | ethernet | nvlink
+src = "cpu"                      # a device, or "storage"
+dst = "gpu"
+bw_gbps = { value = 31.5, source = "..." }
+latency_us = { value = 10.0, source = "..." }
+efficiency = { value = 0.8, source = "..." }
+
+[[memory_domains]]
+name = "dram"
+devices = ["cpu", "gpu"]
+bw_gbps = { value = 51.2, source = "..." }
+capacity_gb = { value = 8.0, source = "..." }
+contention_efficiency = { value = 0.85, source = "..." }
+```
+
+A bad file raises :class:`~hwmodels.errors.PresetError` naming the file, the field and the
+problem, e.g. ``x.toml: devices.gpu.mem_bw_gbps: must be > 0 (got -1)``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tomllib
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from hwmodels.dtypes import DTYPE_BYTES
+from hwmodels.errors import HetSpecError, PresetError, UnknownNameError
+from hwmodels.platform import DEVICE_KINDS, LINK_KINDS, STORAGE, Device, Link, MemoryDomain, Platform
+
+#: Environment variable naming an extra folder of platform files (``hetspec calibrate`` writes
+#: ``host.toml`` there by default).
+PLATFORMS_DIR_ENV = "HETSPEC_PLATFORMS_DIR"
+
+# field -> (required, check); checks: "pos" > 0, "frac" in (0, 1], "unit" in [0, 1], "nonneg" >= 0, "int" integer >= 1
+_DEVICE_NUMBERS = {
+    "mem_bw_gbps": (True, "pos"),
+    "mem_capacity_gb": (True, "pos"),
+    "bw_efficiency": (True, "frac"),
+    "compute_efficiency": (True, "frac"),
+    "op_overhead_us": (True, "nonneg"),
+    "token_tile": (True, "int"),
+    "sparse_attn_efficiency": (True, "unit"),
+    "cores": (False, "int"),
+}
+_LINK_NUMBERS = {"bw_gbps": (True, "pos"), "latency_us": (True, "nonneg"), "efficiency": (True, "frac")}
+_DOMAIN_NUMBERS = {"bw_gbps": (True, "pos"), "capacity_gb": (True, "pos"), "contention_efficiency": (True, "frac")}
+
+
+class _Reader:
+    """Validates one file; every error names ``path`` and the dotted field."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def fail(self, field: str, problem: str) -> PresetError:
+        return PresetError(self.path, field, problem)
+
+    def text(self, table: dict, key: str, where: str, required: bool = True) -> str:
+        if key not in table:
+            if required:
+                raise self.fail(f"{where}{key}", "missing field")
+            return ""
+        if not isinstance(table[key], str):
+            raise self.fail(f"{where}{key}", f"must be a string (got {table[key]!r})")
+        return table[key]
+
+    def sourced(self, table: dict, key: str, where: str) -> tuple[Any, str]:
+        """``{value = ..., source = "..."}`` -> (value, source)."""
+        field = f"{where}{key}"
+        entry = table[key]
+        if not isinstance(entry, dict) or "value" not in entry:
+            raise self.fail(field, 'must be { value = <number>, source = "..." }')
+        source = entry.get("source")
+        if not isinstance(source, str) or not source.strip():
+            raise self.fail(field, "missing source (every number needs its source next to it)")
+        extra = set(entry) - {"value", "source"}
+        if extra:
+            raise self.fail(field, f"unexpected key {sorted(extra)[0]!r}")
+        return entry["value"], source
+
+    def number(self, table: dict, key: str, where: str, check: str, required: bool,
+               sources: dict[str, str]) -> float | int | None:
+        field = f"{where}{key}"
+        if key not in table:
+            if required:
+                raise self.fail(field, "missing field")
+            return None
+        value, source = self.sourced(table, key, where)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise self.fail(field, f"must be a number (got {value!r})")
+        if check == "pos" and value <= 0:
+            raise self.fail(field, f"must be > 0 (got {value})")
+        if check == "nonneg" and value < 0:
+            raise self.fail(field, f"must be >= 0 (got {value})")
+        if check == "frac" and not 0 < value <= 1:
+            raise self.fail(field, f"must be a fraction in (0, 1] (got {value})")
+        if check == "unit" and not 0 <= value <= 1:
+            raise self.fail(field, f"must be in [0, 1] (got {value})")
+        if check == "int":
+            if value != int(value) or value < 1:
+                raise self.fail(field, f"must be an integer >= 1 (got {value})")
+            value = int(value)
+        sources[key] = source
+        return value
+
+    def unknown_keys(self, table: dict, allowed: set[str], where: str) -> None:
+        extra = sorted(set(table) - allowed)
+        if extra:
+            raise self.fail(f"{where}{extra[0]}", f"unknown field; valid: {', '.join(sorted(allowed))}")
+
+    def device(self, name: str, table: Any) -> Device:
+        where = f"devices.{name}."
+        if not isinstance(table, dict):
+            raise self.fail(f"devices.{name}", "must be a table")
+        allowed = set(_DEVICE_NUMBERS) | {"kind", "description", "peak_tflops", "gemm_efficiency_curve"}
+        self.unknown_keys(table, allowed, where)
+        kind = self.text(table, "kind", where)
+        if kind not in DEVICE_KINDS:
+            raise self.fail(f"{where}kind", f"unknown kind {kind!r}; valid: {', '.join(DEVICE_KINDS)}")
+        sources: dict[str, str] = {}
+        numbers = {k: self.number(table, k, where, check, req, sources) for k, (req, check) in _DEVICE_NUMBERS.items()}
+        peaks_table = table.get("peak_tflops")
+        if not isinstance(peaks_table, dict) or not peaks_table:
+            raise self.fail(f"{where}peak_tflops", "missing field (a table of dtype = { value, source })")
+        peaks: dict[str, float] = {}
+        for dtype in peaks_table:
+            if dtype not in DTYPE_BYTES:
+                raise self.fail(f"{where}peak_tflops.{dtype}", f"unknown dtype; valid: {', '.join(DTYPE_BYTES)}")
+            peak_sources: dict[str, str] = {}
+            peaks[dtype] = float(self.number(peaks_table, dtype, f"{where}peak_tflops.", "pos", True, peak_sources))
+            sources[f"peak_tflops.{dtype}"] = peak_sources[dtype]
+        curve = None
+        if "gemm_efficiency_curve" in table:
+            value, source = self.sourced(table, "gemm_efficiency_curve", where)
+            try:
+                curve = tuple((int(t), float(e)) for t, e in value)
+            except (TypeError, ValueError):
+                raise self.fail(f"{where}gemm_efficiency_curve", "must be a list of [tokens, efficiency] pairs") from None
+            if not curve or any(t < 1 or not 0 < e <= 1 for t, e in curve):
+                raise self.fail(f"{where}gemm_efficiency_curve", "needs tokens >= 1 and efficiencies in (0, 1]")
+            sources["gemm_efficiency_curve"] = source
+        return Device(
+            name=name, kind=kind, peak_tflops=peaks, gemm_efficiency_curve=curve,
+            description=self.text(table, "description", where, required=False), sources=sources,
+            **numbers,
+        )
+
+    def link(self, i: int, table: Any, devices: dict[str, Device]) -> Link:
+        where = f"links[{i}]."
+        if not isinstance(table, dict):
+            raise self.fail(f"links[{i}]", "must be a table")
+        self.unknown_keys(table, set(_LINK_NUMBERS) | {"name", "kind", "src", "dst", "description"}, where)
+        kind = self.text(table, "kind", where)
+        if kind not in LINK_KINDS:
+            raise self.fail(f"{where}kind", f"unknown link kind {kind!r}; valid: {', '.join(LINK_KINDS)}")
+        ends = {}
+        for end in ("src", "dst"):
+            value = self.text(table, end, where)
+            if value not in devices and value != STORAGE:
+                raise self.fail(f"{where}{end}", f"link to unknown device {value!r}; devices: {', '.join(devices)}"
+                                                 f" (or {STORAGE!r})")
+            ends[end] = value
+        sources: dict[str, str] = {}
+        numbers = {k: self.number(table, k, where, check, req, sources) for k, (req, check) in _LINK_NUMBERS.items()}
+        return Link(name=self.text(table, "name", where), kind=kind, description=self.text(table, "description", where, False),
+                    sources=sources, **ends, **numbers)
+
+    def domain(self, i: int, table: Any, devices: dict[str, Device]) -> MemoryDomain:
+        where = f"memory_domains[{i}]."
+        if not isinstance(table, dict):
+            raise self.fail(f"memory_domains[{i}]", "must be a table")
+        self.unknown_keys(table, set(_DOMAIN_NUMBERS) | {"name", "devices", "description"}, where)
+        members = table.get("devices")
+        if not isinstance(members, list) or not members:
+            raise self.fail(f"{where}devices", "missing field (a list of device names)")
+        for member in members:
+            if member not in devices:
+                raise self.fail(f"{where}devices", f"unknown device {member!r}; devices: {', '.join(devices)}")
+        sources: dict[str, str] = {}
+        numbers = {k: self.number(table, k, where, check, req, sources) for k, (req, check) in _DOMAIN_NUMBERS.items()}
+        return MemoryDomain(name=self.text(table, "name", where), devices=tuple(members),
+                            description=self.text(table, "description", where, False), sources=sources, **numbers)
+
+
+def parse_platform(data: dict, path: str) -> Platform:
+    """Build and check a :class:`Platform` from a parsed TOML document."""
+    reader = _Reader(path)
+    reader.unknown_keys(data, {"name", "description", "devices", "links", "memory_domains"}, "")
+    name = reader.text(data, "name", "")
+    devices_table = data.get("devices")
+    if not isinstance(devices_table, dict) or not devices_table:
+        raise reader.fail("devices", "missing field (at least one [devices.<name>] table)")
+    devices = {n: reader.device(n, t) for n, t in devices_table.items()}
+    links = tuple(reader.link(i, t, devices) for i, t in enumerate(data.get("links", [])))
+    domains = tuple(reader.domain(i, t, devices) for i, t in enumerate(data.get("memory_domains", [])))
+    seen: dict[str, str] = {}
+    for i, domain in enumerate(domains):
+        for member in domain.devices:
+            if member in seen:
+                raise reader.fail(f"memory_domains[{i}].devices", f"device {member!r} is already in domain {seen[member]!r}")
+            seen[member] = domain.name
+    return Platform(name=name, description=reader.text(data, "description", "", required=False),
+                    devices=devices, links=links, memory_domains=domains, path=path)
+
+
+def load_platform_file(path: str | Path) -> Platform:
+    path = Path(path)
+    if not path.exists():
+        raise HetSpecError(f"platform file {path} does not exist")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise PresetError(str(path), "toml", f"not valid TOML ({exc})") from None
+    platform = parse_platform(data, str(path))
+    if path.parent == builtin_preset_dir() and platform.name != path.stem:
+        raise PresetError(str(path), "name", f"must equal the file name {path.stem!r} (got {platform.name!r})")
+    return platform
+
+
+def builtin_preset_dir() -> Path:
+    return Path(str(resources.files("hwmodels").joinpath("presets")))
+
+
+def user_platform_dir() -> Path:
+    """Where user platforms (e.g. the calibrated ``host``) live: ``$HETSPEC_PLATFORMS_DIR`` or
+    ``<user data dir>/hetspec/platforms``."""
+    env = os.environ.get(PLATFORMS_DIR_ENV)
+    if env:
+        return Path(env)
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("hetspec")) / "platforms"
+
+
+def _platform_files() -> dict[str, Path]:
+    files = {p.stem: p for p in sorted(builtin_preset_dir().glob("*.toml"))}
+    user = user_platform_dir()
+    if user.is_dir():
+        for p in sorted(user.glob("*.toml")):
+            files.setdefault(p.stem, p)
+    return files
+
+
+def platform_names() -> tuple[str, ...]:
+    """Built-in presets plus platforms in the user platform folder (e.g. ``host``)."""
+    return tuple(_platform_files())
+
+
+def get_platform(name_or_path: str) -> Platform:
+    """A platform by preset name, or from a ``.toml`` file path."""
+    files = _platform_files()
+    if name_or_path in files:
+        return load_platform_file(files[name_or_path])
+    if name_or_path.endswith(".toml") or os.sep in name_or_path:
+        return load_platform_file(name_or_path)
+    hint = " (run `hetspec calibrate` to create it)" if name_or_path == "host" else ""
+    err = UnknownNameError("platform", name_or_path, files)
+    if hint:
+        raise HetSpecError(str(err) + hint)
+    raise err
+
+
+# ---------------------------------------------------------------------- writing
+def _sourced(value: Any, sources: dict[str, str], key: str) -> dict:
+    return {"value": value, "source": sources.get(key, "unknown")}
+
+
+def platform_to_dict(platform: Platform) -> dict:
+    """The TOML document of a platform (inverse of :func:`parse_platform`)."""
+    devices = {}
+    for name, d in platform.devices.items():
+        entry: dict[str, Any] = {"kind": d.kind}
+        if d.description:
+            entry["description"] = d.description
+        for key in _DEVICE_NUMBERS:
+            value = getattr(d, key)
+            if value is not None:
+                entry[key] = _sourced(value, d.sources, key)
+        if d.gemm_efficiency_curve:
+            entry["gemm_efficiency_curve"] = _sourced([list(p) for p in d.gemm_efficiency_curve], d.sources,
+                                                      "gemm_efficiency_curve")
+        entry["peak_tflops"] = {dt: _sourced(v, d.sources, f"peak_tflops.{dt}") for dt, v in d.peak_tflops.items()}
+        devices[name] = entry
+    doc: dict[str, Any] = {"name": platform.name, "description": platform.description, "devices": devices}
+    if platform.links:
+        doc["links"] = [
+            {"name": l.name, "kind": l.kind, "src": l.src, "dst": l.dst,
+             **({"description": l.description} if l.description else {}),
+             **{k: _sourced(getattr(l, k), l.sources, k) for k in _LINK_NUMBERS}}
+            for l in platform.links
+        ]
+    if platform.memory_domains:
+        doc["memory_domains"] = [
+            {"name": m.name, "devices": list(m.devices), **({"description": m.description} if m.description else {}),
+             **{k: _sourced(getattr(m, k), m.sources, k) for k in _DOMAIN_NUMBERS}}
+            for m in platform.memory_domains
+        ]
+    return doc
+
+
+def write_platform_file(platform: Platform, path: str | Path) -> Path:
+    import tomli_w
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(tomli_w.dumps(platform_to_dict(platform)))
+    return path

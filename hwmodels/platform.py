@@ -1,0 +1,214 @@
+"""Devices, links, memory domains and platforms: plain frozen dataclasses.
+
+Fields carry their unit in their name (``mem_bw_gbps``, ``op_overhead_us``); the ``*_per_s`` /
+``*_s`` / ``*_bytes`` properties convert to SI for the timing code. Every number in a preset has
+a source, kept in the ``sources`` mapping (field name -> source text).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from hwmodels.errors import HetSpecError, UnknownNameError
+
+DEVICE_KINDS = ("cpu", "gpu", "npu")
+LINK_KINDS = ("pcie", "unified", "storage", "ethernet", "nvlink")
+#: Link endpoint that stands for the platform's storage (weights streamed from disk/flash).
+STORAGE = "storage"
+
+GB = 1e9     # datasheets quote decimal gigabytes
+TERA = 1e12
+US = 1e-6
+
+
+@dataclass(frozen=True)
+class Device:
+    """A processing unit and the memory it reads.
+
+    ``mem_bw_gbps`` is what the device can draw on its own; when it shares DRAM with others the
+    :class:`MemoryDomain` caps what they draw together. ``compute_efficiency`` and
+    ``bw_efficiency`` are the achievable fractions of the peaks for large GEMMs and streaming
+    reads. ``token_tile`` quantizes the token (GEMM M) dimension: compute time is that of
+    ``ceil(M / token_tile) * token_tile`` tokens, so latency rises in steps (wave / tile
+    quantization; a vector unit's lane count on a CPU). ``sparse_attn_efficiency`` is the
+    throughput of a tree-masked sparse attention kernel relative to the dense kernel, per useful
+    FLOP (0 = the device has no sparse kernel and computes the dense block).
+    ``gemm_efficiency_curve`` optionally replaces ``compute_efficiency`` with a measured
+    efficiency per token count (from host calibration); it is read as a step function.
+    """
+
+    name: str
+    kind: str
+    peak_tflops: Mapping[str, float]
+    mem_bw_gbps: float
+    mem_capacity_gb: float
+    bw_efficiency: float
+    compute_efficiency: float
+    op_overhead_us: float
+    token_tile: int
+    sparse_attn_efficiency: float
+    cores: int | None = None
+    gemm_efficiency_curve: tuple[tuple[int, float], ...] | None = None
+    description: str = ""
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.kind not in DEVICE_KINDS:
+            raise HetSpecError(f"device {self.name}: kind {self.kind!r} unknown; valid: {', '.join(DEVICE_KINDS)}")
+        if self.gemm_efficiency_curve is not None:
+            curve = tuple(sorted((int(t), float(e)) for t, e in self.gemm_efficiency_curve))
+            object.__setattr__(self, "gemm_efficiency_curve", curve)
+
+    @property
+    def mem_bw_bytes_per_s(self) -> float:
+        return self.mem_bw_gbps * GB
+
+    @property
+    def mem_capacity_bytes(self) -> float:
+        return self.mem_capacity_gb * GB
+
+    @property
+    def op_overhead_s(self) -> float:
+        return self.op_overhead_us * US
+
+    @property
+    def dtypes(self) -> tuple[str, ...]:
+        return tuple(self.peak_tflops)
+
+    def peak_flops_per_s(self, dtype: str) -> float:
+        """Peak FLOP/s at ``dtype``; a dtype the device has no rate for is an error."""
+        if dtype not in self.peak_tflops:
+            raise HetSpecError(
+                f"device {self.name} has no peak FLOP/s for dtype {dtype!r}; it has: {', '.join(self.peak_tflops)}"
+            )
+        return self.peak_tflops[dtype] * TERA
+
+    def compute_efficiency_at(self, tokens: int) -> float:
+        """Achievable fraction of peak for a GEMM with ``tokens`` rows."""
+        curve = self.gemm_efficiency_curve
+        if not curve:
+            return self.compute_efficiency
+        counts = [t for t, _ in curve]
+        i = bisect.bisect_right(counts, max(int(tokens), 1)) - 1
+        return curve[max(i, 0)][1]
+
+
+@dataclass(frozen=True)
+class Link:
+    """A path that moves bytes: PCIe, unified-memory page sync, storage read, Ethernet, NVLink."""
+
+    name: str
+    kind: str
+    src: str
+    dst: str
+    bw_gbps: float
+    latency_us: float
+    efficiency: float
+    description: str = ""
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False)
+
+    @property
+    def bw_bytes_per_s(self) -> float:
+        return self.bw_gbps * GB
+
+    @property
+    def latency_s(self) -> float:
+        return self.latency_us * US
+
+    def transfer_s(self, nbytes: float) -> float:
+        """Latency plus bytes over the achievable bandwidth (0 bytes costs nothing)."""
+        if nbytes <= 0:
+            return 0.0
+        return self.latency_s + nbytes / (self.bw_bytes_per_s * self.efficiency)
+
+    def connects(self, a: str, b: str) -> bool:
+        return {self.src, self.dst} == {a, b}
+
+
+@dataclass(frozen=True)
+class MemoryDomain:
+    """Devices that share one DRAM and therefore its bandwidth.
+
+    Alone, a device streams at ``min(device bw * bw_efficiency, domain bw * bw_efficiency)``.
+    When several stream at the same time, together they get at most
+    ``bw_gbps * contention_efficiency`` (row-buffer and arbitration losses make the shared
+    ceiling lower than the sum of the parts).
+    """
+
+    name: str
+    devices: tuple[str, ...]
+    bw_gbps: float
+    capacity_gb: float
+    contention_efficiency: float
+    description: str = ""
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False)
+
+    @property
+    def bw_bytes_per_s(self) -> float:
+        return self.bw_gbps * GB
+
+    @property
+    def capacity_bytes(self) -> float:
+        return self.capacity_gb * GB
+
+
+@dataclass(frozen=True)
+class Platform:
+    name: str
+    description: str
+    devices: Mapping[str, Device]
+    links: tuple[Link, ...] = ()
+    memory_domains: tuple[MemoryDomain, ...] = ()
+    path: str = ""
+
+    def device(self, name: str) -> Device:
+        try:
+            return self.devices[name]
+        except KeyError:
+            raise UnknownNameError(f"device on platform {self.name}:", name, self.devices) from None
+
+    def devices_of_kind(self, kind: str) -> tuple[Device, ...]:
+        return tuple(d for d in self.devices.values() if d.kind == kind)
+
+    @property
+    def accelerator(self) -> Device:
+        """The default device to run on: the first GPU, else the first NPU, else the first CPU."""
+        for kind in ("gpu", "npu", "cpu"):
+            found = self.devices_of_kind(kind)
+            if found:
+                return found[0]
+        raise HetSpecError(f"platform {self.name} has no devices")
+
+    @property
+    def cpu(self) -> Device | None:
+        found = self.devices_of_kind("cpu")
+        return found[0] if found else None
+
+    def link(self, a: str, b: str, kind: str | None = None) -> Link:
+        """The link between endpoints ``a`` and ``b`` (optionally of one kind)."""
+        for link in self.links:
+            if link.connects(a, b) and (kind is None or link.kind == kind):
+                return link
+        want = f" of kind {kind}" if kind else ""
+        raise HetSpecError(f"platform {self.name} has no link{want} between {a} and {b}")
+
+    def has_link(self, a: str, b: str, kind: str | None = None) -> bool:
+        return any(l.connects(a, b) and (kind is None or l.kind == kind) for l in self.links)
+
+    def storage_link(self, device: str) -> Link | None:
+        for link in self.links:
+            if link.kind == "storage" and link.connects(STORAGE, device):
+                return link
+        return None
+
+    def domain_of(self, device: str) -> MemoryDomain | None:
+        for domain in self.memory_domains:
+            if device in domain.devices:
+                return domain
+        return None
+
+    def shares_memory(self, a: str, b: str) -> bool:
+        d = self.domain_of(a)
+        return d is not None and b in d.devices

@@ -1,0 +1,47 @@
+"""``hetspec step``: the operators of one forward step and their roofline time on a device."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from hwmodels.dtypes import DTYPE_BYTES
+from hwmodels.loader import get_platform
+from sim.model_spec import get_model
+from sim.step_graph import build_step_graph
+from sim.step_timing import price_step
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("step", help="operators of one decode/verify step: FLOPs, bytes, intensity, roofline time")
+    p.add_argument("--model", required=True, help="model preset or path to a config.json")
+    p.add_argument("--platform", required=True, help="platform preset or path to a platform .toml")
+    p.add_argument("--device", help="device of the platform (default: its GPU, else NPU, else CPU)")
+    p.add_argument("--tokens", type=int, required=True, help="q: new tokens per sequence (tree width)")
+    p.add_argument("--context", type=int, required=True, help="s: tokens already in the KV cache")
+    p.add_argument("--batch", type=int, default=1, help="b: sequences in the batch (default 1)")
+    p.add_argument("--dtype", choices=sorted(DTYPE_BYTES), help="compute dtype (default: the model's)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_step)
+
+
+def cmd_step(args: argparse.Namespace) -> int:
+    model = get_model(args.model)
+    platform = get_platform(args.platform)
+    device = platform.device(args.device) if args.device else platform.accelerator
+    graph = build_step_graph(model, args.tokens, args.context, args.batch, args.dtype)
+    price = price_step(graph, device)
+    if args.json:
+        out = {"platform": platform.name, **price.to_dict()}
+        print(json.dumps(out, indent=2))
+        return 0
+    print(f"{model.name} on {platform.name}/{device.name}: q={graph.tokens} s={graph.context} b={graph.batch} "
+          f"{graph.dtype}")
+    print(f"{'operator':<15}{'x':>4}{'GFLOP':>11}{'MB':>10}{'FLOP/B':>10}{'time ms':>10}  bound")
+    for p in price.ops:
+        d = p.to_dict()
+        print(f"{d['name']:<15}{d['count']:>4}{d['flops'] / 1e9:>11.3f}{d['bytes'] / 1e6:>10.2f}"
+              f"{d['intensity']:>10.2f}{d['time_s'] * 1e3:>10.4f}  {d['bound']}")
+    print(f"{'total':<15}{'':>4}{graph.total_flops / 1e9:>11.3f}{graph.total_bytes / 1e6:>10.2f}{'':>10}"
+          f"{price.total_s * 1e3:>10.4f}")
+    return 0

@@ -1,0 +1,186 @@
+"""The operators of one forward step: q new tokens over a KV cache of s tokens, batch b.
+
+Each :class:`Op` carries FLOPs and bytes moved (weights, activations, KV cache) per instance,
+its token (GEMM M) dimension, and how many identical instances the step runs (``count``: one
+per layer for layer operators). The accounting follows the Medusa paper's roofline appendix
+exactly (seeds/notes/medusa.md §2), so the intensities reproduce its Tables 6-8:
+
+- a linear layer on T = b*q tokens with an h x i weight: FLOPs 2*T*h*i, bytes
+  dt*(T*h + T*i + h*i), intensity T*h*i / (T*(h+i) + h*i);
+- attention scores QK^T against s cached keys, per batch element and head:
+  FLOPs 2*q*s*d, bytes dt*(q*d + s*d + q*s), intensity q*s*d / (q*d + s*d + q*s); PV likewise.
+
+Attention is split as Ghidorah splits it: the *dense* part (new queries against the s cached
+keys/values: ``attn_score``, ``attn_value``) and the *sparse* part among the q new tokens under
+the tree mask (``tree_score``, ``tree_value``, with ``density`` = kept fraction of the q x q
+block). The attention sub-operators after ``attn_score`` run in the same fused kernel
+(``launches = 0``), as FlashAttention on a GPU and ``scaled_dot_product_attention`` on a CPU do.
+With GQA the K/V reads shrink to the KV heads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hwmodels.dtypes import DTYPE_BYTES, check_dtype
+from hwmodels.errors import HetSpecError
+from sim.model_spec import ModelSpec
+from sim.tree import TokenTree
+
+OP_KINDS = ("embedding", "norm", "linear", "elementwise", "attention", "tree_attention", "softmax", "lm_head")
+SECTIONS = ("pre", "layer", "post")
+
+# FLOPs per element of the small operators (counted so they are not free; they are
+# memory-bound at any realistic size, so these constants barely matter).
+NORM_FLOPS_PER_ELEMENT = 4       # square, mean-accumulate, rsqrt-scale, weight-scale
+ROPE_FLOPS_PER_ELEMENT = 3       # x*cos + rotate(x)*sin
+SOFTMAX_FLOPS_PER_ELEMENT = 5    # max, subtract, exp, sum, divide
+ACT_FLOPS_PER_ELEMENT = 5        # silu (sigmoid + multiply) and the gating multiply / gelu
+ADD_FLOPS_PER_ELEMENT = 1
+
+
+@dataclass(frozen=True)
+class Op:
+    name: str
+    kind: str
+    section: str          # "pre" (once, before the layers), "layer" (once per layer), "post"
+    flops: float          # per instance
+    weight_bytes: float   # per instance
+    act_bytes: float
+    kv_bytes: float
+    tokens: int           # GEMM M dimension (b*q for linears, q for per-head attention)
+    count: int = 1        # identical instances in one step (n_layers for layer operators)
+    density: float = 1.0  # kept fraction of a tree-masked block
+    launches: int = 1     # kernel launches per instance (0 = fused into the previous operator)
+
+    @property
+    def bytes(self) -> float:
+        return self.weight_bytes + self.act_bytes + self.kv_bytes
+
+    @property
+    def intensity(self) -> float:
+        """Arithmetic intensity, FLOP per byte."""
+        return self.flops / self.bytes if self.bytes else float("inf")
+
+
+@dataclass(frozen=True)
+class StepGraph:
+    model: ModelSpec
+    tokens: int      # q: new tokens per sequence in this step
+    context: int     # s: tokens already in the KV cache
+    batch: int
+    dtype: str
+    density: float   # tree-mask density of the q x q block
+    ops: tuple[Op, ...]
+
+    def section(self, name: str) -> tuple[Op, ...]:
+        return tuple(op for op in self.ops if op.section == name)
+
+    def op(self, name: str) -> Op:
+        for op in self.ops:
+            if op.name == name:
+                return op
+        raise HetSpecError(f"step graph has no operator {name!r}; it has: {', '.join(o.name for o in self.ops)}")
+
+    @property
+    def total_flops(self) -> float:
+        return sum(op.flops * op.count for op in self.ops)
+
+    @property
+    def total_bytes(self) -> float:
+        return sum(op.bytes * op.count for op in self.ops)
+
+
+def linear_op(name: str, tokens: int, d_in: int, d_out: int, dt: float, count: int,
+              kind: str = "linear", section: str = "layer") -> Op:
+    """A GEMM of ``tokens`` rows by a ``d_in x d_out`` weight (Medusa App. accounting)."""
+    return Op(name, kind, section, flops=2.0 * tokens * d_in * d_out, weight_bytes=dt * d_in * d_out,
+              act_bytes=dt * tokens * (d_in + d_out), kv_bytes=0.0, tokens=tokens, count=count)
+
+
+def elementwise_op(name: str, kind: str, elements: float, flops_per_element: float, dt: float,
+                   count: int, reads: int = 1, writes: int = 1, weight_bytes: float = 0.0,
+                   section: str = "layer", tokens: int = 0, launches: int = 1) -> Op:
+    return Op(name, kind, section, flops=flops_per_element * elements, weight_bytes=weight_bytes,
+              act_bytes=dt * elements * (reads + writes), kv_bytes=0.0, tokens=tokens, count=count,
+              launches=launches)
+
+
+def attention_ops(model: ModelSpec, q: int, s: int, b: int, dt: float, density: float) -> list[Op]:
+    """Dense part (q x s cached), sparse part (q x q under the tree mask), softmax, per layer."""
+    nh, nkv, d, L = model.n_heads, model.n_kv_heads, model.head_dim, model.n_layers
+    ops: list[Op] = []
+    if s > 0:
+        ops.append(Op("attn_score", "attention", "layer", flops=2.0 * b * nh * q * s * d, weight_bytes=0.0,
+                      act_bytes=dt * b * (nh * q * d + nh * q * s), kv_bytes=dt * b * nkv * s * d,
+                      tokens=q, count=L))
+    ops.append(Op("tree_score", "tree_attention", "layer", flops=2.0 * b * nh * q * q * d, weight_bytes=0.0,
+                  act_bytes=dt * b * (nh * q * d + nkv * q * d + nh * q * q), kv_bytes=0.0,
+                  tokens=q, count=L, density=density, launches=0 if s > 0 else 1))
+    ops.append(elementwise_op("softmax", "softmax", b * nh * q * (s + q), SOFTMAX_FLOPS_PER_ELEMENT, dt, L,
+                              launches=0))
+    if s > 0:
+        ops.append(Op("attn_value", "attention", "layer", flops=2.0 * b * nh * q * s * d, weight_bytes=0.0,
+                      act_bytes=dt * b * (nh * q * s + nh * q * d), kv_bytes=dt * b * nkv * s * d,
+                      tokens=q, count=L, launches=0))
+    ops.append(Op("tree_value", "tree_attention", "layer", flops=2.0 * b * nh * q * q * d, weight_bytes=0.0,
+                  act_bytes=dt * b * (nh * q * q + nkv * q * d + nh * q * d), kv_bytes=0.0,
+                  tokens=q, count=L, density=density, launches=0))
+    return ops
+
+
+def build_step_graph(model: ModelSpec, tokens: int, context: int, batch: int = 1, dtype: str | None = None,
+                     tree: TokenTree | None = None) -> StepGraph:
+    """Operators of one forward step of ``model`` for ``tokens`` new tokens per sequence.
+
+    ``tree`` (if given, its size must equal ``tokens``) sets the density of the new-token
+    attention block; without one the block is causal (a chain / prefill).
+    """
+    for label, value, low in (("tokens", tokens, 1), ("context", context, 0), ("batch", batch, 1)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            raise HetSpecError(f"{label} must be an integer >= {low} (got {value!r})")
+    dtype = check_dtype(dtype or model.dtype)
+    if tree is not None and tree.size != tokens:
+        raise HetSpecError(f"tree has {tree.size} tokens but the step has {tokens}")
+    q, s, b, dt = tokens, context, batch, DTYPE_BYTES[dtype]
+    density = tree.mask_density if tree is not None else (q + 1) / (2 * q)
+    h, i, L = model.hidden, model.intermediate, model.n_layers
+    hq, kv, T = model.n_heads * model.head_dim, model.kv_dim, b * q
+
+    ops: list[Op] = [elementwise_op("embed", "embedding", T * h, 0, dt, 1, reads=1, writes=1, section="pre")]
+    if model.arch == "gpt2":
+        ops.append(elementwise_op("pos_embed_add", "elementwise", T * h, ADD_FLOPS_PER_ELEMENT, dt, 1, reads=2,
+                                  section="pre"))
+    ops += [
+        elementwise_op("attn_norm", "norm", T * h, NORM_FLOPS_PER_ELEMENT, dt, L, weight_bytes=dt * h),
+        linear_op("q_proj", T, h, hq, dt, L),
+        linear_op("k_proj", T, h, kv, dt, L),
+        linear_op("v_proj", T, h, kv, dt, L),
+    ]
+    if model.arch == "llama":
+        ops.append(elementwise_op("rope", "elementwise", T * (hq + kv), ROPE_FLOPS_PER_ELEMENT, dt, L))
+    ops += attention_ops(model, q, s, b, dt, density)
+    ops += [
+        linear_op("o_proj", T, hq, h, dt, L),
+        elementwise_op("attn_residual", "elementwise", T * h, ADD_FLOPS_PER_ELEMENT, dt, L, reads=2),
+        elementwise_op("mlp_norm", "norm", T * h, NORM_FLOPS_PER_ELEMENT, dt, L, weight_bytes=dt * h),
+    ]
+    if model.arch == "llama":
+        ops += [
+            linear_op("gate_proj", T, h, i, dt, L),
+            linear_op("up_proj", T, h, i, dt, L),
+            elementwise_op("act_mul", "elementwise", T * i, ACT_FLOPS_PER_ELEMENT, dt, L, reads=2),
+        ]
+    else:
+        ops += [
+            linear_op("up_proj", T, h, i, dt, L),
+            elementwise_op("gelu", "elementwise", T * i, ACT_FLOPS_PER_ELEMENT, dt, L),
+        ]
+    ops += [
+        linear_op("down_proj", T, i, h, dt, L),
+        elementwise_op("mlp_residual", "elementwise", T * h, ADD_FLOPS_PER_ELEMENT, dt, L, reads=2),
+        elementwise_op("final_norm", "norm", T * h, NORM_FLOPS_PER_ELEMENT, dt, 1, weight_bytes=dt * h,
+                       section="post"),
+        linear_op("lm_head", T, h, model.vocab, dt, 1, kind="lm_head", section="post"),
+    ]
+    return StepGraph(model=model, tokens=q, context=s, batch=b, dtype=dtype, density=density, ops=tuple(ops))

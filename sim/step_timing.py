@@ -1,0 +1,64 @@
+"""Time a step graph on one device with the roofline model (:mod:`hwmodels.roofline`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hwmodels.platform import Device
+from hwmodels.roofline import OpTiming, roofline_time
+from sim.step_graph import Op, StepGraph
+
+
+@dataclass(frozen=True)
+class OpPrice:
+    op: Op
+    timing: OpTiming      # one instance
+
+    @property
+    def time_s(self) -> float:
+        """All ``count`` instances of the operator in the step."""
+        return self.timing.time_s * self.op.count
+
+    def to_dict(self) -> dict:
+        op, t, n = self.op, self.timing, self.op.count
+        return {
+            "name": op.name, "kind": op.kind, "section": op.section, "count": n, "tokens": op.tokens,
+            "flops": op.flops * n, "bytes": op.bytes * n, "weight_bytes": op.weight_bytes * n,
+            "act_bytes": op.act_bytes * n, "kv_bytes": op.kv_bytes * n,
+            "intensity": round(op.intensity, 4), "density": op.density,
+            "time_s": self.time_s, "compute_s": t.compute_s * n, "memory_s": t.memory_s * n,
+            "overhead_s": t.overhead_s * n, "bound": t.bound,
+        }
+
+
+@dataclass(frozen=True)
+class StepPrice:
+    graph: StepGraph
+    device: Device
+    ops: tuple[OpPrice, ...]
+
+    @property
+    def total_s(self) -> float:
+        return sum(p.time_s for p in self.ops)
+
+    def time_of(self, *names: str) -> float:
+        return sum(p.time_s for p in self.ops if p.op.name in names)
+
+    def to_dict(self) -> dict:
+        g = self.graph
+        return {
+            "model": g.model.name, "device": self.device.name, "tokens": g.tokens, "context": g.context,
+            "batch": g.batch, "dtype": g.dtype, "total_s": self.total_s,
+            "total_flops": g.total_flops, "total_bytes": g.total_bytes,
+            "ops": [p.to_dict() for p in self.ops],
+        }
+
+
+def price_op(op: Op, device: Device, dtype: str, bw_bytes_per_s: float | None = None) -> OpPrice:
+    return OpPrice(op, roofline_time(device, op.flops, op.bytes, dtype, tokens=op.tokens or None,
+                                     density=op.density, launches=op.launches, bw_bytes_per_s=bw_bytes_per_s))
+
+
+def price_step(graph: StepGraph, device: Device, bw_bytes_per_s: float | None = None) -> StepPrice:
+    """Every operator of ``graph`` timed on ``device`` (bandwidth: the device alone by default)."""
+    return StepPrice(graph, device, tuple(price_op(op, device, graph.dtype, bw_bytes_per_s) for op in graph.ops))

@@ -154,6 +154,11 @@ def spec_from_hf_config(config: dict, name: str, where: str = "config") -> Model
         raise PresetError(where, keys[0], "missing field")
 
     model_type = str(config.get("model_type", "llama")).lower()
+    required = (("n_layer", "n_embd", "n_head", "vocab_size") if model_type == "gpt2" else
+                ("num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads", "vocab_size"))
+    for key in required:
+        if config.get(key) is None:
+            raise PresetError(where, key, "missing field")
     dtype = _HF_DTYPE_NAMES.get(str(config.get("torch_dtype", "float16")), "fp16")
     try:
         if model_type == "gpt2":
@@ -177,9 +182,11 @@ def spec_from_hf_config(config: dict, name: str, where: str = "config") -> Model
             norm_eps=float(config.get("rms_norm_eps") or 1e-5),
             tie_embeddings=bool(config.get("tie_word_embeddings", False)), dtype=dtype, source=where,
         )
+    except PresetError:
+        raise
+    except HetSpecError as exc:  # the spec itself is inconsistent (e.g. heads do not divide hidden)
+        raise PresetError(where, "config", str(exc)) from None
     except (TypeError, ValueError) as exc:
-        if isinstance(exc, HetSpecError):
-            raise PresetError(where, "config", str(exc)) from None
         raise PresetError(where, "config", f"bad value: {exc}") from None
 
 

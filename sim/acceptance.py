@@ -1,0 +1,483 @@
+"""Acceptance models: how many tokens a speculative step produces, expected or drawn.
+
+One :class:`AcceptanceModel` holds whichever forms its source gives:
+
+- ``medusa_accuracy[d][r]``: probability that the rank-r candidate at depth d+1 is correct
+  (Medusa §2.3.3). The expected tokens of any tree is exact
+  (:meth:`sim.tree.TokenTree.expected_accepted_length`); a draw picks, per depth, the correct
+  rank from the row (ranks mutually exclusive, depths independent) and walks the tree.
+- ``draft_alpha``: a draft model's per-token acceptance rate; a chain of gamma drafts yields
+  Omega(gamma, alpha) = (1 - alpha^(gamma+1)) / (1 - alpha) tokens per verification
+  (Dovetail §II, after MagicDec), see :func:`omega`.
+- ``confidence_bins``: per-token acceptance as a function of the draft's confidence (LLMCad
+  style trees): :meth:`AcceptanceModel.confidence_accept_rate`, and
+  :func:`expected_tokens_from_node_probs` for a tree with a probability on every node.
+- ``length_table``: mean tokens per step against tree width (Ghidorah Table I), interpolated
+  linearly in log width; a width outside the table is refused (no extrapolation).
+- ``length_curve``: ``intercept + slope * ln(width)`` on a stated width range (Medusa App. G).
+- ``alspec_hit_rate_by_layer`` (measured) or ``alspec_hit_rates`` (task -> lambda -> rate,
+  ALSpec Tables 1/2): probability that a layer's approximate attention passes the check.
+- ``tau_entries``: Dovetail's mean acceptance length tau per drafter, drafter depth (blocks),
+  verified tokens and temperature (Dovetail Tables I/III).
+
+Sources: a real-path :class:`~sim.acceptance_profile.AcceptanceProfile` JSON file, a paper table
+by name (``sim/presets/acceptance/<name>.json``, each with its paper, table and section), or a
+literal ``alpha:<a>`` for a draft chain. :func:`load_acceptance` takes any of them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from hwmodels.errors import HetSpecError, PresetError, UnknownNameError
+from sim.acceptance_profile import FORMAT as PROFILE_FORMAT
+from sim.acceptance_profile import AcceptanceProfile, ConfidenceBin
+from sim.tree import TokenTree
+
+#: Format tag of the paper-table presets in ``sim/presets/acceptance/``.
+PRESET_FORMAT = "hetspec-acceptance-preset/1"
+PRESET_DIR = "presets/acceptance"
+ALPHA_PREFIX = "alpha:"
+
+
+@dataclass(frozen=True)
+class LengthCurve:
+    """Tokens per step = ``intercept + slope * ln(width)`` for widths in [min_width, max_width]."""
+
+    intercept: float
+    slope: float
+    min_width: int
+    max_width: int
+
+    def __call__(self, widths):
+        return self.intercept + self.slope * np.log(np.asarray(widths, dtype=float))
+
+
+@dataclass(frozen=True)
+class TauEntry:
+    """One Dovetail measurement: mean acceptance length ``tau`` of a drafter at ``width`` verified tokens.
+
+    ``drafter`` names the draft model family (``eagle2``: EAGLE-2's fc fusion; ``dgf``: Dovetail's
+    Dynamic Gating Fusion; or a small LLM such as ``tinyllama-1.1b``); ``blocks`` is the drafter's
+    number of transformer blocks (None for a whole small LLM).
+    """
+
+    drafter: str
+    blocks: int | None
+    width: int
+    temperature: float
+    tau: float
+    speedup: float | None = None
+
+
+@dataclass(frozen=True)
+class AcceptanceModel:
+    name: str
+    source: str
+    medusa_accuracy: tuple[tuple[float, ...], ...] | None = None
+    draft_alpha: float | None = None
+    confidence_bins: tuple[ConfidenceBin, ...] | None = None
+    length_table: tuple[tuple[int, float], ...] | None = None
+    length_curve: LengthCurve | None = None
+    alspec_hit_rate_by_layer: tuple[float, ...] | None = None
+    alspec_hit_rates: Mapping[str, Mapping[float, float]] | None = None
+    alspec_default_lambda: float | None = None
+    tau_entries: tuple[TauEntry, ...] | None = None
+    meta: Mapping = field(default_factory=dict)
+
+    # ------------------------------------------------------------------ what it can answer
+    @property
+    def accuracy(self) -> np.ndarray | None:
+        return None if self.medusa_accuracy is None else np.asarray(self.medusa_accuracy, dtype=float)
+
+    @property
+    def has_tree_model(self) -> bool:
+        """Whether it can give the tokens of a Medusa-style tree (by accuracies or by width)."""
+        return self.medusa_accuracy is not None or self.length_table is not None or self.length_curve is not None
+
+    @property
+    def max_depth(self) -> int | None:
+        """Deepest tree the accuracies cover (None: not limited by depth)."""
+        return len(self.medusa_accuracy) if self.medusa_accuracy is not None else None
+
+    @property
+    def width_range(self) -> tuple[int, int] | None:
+        """Widths a length table / curve covers (None when the tree is priced from accuracies)."""
+        if self.medusa_accuracy is not None:
+            return None
+        if self.length_table is not None:
+            return self.length_table[0][0], self.length_table[-1][0]
+        if self.length_curve is not None:
+            return self.length_curve.min_width, self.length_curve.max_width
+        return None
+
+    def _fail(self, what: str) -> HetSpecError:
+        return HetSpecError(f"acceptance model {self.name}: {what}")
+
+    # ------------------------------------------------------------------ trees (Medusa heads)
+    def tree_tokens(self, tree: TokenTree) -> float:
+        """Expected tokens per step when verifying ``tree`` (root included)."""
+        if self.medusa_accuracy is not None:
+            try:
+                return tree.expected_accepted_length(self.medusa_accuracy)
+            except HetSpecError as exc:
+                raise self._fail(f"does not fit the tree ({exc})") from None
+        return float(self.width_tokens(tree.size))
+
+    def width_tokens(self, widths):
+        """Mean tokens per step at tree width(s), from the length table or curve (no extrapolation)."""
+        w = np.asarray(widths, dtype=float)
+        scalar = w.ndim == 0
+        w = np.atleast_1d(w)
+        if np.any(w < 1) or np.any(w != np.round(w)):
+            raise self._fail(f"widths must be integers >= 1 (got {widths})")
+        if self.length_table is not None:
+            xs = np.array([k for k, _ in self.length_table], dtype=float)
+            ys = np.array([v for _, v in self.length_table], dtype=float)
+            self._check_range(w, int(xs[0]), int(xs[-1]), "table")
+            out = np.interp(np.log(w), np.log(xs), ys)
+        elif self.length_curve is not None:
+            c = self.length_curve
+            self._check_range(w, c.min_width, c.max_width, "curve")
+            out = c(w)
+        elif self.medusa_accuracy is not None:
+            raise self._fail("has per-head accuracies: ask for the tokens of a tree, not of a width")
+        else:
+            raise self._fail("has no tree acceptance (no medusa_accuracy, acceptance_length or length curve)")
+        return float(out[0]) if scalar else out
+
+    def _check_range(self, w: np.ndarray, lo: int, hi: int, kind: str) -> None:
+        bad = w[(w < lo) | (w > hi)]
+        if bad.size:
+            raise self._fail(f"its {kind} covers tree widths {lo}..{hi}; width {int(bad[0])} is outside "
+                             "(no extrapolation)")
+
+    def check_tree(self, tree: TokenTree) -> None:
+        """One line if this model cannot price ``tree`` (too deep, too many ranks, width outside a table)."""
+        self.tree_tokens(tree)
+
+    def sample_tree_tokens(self, tree: TokenTree, rng: np.random.Generator) -> int:
+        """Draw the tokens one step produces.
+
+        With accuracies: per depth draw the correct rank (or none, with probability 1 - row sum)
+        and walk the tree from the root along the correct children. With only a mean (table or
+        curve): the mean rounded up or down at random so that the expectation is kept.
+        """
+        if self.medusa_accuracy is None:
+            return _bernoulli_round(self.tree_tokens(tree), rng)
+        acc = self.accuracy
+        self.tree_tokens(tree)  # fit check
+        node = 0
+        for d in range(tree.depth):
+            row = acc[d]
+            u = rng.random()
+            cum = np.cumsum(row)
+            rank = int(np.searchsorted(cum, u, side="right"))
+            if rank >= len(row):
+                break
+            child = next((c for c in tree.children[node] if tree.ranks[c] == rank), None)
+            if child is None:
+                break
+            node = child
+        return 1 + tree.depths[node]
+
+    # ------------------------------------------------------------------ draft chains
+    def need_alpha(self) -> float:
+        if self.draft_alpha is None:
+            raise self._fail("has no draft_alpha (a draft model's per-token acceptance rate); pass a "
+                             "measured profile or alpha:<a>")
+        return self.draft_alpha
+
+    def chain_tokens(self, gamma):
+        """Omega(gamma, alpha): expected tokens per verification of gamma draft tokens."""
+        return omega(gamma, self.need_alpha())
+
+    def sample_chain_tokens(self, gamma: int, rng: np.random.Generator) -> int:
+        """Accept each draft token with probability alpha until the first rejection; +1 target token."""
+        alpha = self.need_alpha()
+        accepted = 0
+        while accepted < gamma and rng.random() < alpha:
+            accepted += 1
+        return accepted + 1
+
+    # ------------------------------------------------------------------ draft trees (LLMCad)
+    def confidence_accept_rate(self, confidence):
+        """Acceptance probability of a draft token with the given confidence (from the bins)."""
+        if not self.confidence_bins:
+            raise self._fail("has no draft_confidence_bins")
+        conf = np.atleast_1d(np.asarray(confidence, dtype=float))
+        if np.any((conf < 0) | (conf > 1)):
+            raise self._fail("confidences must be in [0, 1]")
+        bins = sorted(self.confidence_bins, key=lambda b: b.lo)
+        edges = np.array([b.lo for b in bins] + [bins[-1].hi])
+        rates = np.array([b.accept_rate for b in bins])
+        idx = np.clip(np.searchsorted(edges, conf, side="right") - 1, 0, len(bins) - 1)
+        outside = (conf < edges[0]) | (conf > edges[-1])
+        if np.any(outside):
+            raise self._fail(f"confidence {conf[outside][0]} is outside the bins [{edges[0]}, {edges[-1]}]")
+        out = rates[idx]
+        return float(out[0]) if np.ndim(confidence) == 0 else out
+
+    # ------------------------------------------------------------------ ALSpec
+    def alspec_hit_rate(self, layer: int | None = None, task: str | None = None, lam: float | None = None) -> float:
+        """Probability that a layer's speculated attention passes the norm check.
+
+        A measured per-layer profile answers per layer (``layer`` None: the mean). A paper table
+        answers per task and lambda; ``task`` None means the mean over the table's tasks and
+        ``lam`` None the model's default lambda (the paper's recommended 0.10 for ALSpec).
+        """
+        if self.alspec_hit_rate_by_layer is not None:
+            rates = self.alspec_hit_rate_by_layer
+            if layer is None:
+                return float(np.mean(rates))
+            if not 0 <= layer < len(rates):
+                raise self._fail(f"has hit rates for {len(rates)} layers; layer {layer} is outside")
+            return float(rates[layer])
+        if not self.alspec_hit_rates:
+            raise self._fail("has no ALSpec hit rates")
+        lam = self.alspec_default_lambda if lam is None else float(lam)
+        tasks = [task] if task is not None else sorted(self.alspec_hit_rates)
+        out = []
+        for t in tasks:
+            if t not in self.alspec_hit_rates:
+                raise UnknownNameError(f"task of acceptance model {self.name}:", t, self.alspec_hit_rates)
+            row = self.alspec_hit_rates[t]
+            match = [v for k, v in row.items() if math.isclose(k, lam)]
+            if not match:
+                raise self._fail(f"has no hit rate at lambda {lam}; lambdas: {', '.join(str(k) for k in sorted(row))}")
+            out.append(match[0])
+        return float(np.mean(out))
+
+    # ------------------------------------------------------------------ Dovetail tau
+    def tau(self, drafter: str, blocks: int | None = None, width: int | None = None, temperature: float = 0.0) -> float:
+        """Mean acceptance length of a drafter (Dovetail Tables I/III); one line if not in the table."""
+        if not self.tau_entries:
+            raise self._fail("has no tau table (Dovetail)")
+        for e in self.tau_entries:
+            if (e.drafter == drafter and e.blocks == blocks and (width is None or e.width == width)
+                    and math.isclose(e.temperature, temperature)):
+                return e.tau
+        have = ", ".join(sorted({f"{e.drafter}/{e.blocks}@{e.width}" for e in self.tau_entries
+                                 if math.isclose(e.temperature, temperature)}))
+        raise self._fail(f"has no tau for drafter {drafter} blocks={blocks} width={width} T={temperature}; "
+                         f"it has: {have}")
+
+    def tau_blocks(self, drafter: str, temperature: float = 0.0) -> tuple[int, ...]:
+        """Drafter depths (blocks) the tau table covers for ``drafter``."""
+        return tuple(sorted({e.blocks for e in self.tau_entries or () if e.drafter == drafter
+                             and e.blocks is not None and math.isclose(e.temperature, temperature)}))
+
+    def describe(self) -> dict:
+        """What the model holds, for ``--json`` outputs."""
+        out: dict = {"name": self.name, "source": self.source, "forms": []}
+        for form in ("medusa_accuracy", "draft_alpha", "confidence_bins", "length_table", "length_curve",
+                     "alspec_hit_rate_by_layer", "alspec_hit_rates", "tau_entries"):
+            if getattr(self, form) is not None:
+                out["forms"].append(form)
+        if self.width_range:
+            out["width_range"] = list(self.width_range)
+        return out
+
+
+# ---------------------------------------------------------------------- formulas
+def omega(gamma, alpha):
+    """Omega(gamma, alpha) = (1 - alpha^(gamma+1)) / (1 - alpha): expected tokens per verification
+    of a chain of gamma draft tokens each accepted with probability alpha (Dovetail §II / MagicDec).
+    Vectorised; at alpha = 1 the limit gamma + 1."""
+    g = np.asarray(gamma, dtype=float)
+    a = np.asarray(alpha, dtype=float)
+    if np.any(g < 0) or np.any((a < 0) | (a > 1)):
+        raise HetSpecError(f"omega needs gamma >= 0 and alpha in [0, 1] (got {gamma}, {alpha})")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.where(np.isclose(a, 1.0), g + 1.0, (1.0 - a ** (g + 1.0)) / (1.0 - np.where(np.isclose(a, 1.0), 0.0, a)))
+    return float(out) if out.ndim == 0 else out
+
+
+def expected_tokens_from_node_probs(tree: TokenTree, node_probs: Sequence[float]) -> float:
+    """Expected tokens per step of a draft tree whose node i is correct (given its parent was) with
+    probability ``node_probs[i]`` (root ignored). Siblings are distinct tokens, so at most one is
+    correct: their probabilities must sum to <= 1."""
+    p = np.asarray(node_probs, dtype=float)
+    if p.shape != (tree.size,):
+        raise HetSpecError(f"node_probs has {p.size} entries for a tree of {tree.size} nodes")
+    if np.any((p < 0) | (p > 1)):
+        raise HetSpecError("node probabilities must be in [0, 1]")
+    for node, kids in enumerate(tree.children):
+        if kids and p[list(kids)].sum() > 1 + 1e-9:
+            raise HetSpecError(f"acceptance probabilities of the children of node {node} sum to > 1")
+    values = np.ones(tree.size)
+    for i in range(1, tree.size):
+        values[i] = values[tree.parents[i]] * p[i]
+    return float(values.sum())
+
+
+def _bernoulli_round(mean: float, rng: np.random.Generator) -> int:
+    low = math.floor(mean)
+    return int(low + (rng.random() < mean - low))
+
+
+# ---------------------------------------------------------------------- loading
+def from_profile(profile: AcceptanceProfile) -> AcceptanceModel:
+    """An acceptance model from a real-path profile."""
+    table = tuple(sorted(profile.acceptance_length.items())) if profile.acceptance_length else None
+    return AcceptanceModel(
+        name=profile.name, source=profile.source, medusa_accuracy=profile.medusa_accuracy,
+        draft_alpha=profile.draft_alpha, confidence_bins=profile.draft_confidence_bins, length_table=table,
+        alspec_hit_rate_by_layer=profile.alspec_hit_rate_by_layer, meta=dict(profile.meta),
+    )
+
+
+def preset_dir() -> Path:
+    return Path(str(resources.files("sim").joinpath(PRESET_DIR)))
+
+
+def acceptance_names() -> tuple[str, ...]:
+    """Paper-table acceptance presets by name."""
+    return tuple(sorted(p.stem for p in preset_dir().glob("*.json")))
+
+
+def _number(value, where: str, field_: str, lo: float | None = None, hi: float | None = None) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise PresetError(where, field_, f"must be a number (got {value!r})")
+    if (lo is not None and value < lo) or (hi is not None and value > hi):
+        raise PresetError(where, field_, f"must be in [{lo}, {hi}] (got {value})")
+    return float(value)
+
+
+def parse_preset(data: dict, where: str) -> AcceptanceModel:
+    """Build and check an acceptance model from a preset document (see ``docs/simulator.md``)."""
+    if not isinstance(data, dict) or data.get("format") != PRESET_FORMAT:
+        raise PresetError(where, "format", f"expected {PRESET_FORMAT!r}")
+    allowed = {"format", "name", "source", "notes", "acceptance_length", "length_curve", "medusa_accuracy",
+               "draft_alpha", "alspec_hit_rates", "alspec_default_lambda", "tau_entries"}
+    extra = sorted(set(data) - allowed)
+    if extra:
+        raise PresetError(where, extra[0], f"unknown field; valid: {', '.join(sorted(allowed))}")
+    name = data.get("name")
+    if not isinstance(name, str) or not name:
+        raise PresetError(where, "name", "missing field")
+    src = data.get("source")
+    if not isinstance(src, dict) or not all(isinstance(src.get(k), str) and src[k] for k in ("paper", "table", "page")):
+        raise PresetError(where, "source", "needs paper, table and page (strings)")
+    source = f"{src['paper']}, {src['table']}, {src['page']}"
+    kwargs: dict = {}
+    if "acceptance_length" in data:
+        table = data["acceptance_length"]
+        if not isinstance(table, dict) or len(table) < 2:
+            raise PresetError(where, "acceptance_length", "needs at least two width: length entries")
+        rows = []
+        for k, v in table.items():
+            try:
+                w = int(k)
+            except ValueError:
+                raise PresetError(where, f"acceptance_length.{k}", "width must be an integer") from None
+            if w < 1:
+                raise PresetError(where, f"acceptance_length.{k}", "width must be >= 1")
+            length = _number(v, where, f"acceptance_length.{k}", 1.0, float(w))
+            rows.append((w, length))
+        rows.sort()
+        if any(b[1] < a[1] for a, b in zip(rows, rows[1:])):
+            raise PresetError(where, "acceptance_length", "lengths must not decrease with width")
+        kwargs["length_table"] = tuple(rows)
+    if "length_curve" in data:
+        c = data["length_curve"]
+        if not isinstance(c, dict) or set(c) != {"intercept", "slope", "min_width", "max_width"}:
+            raise PresetError(where, "length_curve", "needs intercept, slope, min_width, max_width")
+        lo, hi = int(_number(c["min_width"], where, "length_curve.min_width", 1)), \
+            int(_number(c["max_width"], where, "length_curve.max_width", 1))
+        if hi < lo:
+            raise PresetError(where, "length_curve", "max_width < min_width")
+        kwargs["length_curve"] = LengthCurve(_number(c["intercept"], where, "length_curve.intercept"),
+                                             _number(c["slope"], where, "length_curve.slope", 0.0), lo, hi)
+    if "medusa_accuracy" in data:
+        try:
+            AcceptanceProfile(name=name, source=source, medusa_accuracy=data["medusa_accuracy"])
+        except HetSpecError as exc:
+            raise PresetError(where, "medusa_accuracy", str(exc)) from None
+        kwargs["medusa_accuracy"] = tuple(tuple(float(v) for v in row) for row in data["medusa_accuracy"])
+    if "draft_alpha" in data:
+        kwargs["draft_alpha"] = _number(data["draft_alpha"], where, "draft_alpha", 0.0, 0.999999)
+    if "alspec_hit_rates" in data:
+        rates = data["alspec_hit_rates"]
+        if not isinstance(rates, dict) or not rates:
+            raise PresetError(where, "alspec_hit_rates", "needs task: {lambda: rate} entries")
+        parsed: dict[str, dict[float, float]] = {}
+        for task, row in rates.items():
+            if not isinstance(row, dict) or not row:
+                raise PresetError(where, f"alspec_hit_rates.{task}", "needs lambda: rate entries")
+            parsed[task] = {_number(float(k), where, f"alspec_hit_rates.{task}", 0.0):
+                            _number(v, where, f"alspec_hit_rates.{task}.{k}", 0.0, 1.0) for k, v in row.items()}
+        kwargs["alspec_hit_rates"] = parsed
+        kwargs["alspec_default_lambda"] = _number(data.get("alspec_default_lambda", 0.10), where,
+                                                  "alspec_default_lambda", 0.0)
+    if "tau_entries" in data:
+        entries = []
+        for i, e in enumerate(data["tau_entries"]):
+            f = f"tau_entries[{i}]"
+            if not isinstance(e, dict) or not {"drafter", "width", "temperature", "tau"} <= set(e):
+                raise PresetError(where, f, "needs drafter, blocks, width, temperature, tau")
+            blocks = e.get("blocks")
+            entries.append(TauEntry(
+                drafter=str(e["drafter"]), blocks=None if blocks is None else int(_number(blocks, where, f"{f}.blocks", 1)),
+                width=int(_number(e["width"], where, f"{f}.width", 1)),
+                temperature=_number(e["temperature"], where, f"{f}.temperature", 0.0),
+                tau=_number(e["tau"], where, f"{f}.tau", 1.0),
+                speedup=None if e.get("speedup") is None else _number(e["speedup"], where, f"{f}.speedup", 0.0)))
+        kwargs["tau_entries"] = tuple(entries)
+    if len(kwargs) == 0:
+        raise PresetError(where, "acceptance", "holds no acceptance data")
+    return AcceptanceModel(name=name, source=source, meta={"notes": data.get("notes", "")}, **kwargs)
+
+
+@lru_cache(maxsize=None)
+def _load_preset(path: str) -> AcceptanceModel:
+    try:
+        data = json.loads(Path(path).read_text())
+    except json.JSONDecodeError as exc:
+        raise PresetError(path, "json", f"not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    model = parse_preset(data, path)
+    if model.name != Path(path).stem:
+        raise PresetError(path, "name", f"must equal the file name {Path(path).stem!r} (got {model.name!r})")
+    return model
+
+
+def load_acceptance_file(path: str | Path) -> AcceptanceModel:
+    """A preset-format or real-path profile JSON file."""
+    path = Path(path)
+    if not path.exists():
+        raise HetSpecError(f"acceptance file {path} does not exist")
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise PresetError(str(path), "json", f"not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    if isinstance(data, dict) and data.get("format") == PROFILE_FORMAT:
+        return from_profile(AcceptanceProfile.from_json(data, str(path)))
+    if isinstance(data, dict) and data.get("format") == PRESET_FORMAT:
+        return parse_preset(data, str(path))
+    raise PresetError(str(path), "format", f"expected {PROFILE_FORMAT!r} or {PRESET_FORMAT!r}")
+
+
+def load_acceptance(spec: str) -> AcceptanceModel:
+    """A preset by name, a JSON file by path, or ``alpha:<a>`` (a draft chain's acceptance rate)."""
+    if spec.startswith(ALPHA_PREFIX):
+        try:
+            alpha = float(spec[len(ALPHA_PREFIX):])
+        except ValueError:
+            raise HetSpecError(f"acceptance {spec!r}: expected alpha:<number in [0, 1)>") from None
+        if not 0.0 <= alpha < 1.0:
+            raise HetSpecError(f"acceptance {spec!r}: alpha must be in [0, 1)")
+        return AcceptanceModel(name=spec, source="given on the command line", draft_alpha=alpha)
+    names = acceptance_names()
+    if spec in names:
+        return _load_preset(str(preset_dir() / f"{spec}.json"))
+    if spec.endswith(".json") or "/" in spec:
+        return load_acceptance_file(spec)
+    raise UnknownNameError("acceptance model", spec, list(names) + ["alpha:<a>", "<file.json>"])

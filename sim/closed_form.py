@@ -1,0 +1,230 @@
+"""Closed-form step latency without the event loop, vectorised over configurations (numpy).
+
+The engine plays tasks; this module adds up the same roofline times directly, over arrays of
+(tree width q, context s, batch b, tree-mask density), so an optimizer or a sweep prices
+thousands of configurations per call.
+
+Exactness without a second copy of the accounting: every FLOP and byte count of
+:func:`sim.step_graph.build_step_graph` is a polynomial in (b, q, s) built from the monomials
+:data:`BASIS` (linear layers: b*q and a constant; attention: b*q*s, b*s, b*q*q). Rather than
+re-typing those formulas, :func:`step_polynomial` *recovers* each operator's coefficients by
+evaluating ``build_step_graph`` at a few small integer points and solving the linear system, then
+checks the fit at other points. So ``step_graph.py`` stays the one source of the accounting, and
+if its formulas ever leave this polynomial family the check fails loudly instead of silently
+drifting (tested against :func:`sim.step_timing.price_step`).
+
+:func:`roofline_arrays` is :func:`hwmodels.roofline.roofline_time` on arrays (tile quantization,
+sparse-kernel pricing of tree-masked work, per-token efficiency curve, launches), and
+:func:`step_seconds` prices whole steps on one device at the device's standalone bandwidth
+(:func:`hwmodels.contention.standalone_bw`), exactly what the engine's tasks take alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from hwmodels.contention import standalone_bw
+from hwmodels.errors import HetSpecError
+from hwmodels.platform import Device, Platform
+from sim.model_spec import ModelSpec
+from sim.step_graph import build_step_graph
+
+#: Monomials in (b, q, s) that span the step graph's FLOP and byte counts.
+BASIS = ("1", "b", "q", "s", "bq", "bs", "qs", "bqs", "bqq", "qq")
+#: Sample points (b, q, s) used to recover the coefficients, and points used to check them.
+_FIT_B = (1, 2, 3)
+_FIT_Q = (1, 2, 3, 5)
+_FIT_S = (1, 4, 9)
+_CHECK_POINTS = ((1, 7, 13), (4, 11, 2), (2, 64, 1000), (5, 3, 257))
+#: Relative error above which the recovered polynomial is rejected (float64 round-off is ~1e-15).
+_FIT_RTOL = 1e-9
+
+
+def basis(b, q, s) -> np.ndarray:
+    """``[..., len(BASIS)]`` monomials of broadcast (b, q, s)."""
+    b, q, s = np.broadcast_arrays(np.asarray(b, float), np.asarray(q, float), np.asarray(s, float))
+    return np.stack([np.ones_like(b), b, q, s, b * q, b * s, q * s, b * q * s, b * q * q, q * q], axis=-1)
+
+
+@dataclass(frozen=True)
+class StepPolynomial:
+    """Per-operator coefficients of one model's step graph (``[n_ops, len(BASIS)]`` each).
+
+    ``context`` tells which graph family it covers: context > 0 (dense attention over the cache
+    present) or context == 0 (no cache: prefill-like, no ``attn_score``/``attn_value``).
+    ``tokens`` are coefficients of the GEMM M dimension on (q, b*q).
+    """
+
+    model: ModelSpec
+    dtype: str
+    context: bool
+    names: tuple[str, ...]
+    sections: tuple[str, ...]
+    flops: np.ndarray
+    weight_bytes: np.ndarray
+    act_bytes: np.ndarray
+    kv_bytes: np.ndarray
+    tokens: np.ndarray      # [n_ops, 2]: tokens = c0*q + c1*b*q
+    count: np.ndarray       # [n_ops]
+    launches: np.ndarray    # [n_ops]
+    masked: np.ndarray      # [n_ops] bool: priced with the tree-mask density
+
+    def arrays(self, b, q, s) -> dict[str, np.ndarray]:
+        """FLOPs, bytes and tokens of every operator, shape ``[..., n_ops]`` (per instance)."""
+        X = basis(b, q, s)
+        q_arr = np.asarray(q, float)[..., None]
+        bq = (np.asarray(b, float) * np.asarray(q, float))[..., None]
+        return {
+            "flops": X @ self.flops.T, "weight_bytes": X @ self.weight_bytes.T,
+            "act_bytes": X @ self.act_bytes.T, "kv_bytes": X @ self.kv_bytes.T,
+            "tokens": np.rint(self.tokens[:, 0] * q_arr + self.tokens[:, 1] * bq),
+        }
+
+
+@lru_cache(maxsize=256)
+def step_polynomial(model: ModelSpec, dtype: str | None = None, context: bool = True) -> StepPolynomial:
+    """Recover the polynomial form of ``build_step_graph(model, q, s, b)`` (cached per model/dtype)."""
+    dtype = dtype or model.dtype
+    s_values = _FIT_S if context else (0,)
+    points = [(b, q, s) for b in _FIT_B for q in _FIT_Q for s in s_values]
+    graphs = [build_step_graph(model, q, s, b, dtype) for b, q, s in points]
+    ref = graphs[0]
+    names = tuple(op.name for op in ref.ops)
+    for g in graphs:
+        if tuple(op.name for op in g.ops) != names:
+            raise HetSpecError("closed form: the step graph's operator list changes with (b, q, s)")
+    X = basis(*np.array(points, dtype=float).T)
+    keep = np.ones(len(BASIS), dtype=bool)
+    if not context:
+        keep &= np.array(["s" not in m for m in BASIS])
+    Xk = X[:, keep]
+
+    def fit(field: str) -> np.ndarray:
+        Y = np.array([[getattr(op, field) for op in g.ops] for g in graphs], dtype=float)  # [points, ops]
+        coef_k, *_ = np.linalg.lstsq(Xk, Y, rcond=None)
+        coef = np.zeros((len(BASIS), len(names)))
+        coef[keep] = coef_k
+        return coef.T  # [ops, basis]
+
+    poly = {f: fit(f) for f in ("flops", "weight_bytes", "act_bytes", "kv_bytes")}
+    # tokens: c0*q + c1*b*q
+    T = np.array([[op.tokens for op in g.ops] for g in graphs], dtype=float)
+    A = np.array([[q, b * q] for b, q, s in points], dtype=float)
+    tok, *_ = np.linalg.lstsq(A, T, rcond=None)
+    out = StepPolynomial(
+        model=model, dtype=dtype, context=context, names=names, sections=tuple(op.section for op in ref.ops),
+        tokens=tok.T, count=np.array([op.count for op in ref.ops], dtype=float),
+        launches=np.array([op.launches for op in ref.ops], dtype=float),
+        masked=np.array([op.kind == "tree_attention" for op in ref.ops]), **poly,
+    )
+    _check_fit(out, model, dtype, context)
+    return out
+
+
+def _check_fit(poly: StepPolynomial, model: ModelSpec, dtype: str, context: bool) -> None:
+    for b, q, s in _CHECK_POINTS:
+        s = s if context else 0
+        g = build_step_graph(model, q, s, b, dtype)
+        arr = poly.arrays(b, q, s)
+        for field in ("flops", "weight_bytes", "act_bytes", "kv_bytes", "tokens"):
+            want = np.array([getattr(op, field) for op in g.ops], dtype=float)
+            got = arr[field]
+            if not np.allclose(got, want, rtol=_FIT_RTOL, atol=1e-6):
+                raise HetSpecError(f"closed form: step-graph field {field} is not a polynomial in {BASIS} "
+                                   f"(at b={b} q={q} s={s}); update sim/closed_form.py BASIS")
+
+
+# ---------------------------------------------------------------------- roofline on arrays
+def efficiency_at(device: Device, tokens: np.ndarray) -> np.ndarray:
+    """:meth:`Device.compute_efficiency_at` on an array of token counts."""
+    curve = device.gemm_efficiency_curve
+    t = np.maximum(np.asarray(tokens, dtype=float), 1.0)
+    if not curve:
+        return np.full_like(t, device.compute_efficiency)
+    counts = np.array([c for c, _ in curve], dtype=float)
+    effs = np.array([e for _, e in curve], dtype=float)
+    i = np.searchsorted(counts, t, side="right") - 1
+    return effs[np.maximum(i, 0)]
+
+
+def roofline_arrays(device: Device, dtype: str, flops, nbytes, tokens, density=1.0, launches=1.0,
+                    bw_bytes_per_s: float | np.ndarray | None = None, masked=True) -> dict[str, np.ndarray]:
+    """:func:`hwmodels.roofline.roofline_time` elementwise over broadcast arrays.
+
+    ``tokens`` 0 means "no token dimension" (no tile quantization, efficiency at 1 token), as in
+    the scalar version; ``masked`` says which entries the tree-mask ``density`` applies to.
+    Returns ``time_s``, ``compute_s``, ``memory_s``, ``overhead_s`` (one instance each).
+    """
+    flops = np.asarray(flops, dtype=float)
+    nbytes = np.asarray(nbytes, dtype=float)
+    tokens = np.asarray(tokens, dtype=float)
+    bw = (device.mem_bw_bytes_per_s * device.bw_efficiency) if bw_bytes_per_s is None else bw_bytes_per_s
+    tile = device.token_tile
+    has_tok = tokens > 0
+    safe_tok = np.where(has_tok, tokens, 1.0)
+    quant = np.where(has_tok, np.ceil(safe_tok / tile) * tile / safe_tok, 1.0)
+    eff_flops = flops * quant
+    if device.sparse_attn_efficiency > 0.0:
+        dens = np.asarray(density, dtype=float)
+        sparse = np.minimum(eff_flops, eff_flops * dens / device.sparse_attn_efficiency)
+        eff_flops = np.where(np.asarray(masked) & (dens < 1.0), sparse, eff_flops)
+    compute_s = eff_flops / (device.peak_flops_per_s(dtype) * efficiency_at(device, np.where(has_tok, tokens, 1.0)))
+    memory_s = nbytes / bw
+    overhead_s = np.asarray(launches, dtype=float) * device.op_overhead_s
+    return {"time_s": overhead_s + np.maximum(compute_s, memory_s), "compute_s": compute_s, "memory_s": memory_s,
+            "overhead_s": overhead_s * np.ones_like(compute_s)}
+
+
+def chain_density(q) -> np.ndarray:
+    """Mask density of a causal chain of q new tokens: (q + 1) / (2q) (as ``build_step_graph``)."""
+    q = np.asarray(q, dtype=float)
+    return (q + 1.0) / (2.0 * q)
+
+
+def op_seconds(model: ModelSpec, platform: Platform, device: str, q, s, b=1, density=None,
+               dtype: str | None = None) -> tuple[StepPolynomial, np.ndarray]:
+    """Seconds of every operator (all instances) of a step: ``[..., n_ops]`` over broadcast (q, s, b).
+
+    ``density`` is the tree-mask density (default: a causal chain). ``s`` must be all > 0 or all
+    0 (the two graph families differ in their operators).
+    """
+    s_arr = np.asarray(s)
+    if np.any(s_arr > 0) and np.any(s_arr == 0):
+        raise HetSpecError("closed form: price context 0 and context > 0 in separate calls")
+    poly = step_polynomial(model, dtype or model.dtype, context=bool(np.all(s_arr > 0)))
+    dev = platform.device(device)
+    arr = poly.arrays(b, q, s)
+    dens = chain_density(q) if density is None else np.asarray(density, dtype=float)
+    nbytes = arr["weight_bytes"] + arr["act_bytes"] + arr["kv_bytes"]
+    t = roofline_arrays(dev, poly.dtype, arr["flops"], nbytes, arr["tokens"], np.asarray(dens)[..., None],
+                        poly.launches, standalone_bw(platform, device), poly.masked)
+    return poly, t["time_s"] * poly.count
+
+
+def step_seconds(model: ModelSpec, platform: Platform, device: str, q, s, b=1, density=None,
+                 dtype: str | None = None) -> np.ndarray:
+    """Seconds of one forward step of ``model`` on ``device`` alone, over broadcast (q, s, b, density)."""
+    _, per_op = op_seconds(model, platform, device, q, s, b, density, dtype)
+    out = per_op.sum(axis=-1)
+    return out
+
+
+def linear_seconds(device: Device, dtype: str, tokens, d_in: int, d_out: int, count: int, dt_bytes: float,
+                   bw_bytes_per_s: float) -> np.ndarray:
+    """Seconds of ``count`` GEMMs of ``tokens`` rows by a ``d_in x d_out`` weight (Medusa App. accounting,
+    as :func:`sim.step_graph.linear_op`), vectorised over ``tokens``."""
+    T = np.asarray(tokens, dtype=float)
+    flops = 2.0 * T * d_in * d_out
+    nbytes = dt_bytes * (T * d_in + T * d_out + d_in * d_out)
+    return count * roofline_arrays(device, dtype, flops, nbytes, T, 1.0, 1.0, bw_bytes_per_s)["time_s"]
+
+
+def elementwise_seconds(device: Device, dtype: str, elements, flops_per_element: float, count: int, dt_bytes: float,
+                        bw_bytes_per_s: float, reads: int = 1, writes: int = 1) -> np.ndarray:
+    """Seconds of ``count`` elementwise operators (as :func:`sim.step_graph.elementwise_op`), vectorised."""
+    e = np.asarray(elements, dtype=float)
+    return count * roofline_arrays(device, dtype, flops_per_element * e, dt_bytes * e * (reads + writes), 0.0,
+                                   1.0, 1.0, bw_bytes_per_s)["time_s"]

@@ -345,3 +345,51 @@ def _records(runs: Sequence[TaskRun], plans: Sequence[StepPlan], tokens: Sequenc
             out.extend(TraceRecord(step=step, phase=r.task.phase, device=r.task.device, start_s=r.start_s,
                                    end_s=r.end_s, op=r.task.op or r.task.name) for r in step_runs)
     return out
+
+
+# ---------------------------------------------------------------------- strategies on the engine
+@dataclass(frozen=True)
+class Simulation:
+    """An engine run of one method's configuration, next to its closed form."""
+
+    method: str
+    config: object          # the resolved StrategyConfig
+    run: EngineRun
+    estimate: object        # the closed-form Estimate
+
+    @property
+    def engine_step_s(self) -> float:
+        return float(np.mean(self.run.step_s))
+
+    @property
+    def closed_form_step_s(self) -> float:
+        return float(self.estimate.step_s)
+
+    @property
+    def step_diff_pct(self) -> float:
+        """(engine - closed form) / closed form, in percent: what overlap and contention change."""
+        return 100.0 * (self.engine_step_s - self.closed_form_step_s) / self.closed_form_step_s
+
+    def summary(self) -> dict:
+        return {
+            "method": self.method, "steps": len(self.run.tokens), "tokens": int(sum(self.run.tokens)),
+            "engine_step_s": self.engine_step_s, "closed_form_step_s": self.closed_form_step_s,
+            "step_diff_pct": self.step_diff_pct, "engine_tokens_per_s": self.run.tokens_per_s,
+            "closed_form_tokens_per_s": self.estimate.tokens_per_s,
+            "expected_tokens_per_step": self.estimate.tokens_per_step,
+            "mean_tokens_per_step": float(np.mean(self.run.tokens)),
+        }
+
+
+def simulate(problem, method: str, config=None, steps: int = 10, seed: int | None = None, per_layer: bool = False,
+             op_records: bool = True) -> Simulation:
+    """Run ``steps`` decode steps of ``method`` (``config``: a StrategyConfig, default the method's
+    default) on the engine. ``seed`` draws each step's acceptance; None uses the expectation."""
+    from sim.strategies import get_strategy
+    from sim.strategies.base import StrategyConfig
+
+    strategy = get_strategy(method)
+    config = strategy.resolve(problem, config if config is not None else strategy.default_config(problem))
+    rng = None if seed is None else np.random.default_rng(seed)
+    run = run_plans(problem.platform, lambda step: strategy.plan(problem, config, rng, per_layer), steps, op_records)
+    return Simulation(method=method, config=config, run=run, estimate=strategy.estimate(problem, config))

@@ -60,6 +60,11 @@ Optional overrides:
     Step seconds for one config at many partition ratios (the optimizer's coarse grid). The
     default loops :meth:`estimate`.
 
+Rules the optimizer relies on for a method with a ``partition_ratio`` knob: a resolved config
+stays valid when only its ``partition_ratio`` is replaced by another value of the knob's range
+(the optimizer does not re-resolve during the grid and the refinement), and
+``tokens_per_step`` does not depend on the ratio (a split moves work, not acceptance).
+
 Then register the module name in :data:`sim.strategies.STRATEGY_MODULES` (one line).
 
 Units: seconds, bytes, FLOPs (SI) everywhere. A strategy never imports torch.

@@ -1,0 +1,241 @@
+"""The optimizer: the fastest configuration of a method for a model, platform and acceptance model.
+
+It takes the strategy's search space (:meth:`Strategy.search_space`), lets the caller narrow or
+widen any knob (``space``: knob name -> values), evaluates every combination of the discrete
+knobs with the closed form (vectorised per strategy, :meth:`Strategy.estimate_many`), and for a
+continuous knob (the partition ratio) evaluates a coarse grid (:meth:`Strategy.estimate_ratios`)
+and then refines the best grid cell of the most promising configurations with a bounded scalar
+minimisation of the step time (``scipy.optimize.minimize_scalar``, method ``bounded``). The
+objective is tokens per second (per sequence): expected tokens per step / step seconds.
+
+The result is the best configuration and the whole table (pandas) with one row per configuration
+evaluated: the knobs, ``step_s``, ``tokens_per_step``, ``tokens_per_s``, ``speedup_vs_ar``
+(against the best ``ar`` placement for the same problem), ``refined`` (row produced by the
+refinement). Combinations the strategy rejects (e.g. a width beyond what a depth budget allows)
+are skipped and counted; if every combination is rejected, the first reason is raised.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from hwmodels.errors import HetSpecError
+from sim.strategies import get_strategy
+from sim.strategies.base import Knob, Problem, Strategy, StrategyConfig
+
+#: Continuous knobs the optimizer refines (and the only continuous knob in the contract).
+CONTINUOUS_KNOBS = ("partition_ratio",)
+#: How many structural configurations get the ratio refinement (best by their grid value):
+#: the grid already ranks them; refining all of a wide width x depth search would cost seconds.
+REFINE_TOP = 8
+#: Ratio tolerance of the refinement (1e-3 = 0.1 % of the work moved between devices).
+RATIO_XATOL = 1e-3
+
+TABLE_COLUMNS = ("method", "tree_width", "draft_depth", "partition_ratio", "device", "draft_device", "draft_model",
+                 "tree_shape", "step_s", "tokens_per_step", "proposed_per_step", "tokens_per_s", "speedup_vs_ar",
+                 "refined")
+
+
+@dataclass(frozen=True)
+class OptimizeResult:
+    method: str
+    best: dict
+    best_config: StrategyConfig
+    table: Any                      # pandas.DataFrame
+    ar_tokens_per_s: float
+    skipped: int
+    skip_reason: str = ""
+
+    def to_json(self, with_table: bool = True) -> dict:
+        best = dict(self.best)
+        tree = self.best_config.tree
+        if tree is not None:
+            best["tree_choices"] = [list(c) for c in tree.choices]
+        out = {"method": self.method, "best": _jsonable(best), "ar_tokens_per_s": self.ar_tokens_per_s,
+               "evaluated": int(len(self.table)), "skipped": self.skipped}
+        if self.skip_reason:
+            out["skip_reason"] = self.skip_reason
+        if with_table:
+            out["table"] = [_jsonable(r) for r in self.table.to_dict(orient="records")]
+        return out
+
+
+def _jsonable(row: Mapping) -> dict:
+    out = {}
+    for k, v in row.items():
+        if isinstance(v, (np.integer,)):
+            v = int(v)
+        elif isinstance(v, (np.floating, float)):
+            v = None if not math.isfinite(float(v)) else float(v)
+        elif isinstance(v, np.bool_):
+            v = bool(v)
+        elif isinstance(v, tuple):
+            v = list(v)
+        out[k] = v
+    return out
+
+
+# ---------------------------------------------------------------------- search space
+def effective_space(strategy: Strategy, problem: Problem, space: Mapping[str, Any] | None = None) -> list[Knob]:
+    """The strategy's knobs with the caller's overrides (a value, a sequence, or (low, high) for a ratio)."""
+    knobs = {k.name: k for k in strategy.search_space(problem)}
+    for name, value in (space or {}).items():
+        if value is None:
+            continue
+        if name in CONTINUOUS_KNOBS and isinstance(value, tuple) and len(value) == 2 and name in knobs \
+                and knobs[name].continuous:
+            knobs[name] = Knob(name, low=float(value[0]), high=float(value[1]), grid=knobs[name].grid)
+            continue
+        values = tuple(value) if isinstance(value, (list, tuple, range, np.ndarray)) else (value,)
+        knobs[name] = Knob(name, values)
+    return list(knobs.values())
+
+
+def _config_key(c: StrategyConfig) -> tuple:
+    tree = (c.tree.parents, c.tree.ranks) if c.tree is not None else None
+    return (c.tree_width, c.draft_depth, c.partition_ratio, c.device, c.draft_device, c.draft_model, c.tree_shape,
+            tree, tuple(sorted(c.options.items())))
+
+
+def resolve_space(strategy: Strategy, problem: Problem, knobs: Sequence[Knob]):
+    """Every valid, distinct resolved config of the discrete knobs (continuous ones at their midpoint).
+
+    Returns ``(configs, skipped, first_reason)``.
+    """
+    discrete = [k for k in knobs if not k.continuous]
+    continuous = [k for k in knobs if k.continuous]
+    base = {k.name: (k.low + k.high) / 2.0 for k in continuous}
+    configs, seen = [], set()
+    skipped, reason = 0, ""
+    for combo in itertools.product(*(k.values for k in discrete)):
+        knob_values = dict(zip((k.name for k in discrete), combo), **base)
+        try:
+            config = strategy.resolve(problem, StrategyConfig(method=strategy.name).with_knobs(**knob_values))
+        except HetSpecError as exc:
+            skipped += 1
+            reason = reason or str(exc)
+            continue
+        key = _config_key(config)
+        if key in seen:
+            continue
+        seen.add(key)
+        configs.append(config)
+    return configs, skipped, reason
+
+
+# ---------------------------------------------------------------------- evaluation
+def evaluate_space(problem: Problem, method: str, space: Mapping[str, Any] | None = None, refine: bool = True,
+                   refine_top: int = REFINE_TOP) -> tuple[dict[str, list], list[StrategyConfig], int, str]:
+    """Every configuration of ``method`` evaluated: ``(columns, configs, skipped, reason)``.
+
+    ``columns`` maps each table column to a list (one entry per row, ``configs`` in the same order);
+    ``speedup_vs_ar`` is left to the caller (it needs the AR baseline).
+    """
+    strategy = get_strategy(method)
+    knobs = effective_space(strategy, problem, space)
+    configs, skipped, reason = resolve_space(strategy, problem, knobs)
+    if not configs:
+        raise HetSpecError(reason or f"method {method}: the search space is empty")
+    ratio_knob = next((k for k in knobs if k.continuous), None)
+    rows_cfg: list[StrategyConfig] = []
+    step: list[float] = []
+    tokens: list[float] = []
+    proposed: list[float] = []
+    refined: list[bool] = []
+    if ratio_knob is None:
+        est = strategy.estimate_many(problem, configs)
+        rows_cfg = list(configs)
+        step, tokens, proposed = list(est.step_s), list(est.tokens_per_step), list(est.proposed_per_step)
+        refined = [False] * len(configs)
+    else:
+        grid = np.linspace(ratio_knob.low, ratio_knob.high, max(ratio_knob.grid, 2))
+        base_est = strategy.estimate_many(problem, configs)
+        scored = []
+        for i, config in enumerate(configs):
+            steps = np.asarray(strategy.estimate_ratios(problem, config, grid), dtype=float)
+            for r, s in zip(grid, steps):
+                rows_cfg.append(replace(config, partition_ratio=float(r)))
+                step.append(float(s))
+                tokens.append(float(base_est.tokens_per_step[i]))
+                proposed.append(float(base_est.proposed_per_step[i]))
+                refined.append(False)
+            j = int(np.argmin(steps))
+            scored.append((base_est.tokens_per_step[i] / steps[j], i, j))
+        if refine:
+            for _, i, j in sorted(scored, reverse=True)[:refine_top]:
+                r, s = _refine_ratio(strategy, problem, configs[i], grid, j)
+                rows_cfg.append(replace(configs[i], partition_ratio=r))
+                step.append(s)
+                tokens.append(float(base_est.tokens_per_step[i]))
+                proposed.append(float(base_est.proposed_per_step[i]))
+                refined.append(True)
+    columns: dict[str, list] = {c: [] for c in TABLE_COLUMNS if c != "speedup_vs_ar"}
+    option_names = sorted({k for c in rows_cfg for k in c.options})
+    for name in option_names:
+        columns[name] = []
+    for c in rows_cfg:
+        kv = c.knob_values()
+        for name in ("method", "tree_width", "draft_depth", "partition_ratio", "device", "draft_device",
+                     "draft_model", "tree_shape"):
+            columns[name].append(kv[name])
+        for name in option_names:
+            value = c.options.get(name)
+            columns[name].append(tuple(value) if isinstance(value, list) else value)
+    columns["step_s"] = step
+    columns["tokens_per_step"] = tokens
+    columns["proposed_per_step"] = proposed
+    columns["tokens_per_s"] = [t / s for t, s in zip(tokens, step)]
+    columns["refined"] = refined
+    return columns, rows_cfg, skipped, reason
+
+
+def _refine_ratio(strategy: Strategy, problem: Problem, config: StrategyConfig, grid: np.ndarray, j: int):
+    """Bounded scalar minimisation of the step time in the grid cells around grid point ``j``."""
+    from scipy.optimize import minimize_scalar
+
+    lo = grid[max(j - 1, 0)]
+    hi = grid[min(j + 1, len(grid) - 1)]
+    if hi <= lo:
+        r = float(grid[j])
+        return r, strategy.estimate(problem, replace(config, partition_ratio=r)).step_s
+
+    def objective(r: float) -> float:
+        return strategy.estimate(problem, replace(config, partition_ratio=float(r))).step_s
+
+    res = minimize_scalar(objective, bounds=(float(lo), float(hi)), method="bounded",
+                          options={"xatol": RATIO_XATOL})
+    r, s = float(res.x), float(res.fun)
+    edge = float(grid[j])
+    s_edge = objective(edge)
+    return (edge, s_edge) if s_edge < s else (r, s)
+
+
+def ar_baseline(problem: Problem) -> float:
+    """Tokens/s of the best ``ar`` placement for ``problem`` (NaN if the model fits on no device)."""
+    try:
+        columns, _, _, _ = evaluate_space(problem, "ar")
+    except HetSpecError:
+        return float("nan")
+    return float(max(columns["tokens_per_s"]))
+
+
+def optimize(problem: Problem, method: str, space: Mapping[str, Any] | None = None, refine: bool = True,
+             refine_top: int = REFINE_TOP) -> OptimizeResult:
+    """Search ``method``'s knobs for the highest tokens/s; return the best configuration and the table."""
+    import pandas as pd
+
+    columns, configs, skipped, reason = evaluate_space(problem, method, space, refine, refine_top)
+    ar_tps = ar_baseline(problem)
+    columns["speedup_vs_ar"] = [t / ar_tps if ar_tps == ar_tps else float("nan") for t in columns["tokens_per_s"]]
+    ordered = [c for c in TABLE_COLUMNS if c in columns] + [c for c in columns if c not in TABLE_COLUMNS]
+    table = pd.DataFrame({c: columns[c] for c in ordered})
+    best_i = int(np.argmax(table["tokens_per_s"].to_numpy()))
+    best = table.iloc[best_i].to_dict()
+    return OptimizeResult(method=method, best=best, best_config=configs[best_i], table=table, ar_tokens_per_s=ar_tps,
+                          skipped=skipped, skip_reason=reason)

@@ -1,0 +1,125 @@
+"""``chain``: a small draft model proposes gamma tokens one by one; the target verifies them in one pass.
+
+One step (a verification round) = gamma draft forwards of one token each on ``draft_device``
+(the draft's KV cache grows by one per pass), the gamma token ids moved to the target's device if
+it is another one, one target forward over gamma + 1 tokens (the last accepted token and the
+gamma drafts, causal mask), and the accepted ids moved back. Expected tokens per round:
+Omega(gamma, alpha) = (1 - alpha^(gamma+1)) / (1 - alpha) (Dovetail §II eq. 1, after MagicDec),
+so the closed form is Dovetail's T = (gamma * T_D + T_V(gamma)) / Omega(gamma, alpha) per token.
+
+Departure, marked: the draft's catch-up on the target's correction token is folded into the
+first of the gamma draft passes (one token per pass), as in Dovetail's gamma * T_D.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from hwmodels.errors import HetSpecError
+from sim.closed_form import step_seconds
+from sim.model_spec import ModelSpec, get_model
+from sim.plan import StepPlan, graph_tasks, transfer_task
+from sim.step_graph import build_step_graph
+from sim.strategies.base import (DEFAULT_DRAFT_MODEL, Estimate, Knob, Problem, Strategy, StrategyConfig,
+                                 fitting_devices, require_fit)
+
+#: Draft lengths searched: 1..8. Medusa's Fig. 7 finds gamma 3-4 best with Llama-68M and "larger
+#: gamma degrades throughput"; 8 leaves room for CPU-target platforms where verification is dear.
+MAX_GAMMA = 8
+#: Bytes of one token id moved between devices (int64, torch's index dtype).
+TOKEN_ID_BYTES = 8
+
+
+def draft_seconds(problem: Problem, draft: ModelSpec, device: str, gamma: int) -> float:
+    """Seconds of ``gamma`` one-token forwards of ``draft`` with the cache growing from the context."""
+    if gamma <= 0:
+        return 0.0
+    contexts = problem.context + np.arange(gamma)
+    total = 0.0
+    if contexts[0] == 0:
+        total += float(step_seconds(draft, problem.platform, device, 1, 0, problem.batch))
+        contexts = contexts[1:]
+    if contexts.size:
+        total += float(step_seconds(draft, problem.platform, device, 1, contexts, problem.batch).sum())
+    return total
+
+
+class ChainStrategy(Strategy):
+    name = "chain"
+    knob_help = {
+        "draft_depth": "gamma: draft tokens per round (tree_width = gamma + 1)",
+        "draft_model": f"draft model (default {DEFAULT_DRAFT_MODEL})",
+        "draft_device": "device running the draft model",
+        "device": "device running the target model",
+    }
+
+    def _draft(self, config: StrategyConfig) -> ModelSpec:
+        return get_model(config.draft_model or DEFAULT_DRAFT_MODEL)
+
+    def search_space(self, problem: Problem) -> tuple[Knob, ...]:
+        problem.need_acceptance(self.name).need_alpha()
+        draft = get_model(DEFAULT_DRAFT_MODEL)
+        targets = fitting_devices(problem, problem.model) or (problem.platform.accelerator.name,)
+        drafts = fitting_devices(problem, draft) or (problem.platform.accelerator.name,)
+        return (Knob("device", targets), Knob("draft_device", drafts), Knob("draft_model", (DEFAULT_DRAFT_MODEL,)),
+                Knob("draft_depth", tuple(range(1, MAX_GAMMA + 1))))
+
+    def resolve(self, problem: Problem, config: StrategyConfig) -> StrategyConfig:
+        config = super().resolve(problem, config)
+        problem.need_acceptance(self.name).need_alpha()
+        gamma = config.draft_depth or (config.tree_width - 1)
+        if gamma < 1:
+            raise HetSpecError("chain needs at least one draft token (draft_depth >= 1)")
+        draft_name = config.draft_model or DEFAULT_DRAFT_MODEL
+        draft = get_model(draft_name)
+        draft_device = config.draft_device or config.device
+        require_fit(problem, problem.model, config.device)
+        require_fit(problem, draft, draft_device, what="draft model")
+        if draft_device != config.device:
+            problem.platform.link(draft_device, config.device)  # one line if the devices are not linked
+        return replace(config, draft_depth=gamma, tree_width=gamma + 1, draft_model=draft_name,
+                       draft_device=draft_device, partition_ratio=None, tree_shape="chain", tree=None)
+
+    def _transfer_s(self, problem: Problem, config: StrategyConfig) -> tuple[float, float]:
+        if config.draft_device == config.device:
+            return 0.0, 0.0
+        link = problem.platform.link(config.draft_device, config.device)
+        b, g = problem.batch, config.draft_depth
+        return link.transfer_s(TOKEN_ID_BYTES * g * b), link.transfer_s(TOKEN_ID_BYTES * (g + 1) * b)
+
+    def estimate(self, problem: Problem, config: StrategyConfig) -> Estimate:
+        gamma = config.draft_depth
+        draft = draft_seconds(problem, self._draft(config), config.draft_device, gamma)
+        verify = float(step_seconds(problem.model, problem.platform, config.device, gamma + 1, problem.context,
+                                    problem.batch))
+        to_target, to_draft = self._transfer_s(problem, config)
+        tokens = float(problem.acceptance.chain_tokens(gamma))
+        return Estimate(step_s=draft + to_target + verify + to_draft, tokens_per_step=tokens, proposed_per_step=gamma,
+                        breakdown={"draft": draft, "transfer": to_target + to_draft, "verify": verify})
+
+    def plan(self, problem: Problem, config: StrategyConfig, rng: np.random.Generator | None = None,
+             per_layer: bool = False) -> StepPlan:
+        gamma, platform = config.draft_depth, problem.platform
+        draft = self._draft(config)
+        tasks = []
+        for j in range(gamma):
+            graph = build_step_graph(draft, 1, problem.context + j, problem.batch)
+            deps = (tasks[-1].name,) if tasks else ()
+            tasks += graph_tasks(graph, platform, config.draft_device, f"draft{j}", "draft", deps, per_layer)
+        if config.draft_device != config.device:
+            tasks.append(transfer_task(platform, config.draft_device, config.device,
+                                       TOKEN_ID_BYTES * gamma * problem.batch, "to_target", deps=(tasks[-1].name,)))
+        graph = build_step_graph(problem.model, gamma + 1, problem.context, problem.batch)
+        tasks += graph_tasks(graph, platform, config.device, "verify", "verify", (tasks[-1].name,), per_layer)
+        if config.draft_device != config.device:
+            tasks.append(transfer_task(platform, config.device, config.draft_device,
+                                       TOKEN_ID_BYTES * (gamma + 1) * problem.batch, "to_draft", deps=(tasks[-1].name,)))
+        acc = problem.acceptance
+        accepted = float(acc.chain_tokens(gamma)) if rng is None else acc.sample_chain_tokens(gamma, rng)
+        return StepPlan(tasks=tuple(tasks), tokens_accepted=accepted, tokens_proposed=gamma, count_phase="verify",
+                        count_device=config.device)
+
+
+STRATEGY = ChainStrategy

@@ -1,0 +1,180 @@
+"""``medusa``: Medusa heads propose a sparse tree; the target verifies it in one pass (Medusa §2).
+
+One step = the target's forward over the tree's q = ``tree_width`` tokens (root included; the
+tree mask's density prices the new-token attention block) followed by the K heads that propose
+the next tree. Heads: K = the tree's depth (unused heads are dropped at no cost, Medusa §2.1.2);
+each is a ResBlock ``h + SiLU(W1 h)`` with W1: d x d and a d x V projection (Medusa §2.1.1),
+applied to the hidden states of all q verified tokens, as the Medusa implementation does
+(``medusa_logits`` over the whole tree, the accepted path's row kept).
+
+The tree comes from the acceptance model:
+
+- per-head accuracies -> ``tree_shape`` ``greedy`` (Medusa §2.3.3; ``draft_depth`` > 0 caps its
+  depth) or ``dp`` (the optimal tree of that size within ``draft_depth`` levels,
+  :mod:`sim.tree_search`). The depth matters because every level costs one head;
+- a length table / curve only (Ghidorah Table I, Medusa App. G) -> ``medusa-list``: the first
+  q - 1 nodes of Medusa's ``mc_sim_7b_63`` list price the tree's shape, the table gives the
+  tokens (departure: the papers' own trees are not published);
+- ``cartesian`` with option ``cartesian_sizes`` (Medusa §2.1.2), or an explicit ``tree``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+import numpy as np
+
+from hwmodels.contention import standalone_bw
+from hwmodels.dtypes import DTYPE_BYTES
+from hwmodels.errors import HetSpecError
+from sim.closed_form import step_seconds
+from sim.model_spec import ModelSpec
+from sim.plan import StepPlan, graph_tasks, ops_tasks
+from sim.step_graph import ACT_FLOPS_PER_ELEMENT, ADD_FLOPS_PER_ELEMENT, Op, build_step_graph, elementwise_op, linear_op
+from sim.step_timing import price_op
+from sim.strategies.base import (Estimate, EstimateArrays, Knob, Problem, Strategy, StrategyConfig,
+                                 fitting_devices, require_fit)
+from sim.tree import TokenTree
+from sim.tree_search import dp_table, greedy_trees, medusa_list_tree
+
+#: Widths searched by default: up to Medusa's 64-token tree (Medusa Fig. 6 / App. C) and Ghidorah's
+#: largest width (Table I). ``--max-width`` raises it.
+DEFAULT_MAX_WIDTH = 64
+#: The Medusa choice list has 63 nodes + root.
+MEDUSA_LIST_WIDTH = 64
+
+
+def head_ops(model: ModelSpec, tokens: int, n_heads: int, dtype: str | None = None) -> list[Op]:
+    """The operators of ``n_heads`` Medusa heads on ``tokens`` hidden states (batch folded in)."""
+    if n_heads <= 0:
+        return []
+    dt = DTYPE_BYTES[dtype or model.dtype]
+    h, T = model.hidden, tokens
+    return [
+        linear_op("medusa_resblock", T, h, h, dt, n_heads, section="post"),
+        # SiLU of W1 h and the residual add, fused: reads W1 h and h, writes one tensor
+        elementwise_op("medusa_silu_add", "elementwise", T * h, ACT_FLOPS_PER_ELEMENT + ADD_FLOPS_PER_ELEMENT, dt,
+                       n_heads, reads=2, section="post"),
+        linear_op("medusa_head", T, h, model.vocab, dt, n_heads, kind="lm_head", section="post"),
+    ]
+
+
+def heads_seconds(problem: Problem, device: str, width: int, n_heads: int) -> float:
+    """Seconds of the heads of a width-``width`` tree (all instances) on ``device`` alone."""
+    dev = problem.platform.device(device)
+    bw = standalone_bw(problem.platform, device)
+    return sum(price_op(op, dev, problem.model.dtype, bw).time_s
+               for op in head_ops(problem.model, width * problem.batch, n_heads))
+
+
+def tree_capacity(ranks: int, depth: int) -> int:
+    """Tokens of the full tree with ``ranks`` children per node and ``depth`` levels, root included."""
+    return 1 + sum(ranks ** d for d in range(1, depth + 1))
+
+
+class MedusaStrategy(Strategy):
+    name = "medusa"
+    knob_help = {
+        "tree_width": "tokens verified per step, root included",
+        "draft_depth": "tree depth budget = Medusa heads used (0: no cap for greedy)",
+        "tree_shape": "greedy | dp (optimal under size and depth budgets) | medusa-list | cartesian",
+        "device": "device running the target and the heads",
+    }
+
+    # ------------------------------------------------------------------ search space
+    def search_space(self, problem: Problem, max_width: int = DEFAULT_MAX_WIDTH) -> tuple[Knob, ...]:
+        acc_model = problem.need_acceptance(self.name)
+        devices = fitting_devices(problem, problem.model) or (problem.platform.accelerator.name,)
+        if acc_model.medusa_accuracy is not None:
+            depth = acc_model.max_depth
+            widths = tuple(range(1, max_width + 1))
+            return (Knob("device", devices), Knob("tree_shape", ("greedy", "dp")),
+                    Knob("draft_depth", tuple(range(1, depth + 1))), Knob("tree_width", widths))
+        rng = acc_model.width_range
+        if rng is None:
+            raise HetSpecError(f"acceptance model {acc_model.name} has no tree acceptance for medusa "
+                               "(needs medusa_accuracy or an acceptance_length table)")
+        hi = min(rng[1], max_width, MEDUSA_LIST_WIDTH)
+        return (Knob("device", devices), Knob("tree_shape", ("medusa-list",)), Knob("draft_depth", (0,)),
+                Knob("tree_width", tuple(range(max(rng[0], 1), hi + 1))))
+
+    # ------------------------------------------------------------------ configs
+    def resolve(self, problem: Problem, config: StrategyConfig) -> StrategyConfig:
+        config = super().resolve(problem, config)
+        acc_model = problem.need_acceptance(self.name)
+        require_fit(problem, problem.model, config.device)
+        tree = config.tree
+        shape = config.tree_shape
+        if tree is None:
+            tree, shape = self._build_tree(acc_model, config)
+        acc_model.check_tree(tree)
+        return replace(config, tree=tree, tree_shape=shape, tree_width=tree.size, draft_depth=tree.depth,
+                       partition_ratio=None, draft_device=None, draft_model=None)
+
+    def _build_tree(self, acc_model, config: StrategyConfig) -> tuple[TokenTree, str]:
+        width, shape, depth = config.tree_width, config.tree_shape, config.draft_depth
+        if shape == "cartesian":
+            sizes = config.option("cartesian_sizes")
+            if not sizes:
+                raise HetSpecError("tree shape cartesian needs option cartesian_sizes, e.g. 2,3")
+            return TokenTree.cartesian(tuple(int(s) for s in sizes)), shape
+        if shape == "chain":
+            return TokenTree.chain(width - 1), shape
+        acc = acc_model.accuracy
+        if acc is None or shape == "medusa-list":
+            return medusa_list_tree(width), "medusa-list"
+        budget = min(depth or acc.shape[0], acc.shape[0])
+        capacity = tree_capacity(acc.shape[1], budget)
+        if width > capacity:
+            raise HetSpecError(f"a tree of depth <= {budget} with {acc.shape[1]} ranks has at most {capacity} tokens "
+                               f"(width {width} asked)")
+        # one DP / greedy run at the largest searched width serves every smaller width (cached)
+        size = min(max(width, DEFAULT_MAX_WIDTH), capacity)
+        if shape == "dp":
+            return dp_table(acc, size, budget).tree(width), shape
+        return greedy_trees(acc, size, budget)[width - 1], "greedy"
+
+    # ------------------------------------------------------------------ closed form
+    def estimate(self, problem: Problem, config: StrategyConfig) -> Estimate:
+        tree = config.tree
+        verify = float(step_seconds(problem.model, problem.platform, config.device, tree.size, problem.context,
+                                    problem.batch, tree.mask_density))
+        heads = heads_seconds(problem, config.device, tree.size, tree.depth)
+        tokens = problem.acceptance.tree_tokens(tree)
+        return Estimate(step_s=verify + heads, tokens_per_step=tokens, proposed_per_step=tree.size - 1,
+                        breakdown={"verify": verify, "heads": heads})
+
+    def estimate_many(self, problem: Problem, configs: Sequence[StrategyConfig]) -> EstimateArrays:
+        n = len(configs)
+        step = np.zeros(n)
+        tokens = np.array([problem.acceptance.tree_tokens(c.tree) for c in configs])
+        proposed = np.array([c.tree.size - 1 for c in configs], dtype=float)
+        heads_cache: dict[tuple[str, int, int], float] = {}
+        for device in sorted({c.device for c in configs}):
+            idx = [i for i, c in enumerate(configs) if c.device == device]
+            q = np.array([configs[i].tree.size for i in idx])
+            dens = np.array([configs[i].tree.mask_density for i in idx])
+            step[idx] = step_seconds(problem.model, problem.platform, device, q, problem.context, problem.batch, dens)
+            for i in idx:
+                key = (device, configs[i].tree.size, configs[i].tree.depth)
+                if key not in heads_cache:
+                    heads_cache[key] = heads_seconds(problem, device, key[1], key[2])
+                step[i] += heads_cache[key]
+        return EstimateArrays(step_s=step, tokens_per_step=tokens, proposed_per_step=proposed)
+
+    # ------------------------------------------------------------------ engine plan
+    def plan(self, problem: Problem, config: StrategyConfig, rng: np.random.Generator | None = None,
+             per_layer: bool = False) -> StepPlan:
+        tree = config.tree
+        graph = build_step_graph(problem.model, tree.size, problem.context, problem.batch, tree=tree)
+        tasks = graph_tasks(graph, problem.platform, config.device, "verify", "verify", per_layer=per_layer)
+        tasks += ops_tasks(head_ops(problem.model, tree.size * problem.batch, tree.depth), problem.platform,
+                           config.device, graph.dtype, "heads", "draft", deps=(tasks[-1].name,))
+        acc_model = problem.acceptance
+        accepted = acc_model.tree_tokens(tree) if rng is None else acc_model.sample_tree_tokens(tree, rng)
+        return StepPlan(tasks=tuple(tasks), tokens_accepted=accepted, tokens_proposed=tree.size - 1,
+                        count_phase="verify", count_device=config.device)
+
+
+STRATEGY = MedusaStrategy

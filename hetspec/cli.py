@@ -19,6 +19,9 @@ from hwmodels.errors import HetSpecError
 COMMAND_MODULES: tuple[str, ...] = (
     "sim.commands.catalog",
     "sim.commands.step",
+    "sim.commands.predict",
+    "sim.commands.simulate",
+    "sim.commands.sweep",
 )
 
 

@@ -162,7 +162,17 @@ class AcceptanceModel:
 
     def check_tree(self, tree: TokenTree) -> None:
         """One line if this model cannot price ``tree`` (too deep, too many ranks, width outside a table)."""
+        if self.medusa_accuracy is None and (self.length_table is not None or self.length_curve is not None):
+            lo, hi = self.width_range
+            self._check_range(np.array([float(tree.size)]), lo, hi, "table" if self.length_table else "curve")
+            return
         self.tree_tokens(tree)
+
+    def trees_tokens(self, trees: Sequence[TokenTree]) -> np.ndarray:
+        """:meth:`tree_tokens` of many trees (vectorised over widths when the model is a table or curve)."""
+        if self.medusa_accuracy is not None:
+            return np.array([self.tree_tokens(t) for t in trees], dtype=float)
+        return np.asarray(self.width_tokens(np.array([t.size for t in trees], dtype=float)), dtype=float)
 
     def sample_tree_tokens(self, tree: TokenTree, rng: np.random.Generator) -> int:
         """Draw the tokens one step produces.

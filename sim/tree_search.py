@@ -202,7 +202,13 @@ def greedy_prefix_trees(accuracies, max_size: int, max_depth: int | None = None)
 def medusa_list_tree(width: int, choices: Sequence[Sequence[int]] = MEDUSA_MC_SIM_7B_63) -> TokenTree:
     """The first ``width - 1`` nodes of a Medusa choice list in its own order (``mc_sim_7b_63``
     by default, whose order is the calibration's greedy order, so every prefix is a tree)."""
-    if not 1 <= width <= len(choices) + 1:
-        raise HetSpecError(f"the Medusa choice list has {len(choices) + 1} tokens; width {width} is outside 1.."
-                           f"{len(choices) + 1} (give per-head accuracies to build larger trees)")
+    key = tuple(tuple(int(r) for r in c) for c in choices)
+    if not 1 <= width <= len(key) + 1:
+        raise HetSpecError(f"the Medusa choice list has {len(key) + 1} tokens; width {width} is outside 1.."
+                           f"{len(key) + 1} (give per-head accuracies to build larger trees)")
+    return _list_prefix(key, int(width))
+
+
+@lru_cache(maxsize=1024)
+def _list_prefix(choices: tuple, width: int) -> TokenTree:
     return TokenTree.from_choices(choices[: width - 1])

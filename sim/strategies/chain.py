@@ -13,6 +13,7 @@ first of the gamma draft passes (one token per pass), as in Dovetail's gamma * T
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -22,7 +23,7 @@ from sim.closed_form import step_seconds
 from sim.model_spec import ModelSpec, get_model
 from sim.plan import StepPlan, graph_tasks, transfer_task
 from sim.step_graph import build_step_graph
-from sim.strategies.base import (DEFAULT_DRAFT_MODEL, Estimate, Knob, Problem, Strategy, StrategyConfig,
+from sim.strategies.base import (DEFAULT_DRAFT_MODEL, Estimate, EstimateArrays, Knob, Problem, Strategy, StrategyConfig,
                                  fitting_devices, require_fit)
 
 #: Draft lengths searched: 1..8. Medusa's Fig. 7 finds gamma 3-4 best with Llama-68M and "larger
@@ -98,6 +99,33 @@ class ChainStrategy(Strategy):
         tokens = float(problem.acceptance.chain_tokens(gamma))
         return Estimate(step_s=draft + to_target + verify + to_draft, tokens_per_step=tokens, proposed_per_step=gamma,
                         breakdown={"draft": draft, "transfer": to_target + to_draft, "verify": verify})
+
+    def estimate_many(self, problem: Problem, configs: Sequence[StrategyConfig]) -> EstimateArrays:
+        """Vectorised: per (draft model, draft device) the draft passes' cumulative times, per target
+        device the verify step over all gammas at once."""
+        n = len(configs)
+        gammas = np.array([c.draft_depth for c in configs])
+        g_max = int(gammas.max())
+        draft_cum: dict[tuple[str, str], np.ndarray] = {}
+        verify: dict[str, np.ndarray] = {}
+        step = np.zeros(n)
+        for i, c in enumerate(configs):
+            key = (c.draft_model, c.draft_device)
+            if key not in draft_cum:
+                per_pass = [draft_seconds(problem, self._draft(c), c.draft_device, 1)] if problem.context == 0 else []
+                contexts = problem.context + np.arange(len(per_pass), g_max)
+                if contexts.size:
+                    per_pass += list(step_seconds(self._draft(c), problem.platform, c.draft_device, 1, contexts,
+                                                  problem.batch))
+                draft_cum[key] = np.concatenate([[0.0], np.cumsum(per_pass)])
+            if c.device not in verify:
+                verify[c.device] = np.concatenate([[0.0], step_seconds(problem.model, problem.platform, c.device,
+                                                                       np.arange(2, g_max + 2), problem.context,
+                                                                       problem.batch)])
+            to_target, to_draft = self._transfer_s(problem, c)
+            step[i] = draft_cum[key][c.draft_depth] + verify[c.device][c.draft_depth] + to_target + to_draft
+        tokens = np.asarray(problem.acceptance.chain_tokens(gammas), dtype=float)
+        return EstimateArrays(step_s=step, tokens_per_step=tokens, proposed_per_step=gammas.astype(float))
 
     def plan(self, problem: Problem, config: StrategyConfig, rng: np.random.Generator | None = None,
              per_layer: bool = False) -> StepPlan:

@@ -28,7 +28,7 @@ import numpy as np
 from hwmodels.contention import standalone_bw
 from hwmodels.dtypes import DTYPE_BYTES
 from hwmodels.errors import HetSpecError
-from sim.closed_form import step_seconds
+from sim.closed_form import roofline_arrays, step_seconds
 from sim.model_spec import ModelSpec
 from sim.plan import StepPlan, graph_tasks, ops_tasks
 from sim.step_graph import ACT_FLOPS_PER_ELEMENT, ADD_FLOPS_PER_ELEMENT, Op, build_step_graph, elementwise_op, linear_op
@@ -64,13 +64,30 @@ def heads_seconds(problem: Problem, device: str, width: int, n_heads: int) -> fl
     """Seconds of the heads of a width-``width`` tree (all instances) on ``device`` alone."""
     dev = problem.platform.device(device)
     bw = standalone_bw(problem.platform, device)
-    return sum(price_op(op, dev, problem.model.dtype, bw).time_s
-               for op in head_ops(problem.model, width * problem.batch, n_heads))
+    return float(sum((price_op(op, dev, problem.model.dtype, bw).time_s
+                      for op in head_ops(problem.model, width * problem.batch, n_heads)), 0.0))
 
 
 def tree_capacity(ranks: int, depth: int) -> int:
     """Tokens of the full tree with ``ranks`` children per node and ``depth`` levels, root included."""
     return 1 + sum(ranks ** d for d in range(1, depth + 1))
+
+
+def heads_seconds_many(problem: Problem, device: str, widths: np.ndarray, n_heads: np.ndarray) -> np.ndarray:
+    """:func:`heads_seconds` over arrays of widths and head counts (same operators, priced on arrays)."""
+    widths = np.asarray(widths, dtype=float)
+    n_heads = np.asarray(n_heads, dtype=float)
+    dev = problem.platform.device(device)
+    bw = standalone_bw(problem.platform, device)
+    ops = head_ops(problem.model, 1, 1)          # per-token coefficients: every head op is linear in T
+    T = widths * problem.batch
+    total = np.zeros_like(widths)
+    for op in ops:
+        # flops and activation bytes scale with T; weight bytes do not (sim.step_graph.linear_op)
+        t = roofline_arrays(dev, problem.model.dtype, op.flops * T, op.weight_bytes + op.act_bytes * T + op.kv_bytes * T,
+                            T if op.tokens else 0.0, 1.0, op.launches, bw)["time_s"]
+        total += t
+    return total * n_heads
 
 
 class MedusaStrategy(Strategy):
@@ -148,19 +165,15 @@ class MedusaStrategy(Strategy):
     def estimate_many(self, problem: Problem, configs: Sequence[StrategyConfig]) -> EstimateArrays:
         n = len(configs)
         step = np.zeros(n)
-        tokens = np.array([problem.acceptance.tree_tokens(c.tree) for c in configs])
+        tokens = problem.acceptance.trees_tokens([c.tree for c in configs])
         proposed = np.array([c.tree.size - 1 for c in configs], dtype=float)
-        heads_cache: dict[tuple[str, int, int], float] = {}
         for device in sorted({c.device for c in configs}):
-            idx = [i for i, c in enumerate(configs) if c.device == device]
+            idx = np.array([i for i, c in enumerate(configs) if c.device == device])
             q = np.array([configs[i].tree.size for i in idx])
+            depth = np.array([configs[i].tree.depth for i in idx])
             dens = np.array([configs[i].tree.mask_density for i in idx])
-            step[idx] = step_seconds(problem.model, problem.platform, device, q, problem.context, problem.batch, dens)
-            for i in idx:
-                key = (device, configs[i].tree.size, configs[i].tree.depth)
-                if key not in heads_cache:
-                    heads_cache[key] = heads_seconds(problem, device, key[1], key[2])
-                step[i] += heads_cache[key]
+            step[idx] = (step_seconds(problem.model, problem.platform, device, q, problem.context, problem.batch, dens)
+                         + heads_seconds_many(problem, device, q, depth))
         return EstimateArrays(step_s=step, tokens_per_step=tokens, proposed_per_step=proposed)
 
     # ------------------------------------------------------------------ engine plan

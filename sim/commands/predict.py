@@ -1,0 +1,163 @@
+"""``hetspec predict``: the fastest configuration of a method on a platform, and every one evaluated.
+
+Also holds the argument helpers that ``simulate`` and ``sweep`` share (problem and knob flags).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from hwmodels.dtypes import DTYPE_BYTES
+from hwmodels.errors import HetSpecError
+
+
+# ---------------------------------------------------------------------- shared argument helpers
+def add_problem_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True, help="target model preset or path to a config.json")
+    p.add_argument("--platform", required=True, help="platform preset or path to a platform .toml")
+    p.add_argument("--method", required=True, help="decode method (ar, chain, medusa, hcmp, ...)")
+    add_context_args(p)
+
+
+def add_context_args(p: argparse.ArgumentParser, many: bool = False) -> None:
+    p.add_argument("--acceptance", nargs="+" if many else None, metavar="NAME|FILE|alpha:A",
+                   help="acceptance model: a paper table by name (e.g. ghidorah-mbpp, medusa-log), a profile "
+                        "JSON written by the real path, or alpha:<a> for a draft chain")
+    if many:
+        p.add_argument("--contexts", default="256", help="KV context lengths, e.g. 256,1024 or 128-130")
+        p.add_argument("--batches", default="1", help="batch sizes, e.g. 1,2,4")
+    else:
+        p.add_argument("--context", type=int, default=256, help="KV-cache length the step is priced at (default 256)")
+        p.add_argument("--batch", type=int, default=1, help="sequences per batch (default 1)")
+    p.add_argument("--dtype", choices=sorted(DTYPE_BYTES), help="compute dtype of the target (default: the model's)")
+
+
+def add_knob_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("knobs (fix or narrow the search; default: the method's search space)")
+    g.add_argument("--tree-width", help="tokens verified per step, root included: N, a list or a range (1-64)")
+    g.add_argument("--draft-depth", help="gamma / tree depth / drafter depth: N, a list or a range")
+    g.add_argument("--ratio", help="partition ratio in [0, 1], or LOW:HIGH to search a range")
+    g.add_argument("--device", help="device(s) for the target, comma-separated")
+    g.add_argument("--draft-device", help="device(s) for the draft model, comma-separated")
+    g.add_argument("--draft-model", help="draft model preset (chain, draft-tree)")
+    g.add_argument("--tree-shape", help="greedy, dp, medusa-list, cartesian, chain (comma-separated)")
+    g.add_argument("--tree-choices", metavar="FILE", help="JSON list of Medusa choice paths, e.g. [[0],[1],[0,0]]")
+    g.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="method-specific knob (repeatable), e.g. cartesian_sizes=2,3")
+
+
+def _parse_value(text: str):
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    if "," in text:
+        parts = [p.strip() for p in text.split(",")]
+        try:
+            return tuple(int(p) for p in parts)
+        except ValueError:
+            return tuple(parts)
+    return text
+
+
+def space_from_args(args: argparse.Namespace) -> dict:
+    """Knob overrides for :func:`sim.optimizer.optimize` from the knob flags."""
+    from sim.sweep import parse_int_list, parse_ratio
+    from sim.tree import TokenTree
+
+    space: dict = {}
+    if args.tree_width:
+        space["tree_width"] = parse_int_list(args.tree_width, "--tree-width")
+    if args.draft_depth:
+        space["draft_depth"] = parse_int_list(args.draft_depth, "--draft-depth")
+    if args.ratio:
+        space["partition_ratio"] = parse_ratio(args.ratio)
+    for flag, key in (("device", "device"), ("draft_device", "draft_device"), ("tree_shape", "tree_shape")):
+        value = getattr(args, flag)
+        if value:
+            space[key] = tuple(v.strip() for v in value.split(",") if v.strip())
+    if args.draft_model:
+        space["draft_model"] = (args.draft_model,)
+    if args.tree_choices:
+        path = Path(args.tree_choices)
+        if not path.exists():
+            raise HetSpecError(f"tree choices file {path} does not exist")
+        try:
+            choices = json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise HetSpecError(f"tree choices file {path}: not valid JSON ({exc.msg})") from None
+        tree = TokenTree.from_choices(choices)
+        space["tree"] = (tree,)
+        space["tree_width"] = (tree.size,)
+    for item in args.option:
+        if "=" not in item:
+            raise HetSpecError(f"--option expects KEY=VALUE (got {item!r})")
+        key, value = item.split("=", 1)
+        space[key.strip()] = (_parse_value(value.strip()),)
+    return space
+
+
+def problem_from_args(args: argparse.Namespace, acceptance: str | None = None):
+    from hwmodels.loader import get_platform
+    from sim.acceptance import load_acceptance
+    from sim.model_spec import get_model
+    from sim.strategies.base import Problem
+
+    spec = acceptance if acceptance is not None else args.acceptance
+    return Problem(model=get_model(args.model), platform=get_platform(args.platform),
+                   acceptance=load_acceptance(spec) if spec else None, context=args.context, batch=args.batch,
+                   dtype=args.dtype)
+
+
+def describe_config(row: dict) -> str:
+    parts = [f"width {row['tree_width']}", f"depth {row['draft_depth']}"]
+    if row.get("partition_ratio") is not None and row["partition_ratio"] == row["partition_ratio"]:
+        parts.append(f"ratio {row['partition_ratio']:.3f}")
+    parts.append(f"device {row['device']}")
+    if row.get("draft_device"):
+        parts.append(f"draft {row.get('draft_model') or ''}@{row['draft_device']}")
+    if row.get("tree_shape"):
+        parts.append(f"tree {row['tree_shape']}")
+    return ", ".join(parts)
+
+
+# ---------------------------------------------------------------------- the command
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("predict", help="best tree width / depth / partition ratio of a method, and the full table")
+    add_problem_args(p)
+    add_knob_args(p)
+    p.add_argument("--no-refine", action="store_true", help="partition ratio on the coarse grid only")
+    p.add_argument("--no-table", action="store_true", help="leave the table out of the JSON")
+    p.add_argument("--top", type=int, default=10, help="rows of the table to print (text output)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_predict)
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    from sim.optimizer import optimize
+
+    problem = problem_from_args(args)
+    result = optimize(problem, args.method, space_from_args(args), refine=not args.no_refine)
+    header = {"model": problem.model.name, "platform": problem.platform.name, "method": args.method,
+              "acceptance": problem.acceptance.name if problem.acceptance else None, "context": problem.context,
+              "batch": problem.batch, "dtype": problem.model.dtype}
+    if args.json:
+        print(json.dumps({**header, **result.to_json(with_table=not args.no_table)}, indent=1))
+        return 0
+    best = result.best
+    print(f"{problem.model.name} on {problem.platform.name}, method {args.method}, acceptance "
+          f"{header['acceptance'] or '-'}, context {problem.context}, batch {problem.batch}")
+    print(f"best: {describe_config(best)}")
+    print(f"      {best['tokens_per_s']:.2f} tok/s, step {best['step_s'] * 1e3:.3f} ms, "
+          f"{best['tokens_per_step']:.3f} tokens/step, {best['speedup_vs_ar']:.2f}x vs ar "
+          f"({result.ar_tokens_per_s:.2f} tok/s)")
+    print(f"evaluated {len(result.table)} configurations ({result.skipped} skipped)")
+    cols = [c for c in ("tree_width", "draft_depth", "partition_ratio", "device", "draft_device", "tree_shape",
+                        "step_s", "tokens_per_step", "tokens_per_s", "speedup_vs_ar") if c in result.table]
+    top = result.table.sort_values("tokens_per_s", ascending=False, kind="stable").head(max(args.top, 0))[cols]
+    if len(top):
+        print(top.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    return 0

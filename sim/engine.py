@@ -24,9 +24,10 @@ Semantics (what a strategy can rely on):
 5. A ``transfer`` takes its link's latency (``fixed_s``) plus ``nbytes`` over the link's
    achievable bandwidth; a ``delay`` takes ``fixed_s`` and holds nothing.
 
-The run emits one :class:`~sim.trace.TraceRecord` per task (``op`` set) and, per step, one record
-per (phase, device) with ``op`` empty spanning that phase's tasks; the step's token counts sit
-on the record of the plan's ``count_phase`` (the counting rule of :mod:`sim.trace`). When a plan
+The run emits one :class:`~sim.trace.TraceRecord` per task (``op`` set) and, per step, phase
+records (``op`` empty): one per (phase, device) and maximal stretch of touching tasks; the step's
+token counts sit on the last record of the plan's ``count_phase`` (on its ``count_device``), the
+counting rule of :mod:`sim.trace`. When a plan
 gives an expected (fractional) token count, the engine emits integers whose running total is
 ``floor`` of the running expected total, so the mean over a run equals the expectation.
 """
@@ -53,6 +54,8 @@ from sim.trace import TraceRecord
 _END_OF_INSTANT = 2
 #: Remaining work below this fraction counts as done (float round-off of rescheduling).
 _DONE_EPS = 1e-12
+#: Two tasks of one phase on one device closer than this (seconds) share one phase record.
+_TOUCH_S = 1e-12
 
 
 class _EndOfInstant(Event):
@@ -320,6 +323,25 @@ def _integer_tokens(plans: Sequence[StepPlan]) -> tuple[list[int], list[int]]:
     return tokens, proposed
 
 
+def _phase_spans(runs: Sequence[TaskRun]) -> list[tuple[str, str, float, float]]:
+    """Per (phase, device), the maximal intervals covered by its tasks (touching ones merged)."""
+    spans: list[tuple[str, str, float, float]] = []
+    by_key: dict[tuple[str, str], list[TaskRun]] = {}
+    for r in runs:
+        by_key.setdefault((r.task.phase, r.task.device), []).append(r)
+    for (phase, device), rs in by_key.items():
+        rs = sorted(rs, key=lambda r: (r.start_s, r.end_s))
+        lo, hi = rs[0].start_s, rs[0].end_s
+        for r in rs[1:]:
+            if r.start_s <= hi + _TOUCH_S:
+                hi = max(hi, r.end_s)
+            else:
+                spans.append((phase, device, lo, hi))
+                lo, hi = r.start_s, r.end_s
+        spans.append((phase, device, lo, hi))
+    return sorted(spans, key=lambda sp: (sp[2], sp[3], sp[0], sp[1]))
+
+
 def _records(runs: Sequence[TaskRun], plans: Sequence[StepPlan], tokens: Sequence[int], proposed: Sequence[int],
              op_records: bool) -> list[TraceRecord]:
     out: list[TraceRecord] = []
@@ -328,17 +350,15 @@ def _records(runs: Sequence[TaskRun], plans: Sequence[StepPlan], tokens: Sequenc
         by_step.setdefault(r.step, []).append(r)
     for step, plan in enumerate(plans):
         step_runs = sorted(by_step.get(step, []), key=lambda r: (r.start_s, r.end_s))
-        groups: dict[tuple[str, str], list[TaskRun]] = {}
-        for r in step_runs:
-            groups.setdefault((r.task.phase, r.task.device), []).append(r)
         counted = [r for r in step_runs if r.task.phase == plan.count_phase]
         count_device = plan.count_device or max(counted, key=lambda r: r.end_s).task.device
-        if (plan.count_phase, count_device) not in groups:
+        spans = _phase_spans(step_runs)
+        carrier = [i for i, sp in enumerate(spans) if sp[:2] == (plan.count_phase, count_device)]
+        if not carrier:
             raise HetSpecError(f"step plan: no {plan.count_phase} task on {count_device} to carry the token counts")
-        for (phase, device), rs in groups.items():
-            carries = (phase, device) == (plan.count_phase, count_device)
-            out.append(TraceRecord(step=step, phase=phase, device=device, start_s=min(r.start_s for r in rs),
-                                   end_s=max(r.end_s for r in rs),
+        for i, (phase, device, lo, hi) in enumerate(spans):
+            carries = i == carrier[-1]   # the last such span: the one that decides the step
+            out.append(TraceRecord(step=step, phase=phase, device=device, start_s=lo, end_s=hi,
                                    tokens_proposed=proposed[step] if carries else 0,
                                    tokens_accepted=tokens[step] if carries else 0))
         if op_records:

@@ -125,7 +125,10 @@ class Problem:
 
     def need_acceptance(self, method: str) -> AcceptanceModel:
         if self.acceptance is None:
-            raise HetSpecError(f"method {method} needs an acceptance model (--acceptance NAME|FILE|alpha:A)")
+            from sim.acceptance import acceptance_names
+
+            raise HetSpecError(f"method {method} needs an acceptance model: --acceptance NAME|FILE|alpha:A "
+                               f"(names: {', '.join(acceptance_names())})")
         return self.acceptance
 
 

@@ -1,0 +1,38 @@
+"""``hetspec reproduce {medusa,ghidorah,dovetail,llmcad,alspec,all}``: paper vs HetSpec reports."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+from sim.reproduce import DEFAULT_OUT, paper_names, run
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("reproduce", help="reproduce the seed papers' results with the presets; write reports")
+    p.add_argument("paper", choices=(*paper_names(), "all"), help="which paper (or all)")
+    p.add_argument("--out", default=str(DEFAULT_OUT), help=f"output folder (default {DEFAULT_OUT})")
+    p.add_argument("--json", action="store_true", help="print the summaries as JSON")
+    p.set_defaults(func=cmd_reproduce)
+
+
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    papers = paper_names() if args.paper == "all" else (args.paper,)
+    summaries = []
+    for paper in papers:
+        start = time.perf_counter()
+        if not args.json:
+            print(f"reproducing {paper} ...", flush=True)
+        report, path = run(paper, args.out)
+        summary = report.summary() | {"report": str(path), "seconds": round(time.perf_counter() - start, 2)}
+        summaries.append(summary)
+        if not args.json:
+            med = summary["median_abs_rel_error"]
+            med_txt = "n/a" if med is None else f"{100 * med:.1f} %"
+            print(f"  {path}: {summary['predictions']} predictions, median |error| {med_txt}, choices "
+                  f"{summary['choices_matched']}/{summary['choices']}, exact {summary['exact_matched']}/"
+                  f"{summary['exact']}, {summary['fits']} fitted parameters ({summary['seconds']} s)")
+    if args.json:
+        print(json.dumps(summaries if len(summaries) > 1 else summaries[0], indent=2))
+    return 0

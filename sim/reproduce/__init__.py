@@ -1,0 +1,48 @@
+"""Reproductions of the seed papers' results with HetSpec's presets (``hetspec reproduce``).
+
+Each paper has one module exposing ``reproduce(out_dir: Path) -> PaperReport``: it computes every
+result it can from the platform presets, model presets and acceptance tables, writes its figures
+(PNG) into ``out_dir`` and returns the report (:mod:`sim.reproduce.report`), which
+:func:`run` writes as ``<paper>.md`` + ``<paper>.json``. Adding a paper = one module + one line.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+from hwmodels.errors import HetSpecError, UnknownNameError
+from sim.reproduce.report import PaperReport
+
+#: paper name -> module implementing ``reproduce(out_dir)``
+PAPER_MODULES: dict[str, str] = {
+    "medusa": "sim.reproduce.medusa",
+    "ghidorah": "sim.reproduce.ghidorah",
+    "dovetail": "sim.reproduce.dovetail",
+    "llmcad": "sim.reproduce.llmcad",
+    "alspec": "sim.reproduce.alspec",
+}
+
+DEFAULT_OUT = Path("reports") / "papers"
+
+
+def paper_names() -> tuple[str, ...]:
+    return tuple(PAPER_MODULES)
+
+
+def run(paper: str, out_dir: str | Path = DEFAULT_OUT) -> tuple[PaperReport, Path]:
+    """Reproduce ``paper``, write ``<out_dir>/<paper>.md`` (+ ``.json`` and figures); return both."""
+    if paper not in PAPER_MODULES:
+        raise UnknownNameError("paper", paper, PAPER_MODULES)
+    module_name = PAPER_MODULES[paper]
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name == module_name:
+            raise HetSpecError(f"paper {paper} has no reproduction yet ({module_name.replace('.', '/')}.py)") from None
+        raise
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    report = module.reproduce(out)
+    path = report.write(out, f"hetspec reproduce {paper}")
+    return report, path

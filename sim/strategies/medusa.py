@@ -110,7 +110,7 @@ class MedusaStrategy(Strategy):
                     Knob("draft_depth", tuple(range(1, depth + 1))), Knob("tree_width", widths))
         rng = acc_model.width_range
         if rng is None:
-            raise HetSpecError(f"acceptance model {acc_model.name} has no tree acceptance for medusa "
+            raise HetSpecError(f"acceptance model {acc_model.name}: has no tree acceptance for medusa "
                                "(needs medusa_accuracy or an acceptance_length table)")
         hi = min(rng[1], max_width, MEDUSA_LIST_WIDTH)
         return (Knob("device", devices), Knob("tree_shape", ("medusa-list",)), Knob("draft_depth", (0,)),

@@ -1,0 +1,141 @@
+"""Speed benchmark of the simulator: ``python -m sim.benchmark``.
+
+Measures the two speed targets of issue 4 and prints them:
+
+1. one ``hetspec predict`` with its full search (the issue's example: Vicuna-7B on the Jetson
+   Xavier NX at 204 MHz, Medusa, Ghidorah's MBPP table), as a fresh process (Python start-up and
+   imports included: what a user waits for) and in-process (the search alone); target < 2 s;
+2. a sweep of at least 100,000 configurations (models x platforms x methods x acceptance x
+   contexts x batches, every knob combination); target < 60 s.
+
+Timings are noisy on a shared machine: medians of ``--repeats`` runs are reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+PREDICT_ARGS = ("--model", "vicuna-7b", "--platform", "jetson-xavier-nx-204mhz", "--method", "medusa",
+                "--acceptance", "ghidorah-mbpp")
+FALLBACK_PLATFORM = "a100-80gb-pcie"
+#: The benchmark sweep: every model x platform x method x acceptance x context x batch below.
+SWEEP_MODELS = ("llama2-7b", "vicuna-7b", "llama2-13b", "vicuna-13b", "llama3.1-8b", "tinyllama-1.1b")
+SWEEP_ACCEPTANCE = ("ghidorah-mbpp", "alpha:0.8")
+SWEEP_CONTEXTS = (64, 128, 256, 512, 1024, 2048, 4096)
+SWEEP_BATCHES = (1, 4)
+TARGET_CONFIGS = 100_000
+
+
+def _predict_args() -> list[str]:
+    from hwmodels.loader import platform_names
+
+    args = list(PREDICT_ARGS)
+    if "jetson-xavier-nx-204mhz" not in platform_names():
+        args[3] = FALLBACK_PLATFORM
+    return args
+
+
+def time_predict_cli(repeats: int) -> list[float]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH", "")]))}
+    out = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-m", "hetspec", "predict", *_predict_args(), "--json"], cwd=REPO,
+                              env=env, capture_output=True, text=True)
+        out.append(time.perf_counter() - start)
+        if proc.returncode != 0:
+            raise RuntimeError(f"predict failed: {proc.stderr.strip()}")
+    return out
+
+
+def time_predict_in_process(repeats: int) -> tuple[list[float], int]:
+    from hwmodels.loader import get_platform
+    from sim.acceptance import load_acceptance
+    from sim.model_spec import get_model
+    from sim.optimizer import optimize
+    from sim.strategies.base import Problem
+
+    a = _predict_args()
+    out, rows = [], 0
+    for _ in range(repeats):
+        start = time.perf_counter()
+        # load everything each time: a fresh problem, as one predict call does
+        problem = Problem(get_model(a[1]), get_platform(a[3]), load_acceptance(a[7]))
+        rows = len(optimize(problem, a[5]).table)
+        out.append(time.perf_counter() - start)
+    return out, rows
+
+
+def time_sweep(platforms: tuple[str, ...], methods: tuple[str, ...], contexts=SWEEP_CONTEXTS,
+               models=SWEEP_MODELS) -> tuple[float, int, int]:
+    from sim.sweep import sweep
+
+    start = time.perf_counter()
+    result = sweep(models, platforms, methods, SWEEP_ACCEPTANCE, contexts=contexts, batches=SWEEP_BATCHES,
+                   progress=False)
+    return time.perf_counter() - start, result.configurations, len(result.skipped)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sim.benchmark", description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5, help="runs per predict measurement (median reported)")
+    parser.add_argument("--quick", action="store_true", help="a small sweep (for a smoke test), not the 100k one")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    args = parser.parse_args(argv)
+
+    from hwmodels.loader import platform_names
+    from sim.strategies import available_methods
+
+    cli = time_predict_cli(args.repeats)
+    warm, rows = time_predict_in_process(args.repeats)
+    platforms = tuple(platform_names()) if not args.quick else ("a100-80gb-pcie",)
+    methods = available_methods()
+    if args.quick:
+        sweep_s, configs, skipped = time_sweep(platforms, methods, contexts=(256,), models=("vicuna-7b",))
+    else:
+        sweep_s, configs, skipped = time_sweep(platforms, methods)
+    report = {
+        "predict_command": "hetspec predict " + " ".join(_predict_args()) + " --json",
+        "predict_configurations": rows,
+        "predict_cli_median_s": statistics.median(cli),
+        "predict_in_process_median_s": statistics.median(warm),
+        "predict_target_s": 2.0,
+        "sweep_configurations": configs,
+        "sweep_s": sweep_s,
+        "sweep_configs_per_s": configs / sweep_s,
+        "sweep_skipped_problem_methods": skipped,
+        "sweep_target": f">= {TARGET_CONFIGS} configurations in < 60 s",
+        "sweep_grid": {"models": list(SWEEP_MODELS) if not args.quick else ["vicuna-7b"], "platforms": list(platforms),
+                       "methods": list(methods), "acceptance": list(SWEEP_ACCEPTANCE),
+                       "contexts": list(SWEEP_CONTEXTS) if not args.quick else [256],
+                       "batches": list(SWEEP_BATCHES)},
+        "cpus": os.cpu_count(),
+    }
+    if args.json:
+        print(json.dumps(report, indent=1))
+        return 0
+    print(f"predict ({report['predict_configurations']} configurations): "
+          f"{report['predict_cli_median_s']:.2f} s as a fresh process, "
+          f"{report['predict_in_process_median_s'] * 1e3:.0f} ms in-process "
+          f"(median of {args.repeats}; target < 2 s)")
+    print(f"  {report['predict_command']}")
+    print(f"sweep: {configs} configurations in {sweep_s:.1f} s ({report['sweep_configs_per_s']:.0f} /s; "
+          f"target >= {TARGET_CONFIGS} in < 60 s)")
+    print(f"  {len(report['sweep_grid']['models'])} models x {len(platforms)} platforms x {len(methods)} methods "
+          f"({', '.join(methods)}) x {len(SWEEP_ACCEPTANCE)} acceptance x "
+          f"{len(report['sweep_grid']['contexts'])} contexts x {len(SWEEP_BATCHES)} batches; "
+          f"{skipped} method/problem pairs skipped (no fitting acceptance or device)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,157 @@
+"""The closed form: exact against the step graph and the scalar roofline, equal to the engine
+where nothing overlaps, and monotone in bandwidth and FLOP/s."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hwmodels.contention import standalone_bw
+from hwmodels.errors import HetSpecError
+from hwmodels.loader import get_platform
+from hwmodels.platform import Device
+from hwmodels.roofline import roofline_time
+from sim.acceptance import load_acceptance
+from sim.closed_form import roofline_arrays, step_polynomial, step_seconds
+from sim.engine import simulate
+from sim.model_spec import get_model
+from sim.step_graph import build_step_graph
+from sim.step_timing import price_step
+from sim.strategies import get_strategy
+from sim.strategies.base import Problem, StrategyConfig
+from sim.tree import TokenTree
+
+A100 = get_platform("a100-80gb-pcie")
+
+
+def curve_device() -> Device:
+    """A CPU with a measured efficiency curve and a sparse kernel (exercises every roofline branch)."""
+    return replace(A100.devices["cpu"], gemm_efficiency_curve=((1, 0.05), (8, 0.3), (64, 0.6)),
+                   sparse_attn_efficiency=0.4)
+
+
+@pytest.mark.parametrize("model_name", ["vicuna-7b", "llama3.1-8b", "gpt2", "llama-68m"])
+@pytest.mark.parametrize("context", [0, 1, 300])
+def test_vectorised_step_equals_the_priced_step_graph(model_name, context):
+    model = get_model(model_name)
+    plat = replace(A100, devices={**A100.devices, "cpu": curve_device()})
+    rng = np.random.default_rng(0)
+    for device in ("gpu", "cpu"):
+        dev = plat.device(device)
+        for _ in range(4):
+            q, b = int(rng.integers(1, 90)), int(rng.integers(1, 5))
+            tree = TokenTree.greedy(np.full((4, 6), 0.1), q) if q <= 1 + 6 + 36 + 216 else None
+            want = price_step(build_step_graph(model, q, context, b, tree=tree), dev,
+                              standalone_bw(plat, device)).total_s
+            got = step_seconds(model, plat, device, q, context, b, tree.mask_density if tree else None)
+            assert got == pytest.approx(want, rel=1e-9)
+
+
+def test_vectorised_step_broadcasts_over_configurations():
+    model = get_model("vicuna-7b")
+    q = np.arange(1, 65)
+    many = step_seconds(model, A100, "gpu", q, 256)
+    one_by_one = [float(step_seconds(model, A100, "gpu", int(v), 256)) for v in q]
+    assert many.shape == (64,)
+    assert np.allclose(many, one_by_one, rtol=1e-12)
+    grid = step_seconds(model, A100, "gpu", q[:, None], np.array([16, 256, 4096])[None, :])
+    assert grid.shape == (64, 3)
+
+
+def test_polynomial_check_refuses_mixed_context_families():
+    with pytest.raises(HetSpecError, match="separate calls"):
+        step_seconds(get_model("vicuna-7b"), A100, "gpu", 1, np.array([0, 5]))
+
+
+def test_step_polynomial_recovers_the_accounting_exactly():
+    poly = step_polynomial(get_model("llama2-70b"))
+    g = build_step_graph(get_model("llama2-70b"), 37, 1234, 3)
+    arr = poly.arrays(3, 37, 1234)
+    assert np.allclose(arr["flops"], [op.flops for op in g.ops], rtol=1e-12)
+    assert np.allclose(arr["kv_bytes"], [op.kv_bytes for op in g.ops], rtol=1e-12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(flops=st.floats(0, 1e13), nbytes=st.floats(0, 1e11), tokens=st.integers(0, 300),
+       density=st.floats(0.01, 1.0), launches=st.integers(0, 3))
+def test_roofline_arrays_equal_the_scalar_roofline(flops, nbytes, tokens, density, launches):
+    dev = curve_device()
+    want = roofline_time(dev, flops, nbytes, "fp16", tokens=tokens or None, density=density, launches=launches)
+    got = roofline_arrays(dev, "fp16", flops, nbytes, tokens, density, launches)
+    assert float(got["time_s"]) == pytest.approx(want.time_s, rel=1e-12, abs=1e-18)
+
+
+# ---------------------------------------------------------------------- engine vs closed form
+CASES = [
+    ("ar", None, StrategyConfig()),
+    ("ar", None, StrategyConfig(device="cpu")),
+    ("medusa", "ghidorah-mbpp", StrategyConfig(tree_width=16)),
+    ("medusa", "medusa-log", StrategyConfig(tree_width=64)),
+    ("chain", "alpha:0.7", StrategyConfig(draft_depth=4)),
+    ("chain", "alpha:0.7", StrategyConfig(draft_depth=3, draft_device="cpu")),   # across PCIe
+]
+
+
+@pytest.mark.parametrize("method,acceptance,config", CASES)
+@pytest.mark.parametrize("context", [0, 200])
+def test_engine_and_closed_form_agree_where_nothing_overlaps(method, acceptance, config, context):
+    problem = Problem(get_model("vicuna-7b"), A100, load_acceptance(acceptance) if acceptance else None,
+                      context=context)
+    sim = simulate(problem, method, config, steps=3)
+    assert abs(sim.step_diff_pct) < 1.0
+    assert sim.engine_step_s == pytest.approx(sim.closed_form_step_s, rel=1e-9)
+
+
+@pytest.mark.parametrize("method,acceptance,config", CASES)
+def test_estimate_many_equals_estimate(method, acceptance, config):
+    problem = Problem(get_model("vicuna-13b"), A100, load_acceptance(acceptance) if acceptance else None, batch=2)
+    strategy = get_strategy(method)
+    configs = [strategy.resolve(problem, config)]
+    if method == "medusa":
+        configs += [strategy.resolve(problem, StrategyConfig(tree_width=w)) for w in (1, 2, 7, 33)]
+    many = strategy.estimate_many(problem, configs)
+    for i, c in enumerate(configs):
+        one = strategy.estimate(problem, c)
+        assert many.step_s[i] == pytest.approx(one.step_s, rel=1e-12)
+        assert many.tokens_per_step[i] == pytest.approx(one.tokens_per_step, rel=1e-12)
+
+
+def test_chain_closed_form_is_dovetails_formula():
+    # T_round = gamma * T_D + T_V(gamma) (+ transfers); tokens = Omega(gamma, alpha)
+    problem = Problem(get_model("vicuna-7b"), A100, load_acceptance("alpha:0.6"), context=100)
+    strategy = get_strategy("chain")
+    c = strategy.resolve(problem, StrategyConfig(draft_depth=5))
+    est = strategy.estimate(problem, c)
+    draft = sum(float(step_seconds(get_model("llama-68m"), A100, "gpu", 1, 100 + j)) for j in range(5))
+    verify = float(step_seconds(get_model("vicuna-7b"), A100, "gpu", 6, 100))
+    assert est.step_s == pytest.approx(draft + verify, rel=1e-12)
+    assert est.tokens_per_step == pytest.approx((1 - 0.6 ** 6) / (1 - 0.6))
+
+
+# ---------------------------------------------------------------------- invariants
+def scaled(platform, device: str, bw: float = 1.0, flops: float = 1.0):
+    d = platform.devices[device]
+    new = replace(d, mem_bw_gbps=d.mem_bw_gbps * bw, peak_tflops={k: v * flops for k, v in d.peak_tflops.items()})
+    domains = tuple(replace(m, bw_gbps=m.bw_gbps * bw) if device in m.devices else m for m in platform.memory_domains)
+    return replace(platform, devices={**platform.devices, device: new}, memory_domains=domains)
+
+
+@settings(max_examples=40, deadline=None)
+@given(method=st.sampled_from(CASES), device=st.sampled_from(["gpu", "cpu"]), bw=st.floats(1.0, 10.0),
+       flops=st.floats(1.0, 10.0), context=st.integers(1, 2000))
+def test_more_bandwidth_or_flops_is_never_slower(method, device, bw, flops, context):
+    name, acceptance, config = method
+    acc = load_acceptance(acceptance) if acceptance else None
+    strategy = get_strategy(name)
+    base = Problem(get_model("vicuna-7b"), A100, acc, context=context)
+    fast = replace(base, platform=scaled(A100, device, bw, flops))
+    c = strategy.resolve(base, config)
+    slow_s, fast_s = strategy.estimate(base, c).step_s, strategy.estimate(fast, c).step_s
+    assert fast_s <= slow_s * (1 + 1e-12)
+    eng_slow = simulate(base, name, c, steps=1, op_records=False).engine_step_s
+    eng_fast = simulate(fast, name, c, steps=1, op_records=False).engine_step_s
+    assert eng_fast <= eng_slow * (1 + 1e-12)

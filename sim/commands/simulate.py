@@ -48,7 +48,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     print(f"{summary['steps']} steps ({mode}): {summary['tokens']} tokens, "
           f"{summary['mean_tokens_per_step']:.3f} tokens/step (expected {summary['expected_tokens_per_step']:.3f})")
     print(f"step time: engine {summary['engine_step_s'] * 1e3:.4f} ms, closed form "
-          f"{summary['closed_form_step_s'] * 1e3:.4f} ms, difference {summary['step_diff_pct']:+.3f} %")
+          f"{summary['closed_form_step_s'] * 1e3:.4f} ms, difference {round(summary['step_diff_pct'], 3) + 0.0:+.3f} %")
     print(f"tokens/s:  engine {summary['engine_tokens_per_s']:.3f}, closed form "
           f"{summary['closed_form_tokens_per_s']:.3f}")
     if path:

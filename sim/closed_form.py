@@ -228,3 +228,90 @@ def elementwise_seconds(device: Device, dtype: str, elements, flops_per_element:
     e = np.asarray(elements, dtype=float)
     return count * roofline_arrays(device, dtype, flops_per_element * e, dt_bytes * e * (reads + writes), 0.0,
                                    1.0, 1.0, bw_bytes_per_s)["time_s"]
+
+
+# ---------------------------------------------------------------------- concurrent parts
+def max_min_shares(ceiling, demands) -> np.ndarray:
+    """Max-min fair shares of ``ceiling`` over the last axis of ``demands`` (vectorised
+    :func:`hwmodels.contention.share_bandwidth`): nobody gets more than its demand, the rest is
+    split equally among the unsatisfied."""
+    d = np.asarray(demands, dtype=float)
+    cap = np.broadcast_to(np.asarray(ceiling, dtype=float), d.shape[:-1]).copy()
+    n = d.shape[-1]
+    order = np.argsort(d, axis=-1, kind="stable")
+    sorted_d = np.take_along_axis(d, order, axis=-1)
+    shares_sorted = np.zeros_like(sorted_d)
+    remaining = cap
+    for j in range(n):
+        fair = remaining / (n - j)
+        take = np.minimum(sorted_d[..., j], fair)
+        shares_sorted[..., j] = take
+        remaining = remaining - take
+    out = np.empty_like(d)
+    np.put_along_axis(out, order, shares_sorted, axis=-1)
+    return out
+
+
+def concurrent_seconds(platform: Platform, devices: tuple[str, ...], fixed_s, compute_s, nbytes) -> np.ndarray:
+    """End times of compute parts that start together, one per device, under the engine's fluid
+    contention (:mod:`sim.engine` rule 4), vectorised over leading axes.
+
+    ``devices[i]`` runs part i (distinct devices); ``fixed_s``, ``compute_s``, ``nbytes`` have shape
+    ``[..., n]``. Each part spends ``fixed_s`` without bandwidth, then its body progresses at
+    ``min(1 / compute_s, share / nbytes)``, where shares are recomputed whenever a body starts or
+    ends. This is exactly what the engine does with these tasks, so a strategy whose step is a
+    sequence of such groups separated by barriers (a column split with a sync after each
+    operator) has a closed form equal to its engine time.
+    """
+    if len(set(devices)) != len(devices):
+        raise HetSpecError("concurrent_seconds: one part per device")
+    fixed = np.asarray(fixed_s, dtype=float)
+    comp = np.asarray(compute_s, dtype=float)
+    byt = np.asarray(nbytes, dtype=float)
+    fixed, comp, byt = np.broadcast_arrays(fixed, comp, byt)
+    n = len(devices)
+    if fixed.shape[-1] != n:
+        raise HetSpecError(f"concurrent_seconds: {n} devices but arrays end in {fixed.shape[-1]}")
+    alone = np.array([standalone_bw(platform, d) for d in devices])
+    safe_c = np.where(comp > 0, comp, 1.0)
+    demand = np.where(byt <= 0, 0.0, np.where(comp > 0, np.minimum(alone, byt / safe_c), alone))
+    domains: dict[str, list[int]] = {}
+    for i, d in enumerate(devices):
+        dom = platform.domain_of(d)
+        domains.setdefault(dom.name if dom else f"<own:{d}>", []).append(i)
+    ceilings = {m.name: m.bw_bytes_per_s * m.contention_efficiency for m in platform.memory_domains}
+
+    t = np.zeros(fixed.shape[:-1])
+    wait = fixed.copy()                                   # fixed time still to spend
+    left = np.where((comp > 0) | (byt > 0), 1.0, 0.0)     # body work still to do (fraction)
+    end = np.where((left == 0) & (wait == 0), 0.0, np.nan)
+    for _ in range(2 * n + 1):
+        running = (wait <= 0) & (left > 0)
+        share = np.where(running, demand, 0.0)
+        for name, idx in domains.items():
+            if name not in ceilings or len(idx) < 2:
+                continue
+            sub = share[..., idx]
+            streaming = (sub > 0).sum(axis=-1)
+            fair = max_min_shares(ceilings[name], sub)
+            contended = (streaming >= 2) & (sub.sum(axis=-1) > ceilings[name])
+            share[..., idx] = np.where(contended[..., None], fair, sub)
+        rate = np.full(fixed.shape, np.inf)
+        rate = np.where(comp > 0, 1.0 / safe_c, rate)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rate = np.minimum(rate, np.where(byt > 0, share / np.where(byt > 0, byt, 1.0), np.inf))
+        until = np.where(wait > 0, wait, np.where(left > 0, left / np.where(rate > 0, rate, np.nan), np.inf))
+        step = np.nanmin(np.where(np.isnan(until), np.inf, until), axis=-1)
+        active = np.isfinite(step)
+        if not active.any():
+            break
+        dt = np.where(active, step, 0.0)[..., None]
+        was_waiting = wait > 0
+        wait = np.where(was_waiting, np.maximum(wait - dt, 0.0), wait)
+        progressed = np.where(running, np.maximum(left - rate * dt, 0.0), left)
+        progressed = np.where(running & (progressed <= 1e-12), 0.0, progressed)
+        t = t + dt[..., 0]
+        newly_done = np.isnan(end) & (wait <= 0) & (progressed == 0)
+        end = np.where(newly_done, t[..., None], end)
+        left = progressed
+    return end

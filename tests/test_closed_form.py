@@ -155,3 +155,59 @@ def test_more_bandwidth_or_flops_is_never_slower(method, device, bw, flops, cont
     eng_slow = simulate(base, name, c, steps=1, op_records=False).engine_step_s
     eng_fast = simulate(fast, name, c, steps=1, op_records=False).engine_step_s
     assert eng_fast <= eng_slow * (1 + 1e-12)
+
+
+# ---------------------------------------------------------------------- concurrent parts
+def three_device_platform():
+    from hwmodels.platform import MemoryDomain, Platform
+
+    def dev(name, kind, bw):
+        return Device(name=name, kind=kind, peak_tflops={"fp16": 1.0}, mem_bw_gbps=bw, mem_capacity_gb=16,
+                      bw_efficiency=0.9, compute_efficiency=1.0, op_overhead_us=0.0, token_tile=1,
+                      sparse_attn_efficiency=0.0)
+
+    return Platform("soc", "t", {"cpu": dev("cpu", "cpu", 30.0), "gpu": dev("gpu", "gpu", 50.0),
+                                 "npu": dev("npu", "npu", 20.0)},
+                    memory_domains=(MemoryDomain("dram", ("cpu", "gpu", "npu"), 51.2, 16, 0.85),))
+
+
+@settings(max_examples=80, deadline=None)
+@given(parts=st.lists(st.tuples(st.floats(0, 0.05), st.floats(0, 1.0).map(lambda v: v if v > 1e-9 else 0.0),
+                                st.floats(0, 40.0)), min_size=3, max_size=3),
+       skip=st.integers(0, 3))
+def test_concurrent_seconds_equals_the_engine(parts, skip):
+    from sim.closed_form import concurrent_seconds
+    from sim.engine import run_plans
+    from sim.plan import StepPlan, Task
+
+    plat = three_device_platform()
+    devices = ("cpu", "gpu", "npu")
+    fixed = np.array([p[0] for p in parts])
+    comp = np.array([p[1] for p in parts])
+    nbytes = np.array([p[2] * 1e9 for p in parts])
+    if skip < 3:                     # one part with no work at all
+        fixed[skip] = comp[skip] = nbytes[skip] = 0.0
+    tasks = tuple(Task(f"t{i}", "compute", d, "verify", compute_s=comp[i], nbytes=nbytes[i], fixed_s=fixed[i])
+                  for i, d in enumerate(devices))
+    ends = {r.task.name: r.end_s for r in run_plans(plat, [StepPlan(tasks, tokens_accepted=1)]).task_runs}
+    got = concurrent_seconds(plat, devices, fixed, comp, nbytes)
+    assert np.allclose(got, [ends[f"t{i}"] for i in range(3)], rtol=1e-9, atol=1e-12)
+
+
+def test_concurrent_seconds_is_vectorised_and_max_min_matches_hwmodels():
+    from hwmodels.contention import share_bandwidth
+    from sim.closed_form import concurrent_seconds, max_min_shares
+
+    rng = np.random.default_rng(1)
+    demands = rng.random((50, 4)) * 10
+    ceilings = rng.random(50) * 25
+    shares = max_min_shares(ceilings[:, None][:, 0], demands)
+    for row, cap, got in zip(demands, ceilings, shares):
+        want = share_bandwidth(cap, dict(enumerate(row)))
+        assert np.allclose(got, [want[i] for i in range(4)])
+    plat = three_device_platform()
+    out = concurrent_seconds(plat, ("cpu", "gpu"), rng.random((7, 5, 2)) * 0.01, rng.random((7, 5, 2)),
+                             rng.random((7, 5, 2)) * 1e10)
+    assert out.shape == (7, 5, 2) and np.all(out > 0)
+    with pytest.raises(HetSpecError, match="one part per device"):
+        concurrent_seconds(plat, ("cpu", "cpu"), [0, 0], [1, 1], [0, 0])

@@ -37,8 +37,10 @@ method, and implement:
     The closed form: step latency in seconds and expected tokens per step, without the event
     loop, for a *resolved* config. Where the method's tasks run one after another it must equal
     the engine's step time (tests hold them to 1 %); where tasks overlap or share a memory
-    domain, it may approximate (e.g. ``max`` of the two sides with the static contention of
-    :func:`hwmodels.contention.concurrent_bw`) and the engine is the reference.
+    domain, it may approximate and the engine is the reference. For parts that start together on
+    different devices (a column split between two barriers),
+    :func:`sim.closed_form.concurrent_seconds` gives their end times under the engine's own fluid
+    contention, vectorised, so such a closed form can equal the engine exactly.
 
 ``plan(problem, config, rng=None, per_layer=False) -> StepPlan``
     What the engine runs for ONE decode step of a *resolved* config: tasks on devices / links

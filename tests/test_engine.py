@@ -269,3 +269,16 @@ def test_split_in_a_shared_domain_is_slower_than_in_separate_domains():
     shared = run_plans(plat, [plan]).step_s[0]
     alone = run_plans(separate_domains(plat), [plan]).step_s[0]
     assert shared > alone
+
+
+def test_weights_stream_from_storage_over_the_storage_link():
+    # A100 preset: NVMe 7 GB/s x 0.85, 80 us; loading 1 GB of weights while the GPU computes
+    plat = get_platform("a100-80gb-pcie")
+    load = transfer_task(plat, "storage", "cpu", 1 * GB, "load/w0", phase="load", kind="storage")
+    compute = Task("c", "compute", "gpu", "verify", compute_s=0.05)
+    after = Task("use", "compute", "gpu", "verify", compute_s=0.01, deps=("load/w0", "c"))
+    run = run_plans(plat, [StepPlan((load, compute, after), tokens_accepted=1)])
+    ends = end_times(run)
+    assert ends["load/w0"] == pytest.approx(80e-6 + 1 / (7.0 * 0.85))
+    assert ends["use"] == pytest.approx(ends["load/w0"] + 0.01)
+    assert any(r.phase == "load" and r.device == "nvme" and r.op == "" for r in run.records)

@@ -8,6 +8,7 @@ worked example). Adding a method = writing that module and adding one line below
 from __future__ import annotations
 
 import importlib
+import importlib.util
 
 from hwmodels.errors import HetSpecError
 from sim.methods import method_info, method_names
@@ -44,15 +45,7 @@ def get_strategy(name: str) -> Strategy:
 
 def available_methods() -> tuple[str, ...]:
     """Methods whose strategy module exists, in the order of :mod:`sim.methods`."""
-    out = []
-    for name in method_names():
-        try:
-            importlib.util.find_spec(STRATEGY_MODULES[name])
-        except ModuleNotFoundError:
-            continue
-        if importlib.util.find_spec(STRATEGY_MODULES[name]) is not None:
-            out.append(name)
-    return tuple(out)
+    return tuple(name for name in method_names() if importlib.util.find_spec(STRATEGY_MODULES[name]) is not None)
 
 
 __all__ = ["Estimate", "EstimateArrays", "Knob", "Problem", "Strategy", "StrategyConfig", "STRATEGY_MODULES",

@@ -1,0 +1,106 @@
+"""``chain``: draft-model speculation (Leviathan et al. 2023; Dovetail §II).
+
+Each step the draft proposes γ tokens autoregressively with its own KV cache, and the target
+verifies the root and the γ proposals (γ + 1 positions, causal) in one pass. Greedy: accept the
+longest prefix equal to the target's argmax, then the target's own token. Sampled: lossless
+speculative sampling (:func:`real.speculative_sampling.speculative_sample`).
+
+Draft cache: tokens the draft has not yet seen (the *lag*: the target's token of the last step,
+preceded by the last proposal when all γ were accepted) are fed at the start of the next
+proposal, so the draft's committed prefix always ends right before them. After verification the
+draft keeps the K/V of the lag and of the accepted proposals it fed and drops the rest (its
+pending block is contiguous, so this is a truncation).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from hwmodels.errors import HetSpecError
+from real.decode.common import (Clock, DecodeResult, Sampling, StepLog, check_request, choose_token,
+                                model_device, probs_from_logits, prompt_tensor, require)
+from real.speculative_sampling import speculative_sample
+
+NAME = "chain"
+
+#: Default draft length. Dovetail finds few draft tokens best when the verifier is a CPU
+#: (§II: T_V(γ)/T_T rises sharply with γ); 4 is Leviathan et al.'s mid-range choice (γ ∈ {3, 5, 7}).
+DEFAULT_GAMMA = 4
+
+
+@dataclass(frozen=True)
+class ChainConfig:
+    gamma: int = DEFAULT_GAMMA
+    sampling: Sampling = field(default_factory=Sampling)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.gamma, int) or self.gamma < 1:
+            raise HetSpecError(f"chain: gamma (draft tokens per step) must be an integer >= 1, got {self.gamma!r}")
+
+
+def generate(models, prompt, max_new_tokens: int, config: ChainConfig, clock: Clock,
+             generator: torch.Generator | None = None) -> DecodeResult:
+    target, draft = models.target, require(models, "draft", NAME)
+    cache_len = check_request(models, prompt, max_new_tokens, extra_tokens=config.gamma + 1)
+    sampling = config.sampling
+    log = StepLog(NAME, len(prompt), max_new_tokens, clock)
+    with torch.inference_mode():
+        device = model_device(target)
+        t = clock.now()
+        t_cache, d_cache = target.new_cache(cache_len), draft.new_cache(cache_len)
+        tokens = prompt_tensor(prompt, device)                               # [1, n]
+        logits = target(tokens, t_cache, last_only=True)                     # [1, 1, vocab]
+        t_cache.keep(range(tokens.shape[1]))
+        draft(tokens, d_cache, last_only=True)
+        d_cache.keep(range(tokens.shape[1]))
+        root = int(choose_token(logits[0, -1], sampling, generator))
+        log.prefill_done(root, t)
+        lag = [root]                       # tokens the draft has not fed yet; lag[-1] is the root
+
+        while log.remaining > 0:
+            step = log.step
+            gamma = min(config.gamma, log.remaining - 1)   # the last step needs no more proposals
+            drafts: list[int] = []
+            q_rows = []
+            feed = torch.tensor([lag], dtype=torch.long, device=device)     # [1, m]
+            for _ in range(gamma):
+                t = clock.now()
+                d_logits = draft(feed, d_cache, last_only=True)[0, -1]     # [vocab]
+                if sampling.greedy:
+                    x = d_logits.argmax()
+                else:
+                    q_i = probs_from_logits(d_logits, sampling)
+                    q_rows.append(q_i)
+                    x = torch.multinomial(q_i, 1, generator=generator)[0]
+                drafts.append(int(x))
+                feed = x.view(1, 1)
+                log.draft_passes += 1
+                clock.record(step, "draft", t, clock.now())
+
+            t = clock.now()
+            block = torch.tensor([[lag[-1], *drafts]], dtype=torch.long, device=device)  # [1, g+1]
+            v_logits = target(block, t_cache)[0]                            # [g+1, vocab]
+            if sampling.greedy:
+                best = v_logits.argmax(-1)                                  # [g+1]
+                matches = (best[:gamma] == block[0, 1:]).int()
+                n_acc = int(matches.cumprod(0).sum())
+                nxt = int(best[n_acc])
+            else:
+                p = probs_from_logits(v_logits, sampling)                   # [g+1, vocab]
+                q = torch.stack(q_rows) if q_rows else p[:0]
+                n_acc, nxt = speculative_sample(p, q, block[0, 1:], generator)
+            t_verified = clock.now()
+
+            t_cache.keep(range(n_acc + 1))                                  # root + accepted drafts
+            if gamma == 0:
+                lag = lag + [nxt]
+            else:
+                # fed: the lag, then d_1..d_{g-1}; keep the lag and the accepted ones among those
+                d_cache.keep(range(len(lag) + min(n_acc, gamma - 1)))
+                lag = ([drafts[-1]] if n_acc == gamma else []) + [nxt]
+            kept = log.emit(drafts[:n_acc] + [nxt])
+            clock.record(step, "accept", t_verified, clock.now())
+            log.step_done("verify", t, t_verified, proposed=gamma, accepted=kept)
+    return log.finish()

@@ -1,0 +1,102 @@
+"""Compare decode methods in one run: same prompts, interleaved repeats, medians.
+
+``hetspec run --compare ar,medusa,draft-tree --preset small`` calls :func:`compare`. Each repeat
+runs every method once over all prompts, in an order rotated from repeat to repeat, so slow drifts
+of the shared machine (other processes, thermal state) hit every method alike; the reported
+throughput of a method is the median over repeats, and its speedup is the ratio of medians against
+the first method listed.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from hwmodels.errors import HetSpecError
+from real.run import RunRequest, RunResult, evaluation_prompts, load_models, request_config, run_prompts
+
+
+@dataclass(frozen=True)
+class MethodTiming:
+    method: str
+    config: dict
+    tokens_per_s: tuple[float, ...]          # one per repeat
+    step_s: tuple[float, ...]                # mean decode step time per repeat
+    mean_accepted_per_step: float
+    draft_passes_per_step: float
+    ids: tuple[tuple[int, ...], ...]
+
+    @property
+    def median_tokens_per_s(self) -> float:
+        return statistics.median(self.tokens_per_s)
+
+    @property
+    def median_step_s(self) -> float:
+        return statistics.median(self.step_s)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    baseline: str
+    timings: tuple[MethodTiming, ...]
+    repeats: int
+
+    def speedup(self, method: str) -> float:
+        base = self._get(self.baseline).median_tokens_per_s
+        return self._get(method).median_tokens_per_s / base if base > 0 else 0.0
+
+    def _get(self, method: str) -> MethodTiming:
+        return next(t for t in self.timings if t.method == method)
+
+    def same_tokens(self, method: str) -> bool:
+        """Whether ``method`` generated exactly the baseline's tokens on every prompt."""
+        return self._get(method).ids == self._get(self.baseline).ids
+
+    def to_json(self) -> dict:
+        return {
+            "baseline": self.baseline, "repeats": self.repeats,
+            "methods": [{
+                "method": t.method, "config": t.config,
+                "median_tokens_per_s": t.median_tokens_per_s, "tokens_per_s": list(t.tokens_per_s),
+                "median_step_ms": t.median_step_s * 1e3,
+                "mean_accepted_per_step": t.mean_accepted_per_step,
+                "draft_passes_per_step": t.draft_passes_per_step,
+                "speedup": self.speedup(t.method), "same_tokens_as_baseline": self.same_tokens(t.method),
+            } for t in self.timings],
+        }
+
+    def table(self) -> str:
+        lines = [f"{'method':<11} {'tok/s':>8} {'speedup':>8} {'step ms':>8} {'tok/step':>9} "
+                 f"{'draft/step':>10}  same tokens as {self.baseline}"]
+        for t in self.timings:
+            lines.append(f"{t.method:<11} {t.median_tokens_per_s:8.1f} {self.speedup(t.method):7.2f}x "
+                         f"{t.median_step_s * 1e3:8.2f} {t.mean_accepted_per_step:9.2f} "
+                         f"{t.draft_passes_per_step:10.2f}  {'yes' if self.same_tokens(t.method) else 'no'}")
+        return "\n".join(lines)
+
+
+def compare(requests: list[RunRequest], repeats: int = 3, progress: bool = True) -> Comparison:
+    """Time every request's method on the same evaluation prompts, ``repeats`` interleaved times."""
+    if repeats < 1:
+        raise HetSpecError(f"--repeats must be >= 1, got {repeats}")
+    first = requests[0]
+    models = load_models(first.preset, progress)
+    prompts = evaluation_prompts(models, first)
+    configs = [request_config(r, models) for r in requests]
+    runs: list[list[RunResult]] = [[] for _ in requests]
+    for rep in range(repeats):
+        order = [(rep + i) % len(requests) for i in range(len(requests))]
+        for i in order:
+            runs[i].append(run_prompts(models, requests[i].method, configs[i], prompts,
+                                       first.max_new_tokens, seed=first.seed, warmup=rep == 0))
+    timings = []
+    for request, results in zip(requests, runs):
+        last = results[-1]
+        timings.append(MethodTiming(
+            method=request.method, config=last.config,
+            tokens_per_s=tuple(r.tokens_per_s for r in results),
+            step_s=tuple(r.decode_s / r.steps for r in results),
+            mean_accepted_per_step=last.mean_accepted_per_step,
+            draft_passes_per_step=sum(x.draft_passes for x in last.results) / last.steps,
+            ids=tuple(x.ids for x in last.results)))
+    return Comparison(baseline=requests[0].method, timings=tuple(timings), repeats=repeats)

@@ -1,0 +1,98 @@
+"""``hetspec run``: decode evaluation prompts with one method on the demo models (or compare several)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+METHODS = ("ar", "chain", "draft-tree", "medusa")
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "run", help="decode evaluation prompts with a method on the demo models",
+        description="Decode held-out evaluation prompts of the demo corpus with one decode method "
+                    "(greedy unless --temperature > 0) and report tokens/s and tokens per step; "
+                    "--compare times several methods in one interleaved run.")
+    p.add_argument("--method", default=None, metavar="M",
+                   help=f"decode method: {', '.join(METHODS)} (required unless --compare)")
+    p.add_argument("--compare", default=None, metavar="M1,M2,...",
+                   help="time these methods on the same prompts in interleaved repeats; speedups "
+                        "are ratios of median tokens/s against the first")
+    p.add_argument("--repeats", type=int, default=3, help="repeats per method with --compare (default 3)")
+    p.add_argument("--preset", default="tiny", help="demo model preset: tiny or small (default tiny)")
+    p.add_argument("--width", type=int, default=None,
+                   help="medusa: tokens verified per step (greedy tree from measured head accuracies); "
+                        "draft-tree: max tree tokens (default 16)")
+    p.add_argument("--depth", type=int, default=None, help="medusa / draft-tree: max tree depth")
+    p.add_argument("--gamma", type=int, default=None, help="chain: draft tokens per step (default 4)")
+    p.add_argument("--tree", dest="tree_file", default=None, metavar="FILE",
+                   help='medusa: JSON file of choice paths, e.g. [[0], [0, 0], [1]]')
+    p.add_argument("--temperature", type=float, default=0.0,
+                   help="0 = greedy (default); > 0 samples (ar, chain: lossless; medusa: typical acceptance)")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling for ar and chain (default 1)")
+    p.add_argument("--prompts", type=int, default=4, help="evaluation prompts (default 4)")
+    p.add_argument("--prompt-tokens", type=int, default=64, help="tokens per prompt (default 64)")
+    p.add_argument("--max-new-tokens", type=int, default=64, help="tokens generated per prompt (default 64)")
+    p.add_argument("--seed", type=int, default=0, help="prompt selection and sampling seed (default 0)")
+    p.add_argument("--trace", default=None, metavar="FILE", help="write the per-step trace (.csv, .jsonl, .json)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a summary")
+    p.set_defaults(func=handle)
+
+
+def _request(args, method: str, only_applicable: bool):
+    from real.run_request import METHOD_KNOBS, RunRequest, check_trace_path
+
+    check_trace_path(args.trace)
+    knobs = {k: getattr(args, k) for k in ("width", "depth", "gamma", "tree_file")}
+    if only_applicable:
+        knobs = {k: v for k, v in knobs.items() if k in METHOD_KNOBS[method]}
+    return RunRequest(method=method, preset=args.preset, temperature=args.temperature, top_p=args.top_p,
+                      prompts=args.prompts, prompt_tokens=args.prompt_tokens,
+                      max_new_tokens=args.max_new_tokens, seed=args.seed, **knobs)
+
+
+def handle(args: argparse.Namespace) -> int:
+    from hwmodels.errors import HetSpecError
+
+    if (args.method is None) == (args.compare is None):
+        raise HetSpecError("give exactly one of --method M or --compare M1,M2,...")
+    if args.compare is not None:
+        return _handle_compare(args)
+    request = _request(args, args.method, only_applicable=False)   # validated before torch loads
+    from real.run import run_demo
+
+    result, info = run_demo(request, trace=args.trace, progress=not args.json)
+    if args.json:
+        print(json.dumps({**info, **result.to_json()}))
+        return 0
+    print(f"{result.method} on {info['prompts']} evaluation prompts of the {info['preset']} demo models, "
+          f"{info['max_new_tokens']} new tokens each")
+    print(f"  tokens/s        {result.tokens_per_s:.1f}  (decode {result.decode_s:.3f} s, "
+          f"prefill {result.prefill_s:.3f} s)")
+    print(f"  tokens/step     {result.mean_accepted_per_step:.2f}  ({result.steps} steps)")
+    if args.trace:
+        print(f"  trace           {args.trace}")
+    return 0
+
+
+def _handle_compare(args: argparse.Namespace) -> int:
+    from hwmodels.errors import HetSpecError
+    from real.run_request import parse_methods
+
+    if args.trace:
+        raise HetSpecError("--trace records one method; it does not combine with --compare")
+    methods = parse_methods(args.compare)
+    requests = [_request(args, m, only_applicable=True) for m in methods]
+    from real.benchmark import compare
+
+    comparison = compare(requests, repeats=args.repeats, progress=not args.json)
+    if args.json:
+        print(json.dumps({"preset": args.preset, "prompts": args.prompts, "prompt_tokens": args.prompt_tokens,
+                          "max_new_tokens": args.max_new_tokens, "seed": args.seed,
+                          **comparison.to_json()}))
+    else:
+        print(f"{args.prompts} evaluation prompts x {args.max_new_tokens} new tokens, {args.preset} demo models, "
+              f"median of {args.repeats} interleaved repeats")
+        print(comparison.table())
+    return 0

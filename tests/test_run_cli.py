@@ -1,0 +1,46 @@
+"""``hetspec run`` and ``hetspec profile-acceptance`` from a subprocess: bad values exit 2 with one line."""
+
+from __future__ import annotations
+
+import pytest
+
+from cli_runner import run_cli
+
+
+@pytest.mark.parametrize("args,message", [
+    (["run", "--method", "beam"], "unknown method 'beam'; valid: ar, chain, draft-tree, medusa"),
+    (["run", "--method", "medusa", "--width", "0"], "--width must be >= 1, got 0"),
+    (["run", "--method", "draft-tree", "--width", "1"], "draft-tree needs --width >= 2"),
+    (["run", "--method", "chain", "--gamma", "0"], "--gamma must be >= 1, got 0"),
+    (["run", "--method", "ar", "--temperature", "-0.5"], "temperature must be >= 0, got -0.5"),
+    (["run", "--method", "ar", "--top-p", "1.5"], "top-p must be in (0, 1], got 1.5"),
+    (["run", "--method", "ar", "--prompts", "0"], "--prompts must be >= 1, got 0"),
+    (["run", "--method", "ar", "--max-new-tokens", "0"], "--max-new-tokens must be >= 1, got 0"),
+    (["run", "--method", "medusa", "--gamma", "3"], "--gamma does not apply to method medusa"),
+    (["run", "--method", "ar", "--width", "4"], "--width does not apply to method ar"),
+    (["run", "--method", "draft-tree", "--temperature", "0.7"], "draft-tree verifies greedily"),
+    (["run", "--method", "medusa", "--tree", "/no/such/tree.json"], "tree file /no/such/tree.json does not exist"),
+    (["run", "--method", "ar", "--trace", "out.txt"], "suffix must be .csv, .jsonl or .json"),
+    (["run"], "give exactly one of --method M or --compare M1,M2,..."),
+    (["run", "--compare", "ar"], "--compare needs at least two methods"),
+    (["run", "--compare", "ar,beam"], "unknown method 'beam'"),
+    (["profile-acceptance", "--out", "profile.txt"], "an acceptance profile is a .json file"),
+    (["profile-acceptance", "--out", "p.json", "--max-new-tokens", "1"], "--max-new-tokens must be >= 2, got 1"),
+])
+def test_bad_values_fail_with_one_clear_line(args, message):
+    proc = run_cli(*args)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert lines == [f"hetspec: error: {message}"] or (len(lines) == 1 and message in lines[0])
+    assert "Traceback" not in proc.stderr
+
+
+def test_bad_tree_file_names_the_problem(tmp_path):
+    bad = tmp_path / "tree.json"
+    bad.write_text("[[0], [1, 1]]")
+    proc = run_cli("run", "--method", "medusa", "--tree", str(bad))
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"hetspec: error: tree file {bad}: tree choice [1, 1] has no parent path [1] in the list"
+    bad.write_text("{not json")
+    proc = run_cli("run", "--method", "medusa", "--tree", str(bad))
+    assert proc.returncode == 2 and "not valid JSON" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1

@@ -1,0 +1,31 @@
+"""``hetspec train-demo``: train (or reuse) the demo models of a preset and print their summary."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "train-demo", help="train the demo models on the Python standard library (cached)",
+        description="Train the demo target, draft and Medusa heads of a preset on this Python's "
+                    "standard library, or reuse them from the cache ($HETSPEC_CACHE_DIR/demo/<preset>, "
+                    "default: the per-user cache folder), then print the cache folder and the summary.")
+    p.add_argument("--preset", default="small", help="demo preset: tiny or small (default small)")
+    p.add_argument("--force", action="store_true", help="retrain even when the cache is valid")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(func=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    from real.demo import get_recipe, load_demo, summary_markdown
+
+    get_recipe(args.preset)  # an unknown preset fails before torch starts any work
+    demo = load_demo(args.preset, force=args.force, progress=True)
+    if args.json:
+        print(json.dumps(demo.summary, indent=2))
+    else:
+        print(f"cache: {demo.folder}\n")
+        print(summary_markdown(demo.summary))
+    return 0

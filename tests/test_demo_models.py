@@ -1,0 +1,152 @@
+"""Demo presets: training, the cache (reuse, fingerprint, force), the summary, the CLI."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import replace
+
+import pytest
+import torch
+
+from cli_runner import run_cli
+from hwmodels.errors import UnknownNameError
+from real import demo
+from real.demo import DEMO_PRESETS, cache_folder, cache_root, load_demo, with_steps
+
+
+def _same_weights(a: torch.nn.Module, b: torch.nn.Module) -> bool:
+    sa, sb = a.state_dict(), b.state_dict()
+    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+#: A few steps of every phase of the tiny recipe: exercises the whole pipeline in seconds.
+MICRO = replace(with_steps(DEMO_PRESETS["tiny"], 0.05, name="micro"), tokenizer_chars=200_000,
+                corpus_chars=300_000, distill_prompts=16, eval_prompts=4)
+
+
+@pytest.fixture()
+def count_trainings(monkeypatch):
+    calls = []
+    real_train = demo.train_demo
+
+    def counting(recipe, folder, progress=True):
+        calls.append(recipe.name)
+        return real_train(recipe, folder, progress)
+
+    monkeypatch.setattr(demo, "train_demo", counting)
+    return calls
+
+
+def test_tiny_demo_files_and_summary(tiny_demo):
+    folder = tiny_demo.folder
+    assert folder == cache_folder("tiny")
+    for rel in ("tokenizer.json", "target/config.json", "target/model.safetensors", "draft/config.json",
+                "draft/model.safetensors", "medusa/medusa_config.json", "medusa/medusa_heads.safetensors",
+                "summary.json", "summary.md"):
+        assert (folder / rel).is_file(), rel
+    s = tiny_demo.summary
+    assert s["fingerprint"] == DEMO_PRESETS["tiny"].fingerprint()
+    assert s["params"]["target"] == sum(p.numel() for p in tiny_demo.target.parameters())
+    assert s["params"]["draft"] < s["params"]["target"]
+    assert tiny_demo.target.spec.vocab == tiny_demo.tokenizer.vocab_size == s["vocab"]
+    assert tiny_demo.heads.n_heads == DEMO_PRESETS["tiny"].medusa_heads
+    topk = s["medusa_topk_accuracy"]
+    assert len(topk) == tiny_demo.heads.n_heads and all(len(row) == 10 for row in topk)
+    for row, ranks in zip(topk, s["medusa_rank_accuracy"]):
+        assert all(a <= b + 1e-9 for a, b in zip(row, row[1:]))          # top-i is cumulative
+        assert sum(ranks) == pytest.approx(row[-1])
+    assert "target" in (folder / "summary.md").read_text()
+    assert set(s["train_time_s"]) >= {"target_s", "draft_s", "heads_s", "total_s"}
+
+
+def test_tiny_demo_makes_acceptance_non_trivial(tiny_demo):
+    s = tiny_demo.summary
+    vocab = s["vocab"]
+    assert s["target_eval_perplexity"] < vocab / 4                      # learned far beyond uniform
+    assert s["draft_greedy_agreement"] > 0.3
+    # trained heads beat the untrained ones (which repeat the LM head's prediction)
+    assert s["medusa_topk_accuracy"][0][0] > s["medusa_untrained_top1"][0] + 0.1
+    assert s["medusa_topk_accuracy"][0][0] > 0.25
+
+
+def test_tiny_demo_models_are_ready_for_inference(tiny_demo):
+    assert not tiny_demo.target.training and not tiny_demo.heads.training
+    assert all(not p.requires_grad for p in tiny_demo.target.parameters())
+    ids = tiny_demo.tokenizer.encode("def main():\n    return 0\n")
+    with torch.inference_mode():
+        logits, hidden = tiny_demo.target(torch.tensor([ids]), return_hidden=True)
+        heads = tiny_demo.heads(hidden)
+    assert heads.shape == (tiny_demo.heads.n_heads, 1, len(ids), tiny_demo.target.spec.vocab)
+
+
+def test_second_load_comes_from_the_cache(tiny_demo, count_trainings):
+    start = time.perf_counter()
+    again = load_demo("tiny", progress=False)
+    elapsed = time.perf_counter() - start
+    assert count_trainings == []
+    assert elapsed < 10.0
+    assert _same_weights(again.target, tiny_demo.target)
+    assert _same_weights(again.draft, tiny_demo.draft)
+    assert _same_weights(again.heads, tiny_demo.heads)
+    assert again.summary == tiny_demo.summary
+
+
+def test_cache_reuse_force_and_stale_fingerprint(demo_cache_dir, count_trainings):
+    first = load_demo(MICRO, progress=False)
+    assert count_trainings == ["micro"]
+    second = load_demo(MICRO, progress=False)
+    assert count_trainings == ["micro"]                                   # reused
+    assert _same_weights(first.target, second.target)
+    forced = load_demo(MICRO, force=True, progress=False)
+    assert count_trainings == ["micro", "micro"]                          # retrained
+    assert _same_weights(first.target, forced.target)                     # seeded: same weights again
+    assert _same_weights(first.heads, forced.heads)
+    summary_file = cache_folder(MICRO) / "summary.json"
+    summary = json.loads(summary_file.read_text())
+    summary["fingerprint"] = "stale"
+    summary_file.write_text(json.dumps(summary))
+    load_demo(MICRO, progress=False)
+    assert count_trainings == ["micro", "micro", "micro"]                 # stale cache retrained
+    leftovers = [p.name for p in cache_folder(MICRO).parent.iterdir() if p.name.startswith(".")]
+    assert leftovers == []                                                # no temporary folders left
+
+
+def test_fingerprint_changes_with_the_recipe():
+    tiny = DEMO_PRESETS["tiny"]
+    assert tiny.fingerprint() == DEMO_PRESETS["tiny"].fingerprint()
+    assert replace(tiny, seed=1).fingerprint() != tiny.fingerprint()
+    assert with_steps(tiny, 0.5).fingerprint() != tiny.fingerprint()
+    assert DEMO_PRESETS["small"].fingerprint() != tiny.fingerprint()
+
+
+def test_cache_root_from_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("HETSPEC_CACHE_DIR", str(tmp_path))
+    assert cache_root() == tmp_path
+    assert cache_folder("small") == tmp_path / "demo" / "small"
+    monkeypatch.delenv("HETSPEC_CACHE_DIR")
+    assert cache_root().name == "hetspec"
+
+
+def test_unknown_preset():
+    with pytest.raises(UnknownNameError, match="unknown demo preset 'huge'; valid: small, tiny"):
+        load_demo("huge")
+
+
+def test_cli_prints_the_cached_summary(tiny_demo, demo_cache_dir):
+    proc = run_cli("train-demo", "--preset", "tiny", "--json", env={"HETSPEC_CACHE_DIR": demo_cache_dir})
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["fingerprint"] == tiny_demo.summary["fingerprint"]
+    assert out["folder"] == str(tiny_demo.folder)
+    proc = run_cli("train-demo", "--preset", "tiny", env={"HETSPEC_CACHE_DIR": demo_cache_dir})
+    assert proc.returncode == 0
+    assert proc.stdout.startswith(f"cache: {tiny_demo.folder}")
+    assert "Medusa head top-i accuracy" in proc.stdout
+
+
+def test_cli_bad_preset_is_one_line_exit_2(tmp_path):
+    proc = run_cli("train-demo", "--preset", "huge", env={"HETSPEC_CACHE_DIR": str(tmp_path)})
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "hetspec: error: unknown demo preset 'huge'; valid: small, tiny"
+    assert not (tmp_path / "demo").exists()

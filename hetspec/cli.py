@@ -22,6 +22,9 @@ COMMAND_MODULES: tuple[str, ...] = (
     "sim.commands.predict",
     "sim.commands.simulate",
     "sim.commands.sweep",
+    "sim.commands.reproduce",
+    "real.commands.run",
+    "real.commands.profile_acceptance",
     "real.commands.train_demo",
 )
 

@@ -298,7 +298,7 @@ def concurrent_seconds(platform: Platform, devices: tuple[str, ...], fixed_s, co
             share[..., idx] = np.where(contended[..., None], fair, sub)
         rate = np.full(fixed.shape, np.inf)
         rate = np.where(comp > 0, 1.0 / safe_c, rate)
-        with np.errstate(divide="ignore", invalid="ignore"):
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             rate = np.minimum(rate, np.where(byt > 0, share / np.where(byt > 0, byt, 1.0), np.inf))
         until = np.where(wait > 0, wait, np.where(left > 0, left / np.where(rate > 0, rate, np.nan), np.inf))
         step = np.nanmin(np.where(np.isnan(until), np.inf, until), axis=-1)
@@ -308,7 +308,10 @@ def concurrent_seconds(platform: Platform, devices: tuple[str, ...], fixed_s, co
         dt = np.where(active, step, 0.0)[..., None]
         was_waiting = wait > 0
         wait = np.where(was_waiting, np.maximum(wait - dt, 0.0), wait)
-        progressed = np.where(running, np.maximum(left - rate * dt, 0.0), left)
+        # a body whose remaining time is the step ends now (exactly, even at an infinite rate)
+        finishing = running & (until <= dt * (1.0 + 1e-12))
+        with np.errstate(invalid="ignore"):
+            progressed = np.where(running, np.where(finishing, 0.0, np.maximum(left - rate * dt, 0.0)), left)
         progressed = np.where(running & (progressed <= 1e-12), 0.0, progressed)
         t = t + dt[..., 0]
         newly_done = np.isnan(end) & (wait <= 0) & (progressed == 0)

@@ -24,6 +24,8 @@ from sim.strategies.base import Problem
 
 #: Columns that say which problem a row belongs to (first in the table).
 PROBLEM_COLUMNS = ("model", "platform", "acceptance", "context", "batch")
+#: Configurations per problem whose partition ratio a sweep refines beyond the grid.
+SWEEP_REFINE_TOP = 1
 #: Methods that use no acceptance model (run once per problem, acceptance column empty).
 NO_ACCEPTANCE_METHODS = ("ar", "offload")
 
@@ -40,8 +42,12 @@ class SweepResult:
 
 def sweep(models: Sequence[str], platforms: Sequence[str], methods: Sequence[str], acceptances: Sequence[str] = (),
           contexts: Sequence[int] = (256,), batches: Sequence[int] = (1,), space: Mapping[str, Any] | None = None,
-          progress: bool = True, refine: bool = True) -> SweepResult:
-    """Evaluate every configuration; ``space`` narrows or widens knobs as in :func:`sim.optimizer.optimize`."""
+          progress: bool = True, refine: bool = True, refine_top: int = SWEEP_REFINE_TOP) -> SweepResult:
+    """Evaluate every configuration; ``space`` narrows or widens knobs as in :func:`sim.optimizer.optimize`.
+
+    A partition ratio is evaluated on the optimizer's grid for every configuration and refined for
+    the ``refine_top`` best of each problem (a sweep is for maps; ``predict`` refines more).
+    """
     import pandas as pd
     from tqdm import tqdm
 
@@ -67,7 +73,7 @@ def sweep(models: Sequence[str], platforms: Sequence[str], methods: Sequence[str
                 problem = Problem(model=model, platform=platform, acceptance=acc, context=int(context), batch=int(batch))
                 label = f"{model.name} / {platform.name} / {method} / {acc.name if acc else '-'} / s={context} b={batch}"
                 try:
-                    cols, _, _, _ = evaluate_space(problem, method, space, refine=refine)
+                    cols, _, _, _ = evaluate_space(problem, method, space, refine=refine, refine_top=refine_top)
                 except HetSpecError as exc:
                     skipped.append((label, str(exc)))
                     continue

@@ -173,7 +173,7 @@ def three_device_platform():
 
 @settings(max_examples=80, deadline=None)
 @given(parts=st.lists(st.tuples(st.floats(0, 0.05), st.floats(0, 1.0).map(lambda v: v if v > 1e-9 else 0.0),
-                                st.floats(0, 40.0)), min_size=3, max_size=3),
+                                st.floats(0, 40.0).map(lambda v: v if v > 1e-9 else 0.0)), min_size=3, max_size=3),
        skip=st.integers(0, 3))
 def test_concurrent_seconds_equals_the_engine(parts, skip):
     from sim.closed_form import concurrent_seconds

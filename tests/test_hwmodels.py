@@ -15,6 +15,8 @@ from hwmodels.loader import builtin_preset_dir, get_platform, load_platform_file
 from sim.model_spec import ModelSpec, get_model, load_hf_config
 
 REFERENCE = builtin_preset_dir() / "a100-80gb-pcie.toml"
+A100_TOKEN_TILE_LINE = next(line + "\n" for line in REFERENCE.read_text().splitlines()
+                            if line.startswith("token_tile = "))
 
 
 def _broken(tmp_path: Path, old: str, new: str, count: int = 1) -> Path:
@@ -31,7 +33,7 @@ BAD_FILES = [
     ('mem_bw_gbps = { value = 1935.0', 'mem_bw_gbps = { value = 0', "devices.gpu.mem_bw_gbps", "must be > 0"),
     ('fp32 = { value = 19.5', 'fp99 = { value = 19.5', "devices.gpu.peak_tflops.fp99", "unknown dtype"),
     ('dst = "gpu"', 'dst = "tpu"', "links[0].dst", "link to unknown device 'tpu'"),
-    ('token_tile = { value = 16, source = "Tensor-core MMA fragment M = 16 (PTX ISA mma.sync.m16n8k16)" }\n', '',
+    (A100_TOKEN_TILE_LINE, '',
      "devices.gpu.token_tile", "missing field"),
     ('source = "NVIDIA A100 datasheet: 108 SMs"', 'source = ""', "devices.gpu.cores", "missing source"),
     ('bw_efficiency = { value = 0.67', 'bw_efficiency = { value = 1.5', "devices.gpu.bw_efficiency", "fraction"),

@@ -151,13 +151,15 @@ def test_memory_bound_decode_becomes_compute_bound_with_many_tokens():
 
 def test_tile_quantization_makes_latency_rise_in_steps():
     model = get_model("llama2-7b")
-    # ~1000 tokens make the MLP compute-bound; 1009..1024 tokens fill the same 64 tiles of 16 rows
-    t = {q: price_step(build_step_graph(model, q, 0), GPU).time_of("gate_proj") for q in (1008, 1009, 1024, 1025)}
-    assert t[1009] == pytest.approx(t[1024]) and t[1008] < t[1009] and t[1024] < t[1025]
-    # compute time: 65 tiles instead of 64 for one more token
+    tile = GPU.token_tile
+    # ~900+ tokens make the MLP compute-bound; 1024 - tile + 1 .. 1024 tokens fill the same tiles
+    lo, first = 1024 - tile, 1024 - tile + 1
+    t = {q: price_step(build_step_graph(model, q, 0), GPU).time_of("gate_proj") for q in (lo, first, 1024, 1025)}
+    assert t[first] == pytest.approx(t[1024]) and t[lo] < t[first] and t[1024] < t[1025]
+    # compute time: one more tile for one more token
     compute = {q: next(p for p in price_step(build_step_graph(model, q, 0), GPU).ops
                        if p.op.name == "gate_proj").timing.compute_s for q in (1024, 1025)}
-    assert compute[1025] / compute[1024] == pytest.approx(65 / 64)
+    assert compute[1025] / compute[1024] == pytest.approx((1024 // tile + 1) / (1024 // tile))
 
 
 # ---------------------------------------------------------------------- CLI

@@ -68,6 +68,13 @@ def heads_seconds(problem: Problem, device: str, width: int, n_heads: int) -> fl
                       for op in head_ops(problem.model, width * problem.batch, n_heads)), 0.0))
 
 
+def heads_run(config: StrategyConfig) -> int:
+    """Heads computed per step: option ``medusa_heads`` (e.g. 5: Medusa's reference code runs every
+    head of the model each step, whatever the tree uses), else the tree's depth."""
+    heads = config.option("medusa_heads")
+    return int(heads) if heads is not None else config.tree.depth
+
+
 def tree_capacity(ranks: int, depth: int) -> int:
     """Tokens of the full tree with ``ranks`` children per node and ``depth`` levels, root included."""
     return 1 + sum(ranks ** d for d in range(1, depth + 1))
@@ -97,6 +104,7 @@ class MedusaStrategy(Strategy):
         "draft_depth": "tree depth budget = Medusa heads used (0: no cap for greedy)",
         "tree_shape": "greedy | dp (optimal under size and depth budgets) | medusa-list | cartesian",
         "device": "device running the target and the heads",
+        "medusa_heads": "option: heads computed per step (default: the tree depth; Medusa's reference code runs all)",
     }
 
     # ------------------------------------------------------------------ search space
@@ -126,6 +134,10 @@ class MedusaStrategy(Strategy):
         if tree is None:
             tree, shape = self._build_tree(acc_model, config)
         acc_model.check_tree(tree)
+        heads = config.option("medusa_heads")
+        if heads is not None and (isinstance(heads, bool) or not isinstance(heads, (int, np.integer))
+                                  or heads < tree.depth):
+            raise HetSpecError(f"option medusa_heads must be an integer >= the tree depth {tree.depth} (got {heads!r})")
         return replace(config, tree=tree, tree_shape=shape, tree_width=tree.size, draft_depth=tree.depth,
                        partition_ratio=None, draft_device=None, draft_model=None)
 
@@ -157,7 +169,7 @@ class MedusaStrategy(Strategy):
         tree = config.tree
         verify = float(step_seconds(problem.model, problem.platform, config.device, tree.size, problem.context,
                                     problem.batch, tree.mask_density))
-        heads = heads_seconds(problem, config.device, tree.size, tree.depth)
+        heads = heads_seconds(problem, config.device, tree.size, heads_run(config))
         tokens = problem.acceptance.tree_tokens(tree)
         return Estimate(step_s=verify + heads, tokens_per_step=tokens, proposed_per_step=tree.size - 1,
                         breakdown={"verify": verify, "heads": heads})
@@ -170,7 +182,7 @@ class MedusaStrategy(Strategy):
         for device in sorted({c.device for c in configs}):
             idx = np.array([i for i, c in enumerate(configs) if c.device == device])
             q = np.array([configs[i].tree.size for i in idx])
-            depth = np.array([configs[i].tree.depth for i in idx])
+            depth = np.array([heads_run(configs[i]) for i in idx])
             dens = np.array([configs[i].tree.mask_density for i in idx])
             step[idx] = (step_seconds(problem.model, problem.platform, device, q, problem.context, problem.batch, dens)
                          + heads_seconds_many(problem, device, q, depth))
@@ -182,7 +194,7 @@ class MedusaStrategy(Strategy):
         tree = config.tree
         graph = build_step_graph(problem.model, tree.size, problem.context, problem.batch, tree=tree)
         tasks = graph_tasks(graph, problem.platform, config.device, "verify", "verify", per_layer=per_layer)
-        tasks += ops_tasks(head_ops(problem.model, tree.size * problem.batch, tree.depth), problem.platform,
+        tasks += ops_tasks(head_ops(problem.model, tree.size * problem.batch, heads_run(config)), problem.platform,
                            config.device, graph.dtype, "heads", "draft", deps=(tasks[-1].name,))
         acc_model = problem.acceptance
         accepted = acc_model.tree_tokens(tree) if rng is None else acc_model.sample_tree_tokens(tree, rng)

@@ -13,7 +13,8 @@ import statistics
 from dataclasses import dataclass
 
 from hwmodels.errors import HetSpecError
-from real.run import RunRequest, RunResult, evaluation_prompts, load_models, request_config, run_prompts
+from real.run import (RunRequest, RunResult, evaluation_prompts, load_models, request_config, run_prompts,
+                      torch_threads)
 
 
 @dataclass(frozen=True)
@@ -84,11 +85,12 @@ def compare(requests: list[RunRequest], repeats: int = 3, progress: bool = True)
     prompts = evaluation_prompts(models, first)
     configs = [request_config(r, models) for r in requests]
     runs: list[list[RunResult]] = [[] for _ in requests]
-    for rep in range(repeats):
-        order = [(rep + i) % len(requests) for i in range(len(requests))]
-        for i in order:
-            runs[i].append(run_prompts(models, requests[i].method, configs[i], prompts,
-                                       first.max_new_tokens, seed=first.seed, warmup=rep == 0))
+    with torch_threads(first.threads):
+        for rep in range(repeats):
+            order = [(rep + i) % len(requests) for i in range(len(requests))]
+            for i in order:
+                runs[i].append(run_prompts(models, requests[i].method, configs[i], prompts,
+                                           first.max_new_tokens, seed=first.seed, warmup=rep == 0))
     timings = []
     for request, results in zip(requests, runs):
         last = results[-1]

@@ -41,9 +41,12 @@ class RunRequest:
     prompt_tokens: int = 64
     max_new_tokens: int = 64
     seed: int = 0
+    threads: int | None = None    # torch intra-op threads while decoding (None: torch's default)
 
     def __post_init__(self) -> None:
         check_method(self.method)
+        if self.threads is not None and self.threads < 1:
+            raise HetSpecError(f"--threads must be >= 1, got {self.threads}")
         for name in ("width", "depth", "gamma"):
             value = getattr(self, name)
             if value is not None and value < 1:

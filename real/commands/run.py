@@ -35,6 +35,8 @@ def register(subparsers) -> None:
     p.add_argument("--prompt-tokens", type=int, default=64, help="tokens per prompt (default 64)")
     p.add_argument("--max-new-tokens", type=int, default=64, help="tokens generated per prompt (default 64)")
     p.add_argument("--seed", type=int, default=0, help="prompt selection and sampling seed (default 0)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch threads while decoding (default: torch's; use 1 on a machine shared with other jobs)")
     p.add_argument("--trace", default=None, metavar="FILE", help="write the per-step trace (.csv, .jsonl, .json)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a summary")
     p.set_defaults(func=handle)
@@ -49,7 +51,7 @@ def _request(args, method: str, only_applicable: bool):
         knobs = {k: v for k, v in knobs.items() if k in METHOD_KNOBS[method]}
     return RunRequest(method=method, preset=args.preset, temperature=args.temperature, top_p=args.top_p,
                       prompts=args.prompts, prompt_tokens=args.prompt_tokens,
-                      max_new_tokens=args.max_new_tokens, seed=args.seed, **knobs)
+                      max_new_tokens=args.max_new_tokens, seed=args.seed, threads=args.threads, **knobs)
 
 
 def handle(args: argparse.Namespace) -> int:
@@ -89,10 +91,11 @@ def _handle_compare(args: argparse.Namespace) -> int:
     comparison = compare(requests, repeats=args.repeats, progress=not args.json)
     if args.json:
         print(json.dumps({"preset": args.preset, "prompts": args.prompts, "prompt_tokens": args.prompt_tokens,
-                          "max_new_tokens": args.max_new_tokens, "seed": args.seed,
+                          "max_new_tokens": args.max_new_tokens, "seed": args.seed, "threads": args.threads,
                           **comparison.to_json()}))
     else:
+        threads = f"{args.threads} thread(s)" if args.threads else "torch's default threads"
         print(f"{args.prompts} evaluation prompts x {args.max_new_tokens} new tokens, {args.preset} demo models, "
-              f"median of {args.repeats} interleaved repeats")
+              f"{threads}, median of {args.repeats} interleaved repeats")
         print(comparison.table())
     return 0

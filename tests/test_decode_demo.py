@@ -1,0 +1,134 @@
+"""The decode methods on the trained ``tiny`` demo models (the ``tiny_demo`` session fixture):
+greedy speculative output equals greedy ``ar`` on evaluation prompts, the acceptance profile, and
+``hetspec run`` / ``hetspec profile-acceptance`` end to end."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from cli_runner import run_cli
+from real.acceptance import MAX_PROFILE_WIDTH, PROFILE_RANKS, measure_profile
+from real.corpus import prompts as corpus_prompts
+from real.decode.ar import ArConfig
+from real.decode.chain import ChainConfig
+from real.decode.draft_tree import DraftTreeConfig
+from real.decode.medusa import MedusaConfig
+from real.run import run_prompts
+from sim.acceptance_profile import AcceptanceProfile
+from sim.trace import read_trace, summarize
+from sim.tree import TokenTree
+
+PROMPTS, PROMPT_TOKENS, NEW_TOKENS = 3, 32, 32
+
+
+@pytest.fixture(scope="module")
+def demo(tiny_demo):
+    for model in (tiny_demo.target, tiny_demo.draft, tiny_demo.heads):
+        model.eval()
+    return tiny_demo
+
+
+@pytest.fixture(scope="module")
+def evaluation(demo):
+    return corpus_prompts(demo.tokenizer, "evaluation", PROMPTS, PROMPT_TOKENS, seed=0)
+
+
+@pytest.fixture(scope="module")
+def reference(demo, evaluation):
+    return run_prompts(demo, "ar", ArConfig(), evaluation, NEW_TOKENS, warmup=False)
+
+
+@pytest.fixture(scope="module")
+def profile(demo):
+    calibration = corpus_prompts(demo.tokenizer, "calibration", 4, PROMPT_TOKENS, seed=0)
+    return measure_profile(demo, calibration, NEW_TOKENS, name="tiny-test", source="test")
+
+
+def _tokens(result):
+    return [r.ids for r in result.results]
+
+
+@pytest.mark.parametrize("method,config", [
+    ("chain", ChainConfig(gamma=2)), ("chain", ChainConfig(gamma=5)),
+    ("draft-tree", DraftTreeConfig()), ("draft-tree", DraftTreeConfig(max_tokens=6, max_depth=3)),
+    ("draft-tree", DraftTreeConfig(max_tokens=32, max_depth=10, branch_threshold=0.1)),
+    ("medusa", MedusaConfig(tree=TokenTree.cartesian([3, 2, 2]))),
+    ("medusa", MedusaConfig(tree=TokenTree.chain(3))),
+])
+def test_greedy_speculation_equals_greedy_ar_on_evaluation_prompts(demo, evaluation, reference, method, config):
+    result = run_prompts(demo, method, config, evaluation, NEW_TOKENS, warmup=False)
+    assert _tokens(result) == _tokens(reference)
+    assert result.mean_accepted_per_step > 1.0       # trained models: some proposals are accepted
+
+
+@pytest.mark.parametrize("width", [4, 16, 40])
+def test_greedy_medusa_with_measured_trees_equals_ar(demo, evaluation, reference, profile, width):
+    tree = TokenTree.greedy(profile.medusa_accuracy, width)
+    result = run_prompts(demo, "medusa", MedusaConfig(tree=tree), evaluation, NEW_TOKENS, warmup=False)
+    assert _tokens(result) == _tokens(reference)
+
+
+def test_profile_shape_and_invariants(profile, demo):
+    acc = np.asarray(profile.medusa_accuracy)
+    assert acc.shape == (demo.heads.n_heads, PROFILE_RANKS)
+    assert np.all(acc.sum(axis=1) <= 1.0 + 1e-9)
+    assert acc[0, 0] > acc[-1, 0]                     # nearer futures are easier to guess
+    assert 0.0 < profile.draft_alpha < 1.0
+    assert sum(b.count for b in profile.draft_confidence_bins) == profile.meta["positions"]
+    confident = [b for b in profile.draft_confidence_bins if b.lo >= 0.8 and b.count]
+    unsure = [b for b in profile.draft_confidence_bins if b.hi <= 0.3 and b.count]
+    if confident and unsure:
+        assert confident[-1].accept_rate > unsure[0].accept_rate
+    lengths = profile.acceptance_length
+    assert sorted(lengths) == list(range(1, MAX_PROFILE_WIDTH + 1))
+    assert lengths[1] == 1.0 and lengths[64] > lengths[2] > 1.0
+
+
+def test_profile_roundtrips_through_json(profile, tmp_path):
+    path = profile.save(tmp_path / "profile.json")
+    loaded = AcceptanceProfile.load(path)
+    assert loaded.medusa_accuracy == profile.medusa_accuracy
+    assert loaded.acceptance_length == profile.acceptance_length
+    assert loaded.draft_alpha == profile.draft_alpha
+
+
+def test_replayed_acceptance_length_matches_a_real_medusa_run(demo, profile):
+    """The width table is a replay of greedy Medusa on the target's own output: running medusa on
+    the same calibration prompts with the same tree takes the same number of steps."""
+    calibration = corpus_prompts(demo.tokenizer, "calibration", 4, PROMPT_TOKENS, seed=0)
+    for width in (8, 24):
+        tree = TokenTree.greedy(profile.medusa_accuracy, width)
+        run = run_prompts(demo, "medusa", MedusaConfig(tree=tree), calibration, NEW_TOKENS, warmup=False)
+        assert run.mean_accepted_per_step == pytest.approx(profile.acceptance_length[width], abs=1e-9)
+
+
+def test_run_cli_json_and_trace(demo, tmp_path):
+    trace = tmp_path / "trace.csv"
+    common = ["--preset", "tiny", "--prompts", "2", "--prompt-tokens", "24", "--max-new-tokens", "12", "--json"]
+    medusa = run_cli("run", "--method", "medusa", "--width", "8", "--trace", str(trace), *common)
+    assert medusa.returncode == 0, medusa.stderr
+    out = json.loads(medusa.stdout)
+    for key in ("tokens_per_s", "mean_accepted_per_step", "steps", "tokens", "method", "config", "preset",
+                "decode_s", "prefill_s"):
+        assert key in out
+    assert out["method"] == "medusa" and out["config"]["tree"]["width"] == 8
+    assert len(out["tokens"]) == 2 and all(len(t) == 12 for t in out["tokens"])
+    records = read_trace(trace)
+    assert summarize(records).steps == out["steps"]
+    assert sum(r.tokens_accepted for r in records) == 2 * 12
+    ar = json.loads(run_cli("run", "--method", "ar", *common).stdout)
+    assert ar["tokens"] == out["tokens"] and ar["mean_accepted_per_step"] == 1.0
+    assert (demo.folder / "acceptance-profile.json").exists()      # medusa --width cached its profile
+
+
+def test_profile_acceptance_cli_writes_a_loadable_profile(demo, tmp_path):
+    out = tmp_path / "tiny-profile.json"
+    proc = run_cli("profile-acceptance", "--preset", "tiny", "--out", str(out), "--prompts", "2",
+                   "--prompt-tokens", "24", "--max-new-tokens", "16")
+    assert proc.returncode == 0, proc.stderr
+    profile = AcceptanceProfile.load(out)
+    assert profile.medusa_depths == demo.heads.n_heads and profile.meta["prompts"] == 2
+    assert "medusa top-1 accuracy by head" in proc.stdout

@@ -42,6 +42,8 @@ def run(paper: str, out_dir: str | Path = DEFAULT_OUT) -> tuple[PaperReport, Pat
             raise HetSpecError(f"paper {paper} has no reproduction yet ({module_name.replace('.', '/')}.py)") from None
         raise
     out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise HetSpecError(f"output folder {out} exists and is not a folder")
     out.mkdir(parents=True, exist_ok=True)
     report = module.reproduce(out)
     path = report.write(out, f"hetspec reproduce {paper}")

@@ -26,6 +26,7 @@ class MethodTiming:
     mean_accepted_per_step: float
     draft_passes_per_step: float
     ids: tuple[tuple[int, ...], ...]
+    phase_ms_per_step: dict[str, float]      # from the median repeat's trace; "other" = untraced time
 
     @property
     def median_tokens_per_s(self) -> float:
@@ -61,19 +62,37 @@ class Comparison:
                 "median_tokens_per_s": t.median_tokens_per_s, "tokens_per_s": list(t.tokens_per_s),
                 "median_step_ms": t.median_step_s * 1e3,
                 "mean_accepted_per_step": t.mean_accepted_per_step,
-                "draft_passes_per_step": t.draft_passes_per_step,
+                "draft_passes_per_step": t.draft_passes_per_step, "phase_ms_per_step": t.phase_ms_per_step,
                 "speedup": self.speedup(t.method), "same_tokens_as_baseline": self.same_tokens(t.method),
             } for t in self.timings],
         }
 
     def table(self) -> str:
         lines = [f"{'method':<11} {'tok/s':>8} {'speedup':>8} {'step ms':>8} {'tok/step':>9} "
-                 f"{'draft/step':>10}  same tokens as {self.baseline}"]
+                 f"{'draft/step':>10} {'ms/step: draft':>14} {'verify':>7} {'accept':>7} {'other':>6}"
+                 f"  same tokens as {self.baseline}"]
         for t in self.timings:
+            ph = t.phase_ms_per_step
             lines.append(f"{t.method:<11} {t.median_tokens_per_s:8.1f} {self.speedup(t.method):7.2f}x "
                          f"{t.median_step_s * 1e3:8.2f} {t.mean_accepted_per_step:9.2f} "
-                         f"{t.draft_passes_per_step:10.2f}  {'yes' if self.same_tokens(t.method) else 'no'}")
+                         f"{t.draft_passes_per_step:10.2f} {ph['draft']:14.2f} {ph['verify']:7.2f} "
+                         f"{ph['accept']:7.2f} {ph['other']:6.2f}  {'yes' if self.same_tokens(t.method) else 'no'}")
         return "\n".join(lines)
+
+
+def phase_breakdown(run: RunResult) -> dict[str, float]:
+    """Milliseconds per decode step spent in each traced phase; ``other`` is the rest of the step
+    (Python bookkeeping between the traced intervals). ``ar``'s whole step is its ``decode`` record,
+    reported under ``verify`` (the target pass)."""
+    per = {"draft": 0.0, "verify": 0.0, "accept": 0.0}
+    for r in run.records:
+        if r.step >= 0:
+            key = "verify" if r.phase == "decode" else r.phase
+            per[key] = per.get(key, 0.0) + r.duration_s
+    steps = max(run.steps, 1)
+    out = {k: v * 1e3 / steps for k, v in per.items()}
+    out["other"] = run.decode_s * 1e3 / steps - sum(out.values())
+    return out
 
 
 def compare(requests: list[RunRequest], repeats: int = 3, progress: bool = True) -> Comparison:
@@ -93,12 +112,12 @@ def compare(requests: list[RunRequest], repeats: int = 3, progress: bool = True)
                                            first.max_new_tokens, seed=first.seed, warmup=rep == 0))
     timings = []
     for request, results in zip(requests, runs):
-        last = results[-1]
+        last = sorted(results, key=lambda r: r.tokens_per_s)[len(results) // 2]   # the median repeat
         timings.append(MethodTiming(
             method=request.method, config=last.config,
             tokens_per_s=tuple(r.tokens_per_s for r in results),
             step_s=tuple(r.decode_s / r.steps for r in results),
             mean_accepted_per_step=last.mean_accepted_per_step,
             draft_passes_per_step=sum(x.draft_passes for x in last.results) / last.steps,
-            ids=tuple(x.ids for x in last.results)))
+            ids=tuple(x.ids for x in last.results), phase_ms_per_step=phase_breakdown(last)))
     return Comparison(baseline=requests[0].method, timings=tuple(timings), repeats=repeats)

@@ -132,3 +132,22 @@ def test_profile_acceptance_cli_writes_a_loadable_profile(demo, tmp_path):
     profile = AcceptanceProfile.load(out)
     assert profile.medusa_depths == demo.heads.n_heads and profile.meta["prompts"] == 2
     assert "medusa top-1 accuracy by head" in proc.stdout
+
+
+def test_compare_runs_methods_on_the_same_prompts(demo):
+    from real.benchmark import compare
+    from real.run_request import RunRequest
+
+    common = dict(preset="tiny", prompts=2, prompt_tokens=24, max_new_tokens=16, threads=1)
+    comparison = compare([RunRequest("ar", **common), RunRequest("medusa", width=6, **common),
+                          RunRequest("chain", gamma=2, **common)], repeats=2, progress=False)
+    assert [t.method for t in comparison.timings] == ["ar", "medusa", "chain"]
+    assert comparison.speedup("ar") == 1.0
+    assert comparison.same_tokens("medusa") and comparison.same_tokens("chain")
+    for timing in comparison.timings:
+        assert len(timing.tokens_per_s) == 2
+        phases = timing.phase_ms_per_step
+        assert sum(phases.values()) == pytest.approx(timing.median_step_s * 1e3, rel=0.5)
+    out = comparison.to_json()
+    assert out["methods"][1]["config"]["tree"]["width"] == 6
+    assert "medusa" in comparison.table()

@@ -197,3 +197,12 @@ def test_bad_requests_fail_with_one_line(setup):
         Sampling(temperature=-0.1)
     with pytest.raises(HetSpecError, match="unknown method 'beam'"):
         decoder("beam")
+
+
+def test_registry_matches_the_single_worker_methods_of_the_simulator():
+    from real.decode import DECODER_MODULES
+    from sim.methods import SINGLE_WORKER_METHODS, method_info
+
+    assert tuple(DECODER_MODULES) == SINGLE_WORKER_METHODS
+    for name in DECODER_MODULES:
+        assert method_info(name).name == decoder(name).name

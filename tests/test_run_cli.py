@@ -44,3 +44,15 @@ def test_bad_tree_file_names_the_problem(tmp_path):
     bad.write_text("{not json")
     proc = run_cli("run", "--method", "medusa", "--tree", str(bad))
     assert proc.returncode == 2 and "not valid JSON" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_command_modules_and_validation_do_not_import_torch():
+    import subprocess
+    import sys
+
+    from cli_runner import REPO
+
+    code = ("import sys; import real.commands.run, real.commands.profile_acceptance, real.run_request; "
+            "real.run_request.RunRequest('medusa', width=8); assert 'torch' not in sys.modules, 'torch imported'")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr

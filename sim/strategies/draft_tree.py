@@ -1,0 +1,462 @@
+"""``draft-tree``: LLMCad's draft token tree verified by a target whose weights stream from storage.
+
+LLMCad (extract ../shared/seeds/notes/llmcad.md): a memory-resident draft model grows a token
+tree (confidence branching, the branch pacer of Eq. 1-2) until the self-adaptive fallback
+(``T_c < alpha``, Eq. 3) triggers; the target, whose weights exceed the memory budget, verifies
+the whole tree in one non-autoregressive pass. One step (a *round*) here:
+
+1. **Draft**: ``n`` one-token passes of the draft model (the tree decoder: the input stays
+   autoregressive, only the mask changes, so a pass costs a one-token forward over the cache).
+2. **Load**: the target's weights that do not stay resident stream from the platform's storage
+   link. Memory: the budget holds the draft's weights, both KV caches and a one-layer staging
+   buffer; what is left holds the first ``R`` bytes of the target, which stay resident; the other
+   ``S = W - R`` bytes are read again every forward (:func:`memory_plan`).
+3. **Verify**: one target forward over the tree's ``n + 1`` tokens (tree mask), then the
+   longest correct path plus the target's own token (:meth:`TokenTree.expected_accepted_length`).
+
+**Compute-IO pipeline** (LLMCad §3.4, ``pipeline=1``): the target's load does not depend on the
+tree, so it starts with the round while the draft drafts; the two models never compute at the
+same time (the target computes after both). Round time ``max(draft, load) + verify`` instead of
+``draft + load + verify``. Departure, marked: LLMCad preloads up to the memory bound while drafting
+and drafts speculatively during the rest of the load; in a steady state where the load outlasts
+the drafting both reduce to this overlap, and the speculative tokens are subsumed by the tree
+budget (a larger tree costs nothing while the load runs).
+
+**Tree** (``tree_shape="greedy"``): per-rank acceptance probabilities ``p_r`` (the probability
+that the draft's rank-r candidate is the target's token, the same at every depth) make node
+values ``prod p`` along a path; the pacer gives tokens to the likeliest branches, i.e. the tree
+grows in greedy order (:func:`sim.tree_search.greedy_trees`) within the budget ``tree_width``
+(tokens, root included) and ``draft_depth`` (max depth). ``p`` comes from a real-path profile's
+``draft_rank_accuracy`` (meta), else ``p = [draft_alpha]`` (a chain: departure, marked: a paper
+table with one acceptance rate has no sibling statistics). ``tree_shape="chain"`` is a fixed chain.
+
+**Self-adaptive fallback** (``fallback="adaptive"``, Eq. 3): with a calibrated draft the main
+branch's cumulative confidence after ``k`` tokens is ``p0^k``, so a threshold ``alpha`` stops the
+round at ``k(alpha) = floor(ln alpha / ln p0) + 1``; after a verification that accepts all ``k``,
+``alpha /= 2``; after one that accepts ``j < k``, ``alpha = (k - j) / k``. This is a Markov chain
+on ``k`` (:func:`fallback_chain`); its stationary distribution weights each round's tree (the
+greedy prefix whose main branch reaches depth ``k``). Expected tokens/s = E[tokens] / E[time]
+(renewal-reward). ``fallback="budget"`` always drafts the whole budget (a fixed trigger, as
+speculative decoding's fixed draft length).
+
+**Baselines** (``variant``): ``std`` = the target alone, load then compute (LLMCad's Std);
+``stdpl`` = the target alone with a layer-wise load/compute pipeline (StdPL): layer ``l`` computes
+once its weights are in and layer ``l - 1`` is done.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from functools import lru_cache
+
+import numpy as np
+
+from hwmodels.errors import HetSpecError, UnknownNameError
+from hwmodels.platform import GB, STORAGE, Link, Platform
+from hwmodels.contention import standalone_bw
+from sim.closed_form import step_seconds
+from sim.model_spec import ModelSpec, get_model
+from sim.plan import StepPlan, Task, graph_tasks
+from sim.step_graph import build_step_graph
+from sim.step_timing import price_step
+from sim.strategies.base import DEFAULT_DRAFT_MODEL, Estimate, Knob, Problem, Strategy, StrategyConfig
+from sim.strategies.chain import draft_seconds
+from sim.tree import TokenTree
+from sim.tree_search import greedy_trees
+
+VARIANTS = ("llmcad", "std", "stdpl")
+FALLBACKS = ("adaptive", "budget")
+#: Tree budgets searched (tokens, root included): LLMCad keeps "up to tens of branches" (§3.2) and
+#: gives no cap; 32 tokens leaves room for trees far past where the acceptance runs out.
+MAX_TREE_WIDTH = 32
+#: Depth caps searched: 16 drafted tokens on the main branch is where even alpha = 0.9 keeps 0.19.
+MAX_DRAFT_DEPTH = 16
+#: The draft model of a target's family (LLMCad Table 3 pairs), else the default draft.
+FAMILY_DRAFT = {"gpt2-large": "gpt2", "llama2-13b": "llama2-7b", "llama2-70b": "llama2-7b",
+                "vicuna-13b": "vicuna-7b", "vicuna-33b": "vicuna-7b", "llama3-70b": "llama3.1-8b"}
+#: Float round-off allowed when a budget is exactly what the draft, caches and staging need.
+BUDGET_SLACK_BYTES = 1024.0
+#: Eq. 3: alpha is halved after a verification that finds no error ("the cumulative confidence of
+#: 3-5 tokens in empirical observations").
+ALPHA_DECAY = 0.5
+
+
+# ---------------------------------------------------------------------- memory and storage
+@dataclass(frozen=True)
+class MemoryPlan:
+    """Where the target's weights live under a memory budget (bytes)."""
+
+    budget: float
+    target_weights: float
+    draft_resident: float     # the draft's weights and KV cache
+    kv: float                 # the target's KV cache
+    staging: float            # one target layer streamed through (0 when nothing streams)
+    resident: float           # target bytes that stay in memory across forwards
+    streamed: float           # target bytes read from storage every forward
+
+    @property
+    def fits(self) -> bool:
+        return self.streamed == 0.0
+
+
+def memory_plan(problem: Problem, draft: ModelSpec | None, budget_bytes: float, tokens: int) -> MemoryPlan:
+    """Split the target's weights into resident and streamed bytes under ``budget_bytes``.
+
+    The budget first holds the draft model (weights and a KV cache of ``context + tokens``), the
+    target's KV cache and, if anything must stream, one target layer being loaded; the rest of the
+    budget keeps the target's first bytes resident. One line if the draft and caches do not fit.
+    """
+    model = problem.model
+    W = model.weight_bytes()
+    ctx = (problem.context + tokens) * problem.batch
+    kv = model.kv_bytes_per_token() * ctx
+    draft_res = 0.0 if draft is None else draft.weight_bytes() + draft.kv_bytes_per_token() * ctx
+    if W + kv + draft_res <= budget_bytes:
+        return MemoryPlan(budget_bytes, W, draft_res, kv, 0.0, W, 0.0)
+    staging = model.params_per_layer * W / model.params
+    free = budget_bytes - draft_res - kv - staging
+    if free < -BUDGET_SLACK_BYTES:
+        what = f"the draft model {draft.name} ({draft_res / GB:.2f} GB with its KV cache), " if draft else ""
+        raise HetSpecError(f"memory budget {budget_bytes / GB:.2f} GB is too small: it must hold {what}the target's "
+                           f"KV cache ({kv / GB:.2f} GB) and one streamed layer ({staging / GB:.2f} GB)")
+    resident = min(max(free, 0.0), W)
+    return MemoryPlan(budget_bytes, W, draft_res, kv, staging, resident, W - resident)
+
+
+def swap_all_budget_gb(problem: Problem, draft: ModelSpec | None = None, tokens: int = 1) -> float:
+    """The smallest budget that runs: the draft, the KV caches and one streamed layer, no resident target
+    weights (a swapping engine that re-reads every weight each forward, LLMCad §2.2)."""
+    model = problem.model
+    ctx = (problem.context + tokens) * problem.batch
+    draft_res = 0.0 if draft is None else draft.weight_bytes() + draft.kv_bytes_per_token() * ctx
+    staging = model.params_per_layer * model.weight_bytes() / model.params
+    return (draft_res + model.kv_bytes_per_token() * ctx + staging) / GB
+
+
+def storage_link(platform: Platform, device: str) -> Link:
+    """The storage link feeding ``device``: one that ends at it, else one ending at a device that
+    shares its memory (a unified-memory SoC loads into the one DRAM)."""
+    link = platform.storage_link(device)
+    if link is not None:
+        return link
+    for l in platform.links:
+        if l.kind == "storage":
+            other = l.dst if l.src == STORAGE else l.src
+            if other == device or platform.shares_memory(other, device):
+                return l
+    raise HetSpecError(f"platform {platform.name} has no storage link to {device}: its weights cannot stream")
+
+
+def load_seconds(platform: Platform, device: str, nbytes: float) -> float:
+    return storage_link(platform, device).transfer_s(nbytes)
+
+
+# ---------------------------------------------------------------------- acceptance: ranks and fallback
+def rank_probs(acceptance) -> tuple[float, ...]:
+    """Per-rank acceptance of the draft's candidates: a profile's ``draft_rank_accuracy``, else ``(alpha,)``."""
+    ranks = (acceptance.meta or {}).get("draft_rank_accuracy")
+    if ranks:
+        p = tuple(float(v) for v in ranks)
+        if any(not 0.0 <= v <= 1.0 for v in p) or sum(p) > 1.0 + 1e-6:
+            raise HetSpecError(f"acceptance model {acceptance.name}: draft_rank_accuracy must be probabilities "
+                               "summing to <= 1")
+        return p
+    return (acceptance.need_alpha(),)
+
+
+def _accuracy(p: tuple[float, ...], depth: int) -> np.ndarray:
+    return np.tile(np.asarray(p, dtype=float), (depth, 1))      # [depth, ranks]: the same draft at every depth
+
+
+def main_branch_depth(tree: TokenTree) -> int:
+    """Depth of the rank-0 path from the root (the draft's greedy continuation)."""
+    node, depth = 0, 0
+    while True:
+        nxt = next((c for c in tree.children[node] if tree.ranks[c] == 0), None)
+        if nxt is None:
+            return depth
+        node, depth = nxt, depth + 1
+
+
+def stop_depth(alpha: float, p0: float, cap: int) -> int:
+    """Main-branch tokens drafted before ``p0^k < alpha`` (at least 1, at most ``cap``)."""
+    if p0 <= 0.0 or alpha >= 1.0:
+        return 1
+    if alpha <= 0.0:
+        return cap
+    return int(min(max(math.floor(math.log(alpha) / math.log(p0)) + 1, 1), cap))
+
+
+@lru_cache(maxsize=256)
+def fallback_chain(p0: float, cap: int) -> np.ndarray:
+    """Stationary distribution of the round's main-branch depth k = 1..cap under Eq. 3 (index k - 1).
+
+    State k stands for the thresholds that stop at k; its representative alpha is the geometric
+    midpoint ``p0^(k - 1/2)``. A round accepts j of its k main-branch tokens with probability
+    ``p0^j (1 - p0)`` (j < k) or ``p0^k`` (all): all -> alpha / 2, else alpha = (k - j) / k.
+    """
+    P = np.zeros((cap, cap))
+    for k in range(1, cap + 1):
+        alpha = p0 ** (k - 0.5) if p0 > 0 else 1.0
+        P[k - 1, stop_depth(alpha * ALPHA_DECAY, p0, cap) - 1] += p0 ** k
+        for j in range(k):
+            P[k - 1, stop_depth((k - j) / k, p0, cap) - 1] += (p0 ** j) * (1.0 - p0)
+    # stationary: left eigenvector of eigenvalue 1 (power iteration is enough for <= 32 states)
+    pi = np.full(cap, 1.0 / cap)
+    for _ in range(10_000):
+        nxt = pi @ P
+        if np.abs(nxt - pi).max() < 1e-14:
+            break
+        pi = nxt
+    return nxt / nxt.sum()
+
+
+# ---------------------------------------------------------------------- rounds
+@dataclass(frozen=True)
+class Round:
+    """One kind of verification round: its tree, expected tokens, and its probability."""
+
+    tree: TokenTree
+    tokens: float
+    weight: float
+
+
+class DraftTreeStrategy(Strategy):
+    name = "draft-tree"
+    knob_help = {
+        "tree_width": "tree budget: tokens per verification, root included (LLMCad's M)",
+        "draft_depth": "max depth of the tree (main-branch tokens per round)",
+        "tree_shape": "greedy (the branch pacer: likeliest branches first) or chain",
+        "device": "device computing the target (its weights stream from the platform's storage link)",
+        "draft_device": "device running the memory-resident draft model (default: the target's device)",
+        "draft_model": f"draft model (default: the target's family, else {DEFAULT_DRAFT_MODEL})",
+        "memory_budget_gb": "option: memory the two models may use, GB (default: the target device's memory)",
+        "pipeline": "option: 1 = the target loads while the draft drafts (LLMCad §3.4), 0 = one after the other",
+        "fallback": "option: adaptive (Eq. 3 threshold) or budget (always draft the whole budget)",
+        "variant": "option: llmcad, std (the target alone, load then compute) or stdpl (layer-wise load/compute)",
+    }
+
+    # ------------------------------------------------------------------ search space
+    def search_space(self, problem: Problem) -> tuple[Knob, ...]:
+        problem.need_acceptance(self.name)
+        accel = problem.platform.accelerator.name
+        return (Knob("device", (accel,)), Knob("tree_shape", ("greedy",)),
+                Knob("draft_depth", tuple(range(1, MAX_DRAFT_DEPTH + 1))),
+                Knob("tree_width", tuple(range(2, MAX_TREE_WIDTH + 1))))
+
+    # ------------------------------------------------------------------ configs
+    def resolve(self, problem: Problem, config: StrategyConfig) -> StrategyConfig:
+        config = super().resolve(problem, config)
+        variant = config.option("variant", "llmcad")
+        if variant not in VARIANTS:
+            raise UnknownNameError("draft-tree variant", variant, VARIANTS)
+        fallback = config.option("fallback", "adaptive")
+        if fallback not in FALLBACKS:
+            raise UnknownNameError("draft-tree fallback", fallback, FALLBACKS)
+        pipeline = config.option("pipeline", 1)
+        if pipeline not in (0, 1, True, False):
+            raise HetSpecError(f"draft-tree: option pipeline must be 0 or 1 (got {pipeline!r})")
+        budget_gb = config.option("memory_budget_gb")
+        if budget_gb is None:
+            domain = problem.platform.domain_of(config.device)
+            budget_gb = domain.capacity_gb if domain is not None else problem.platform.device(config.device).mem_capacity_gb
+        if isinstance(budget_gb, bool) or not isinstance(budget_gb, (int, float)) or budget_gb <= 0:
+            raise HetSpecError(f"draft-tree: option memory_budget_gb must be a number > 0 (got {budget_gb!r})")
+        opts = {**config.options, "variant": variant, "fallback": fallback, "pipeline": int(bool(pipeline)),
+                "memory_budget_gb": float(budget_gb)}
+        if variant != "llmcad":
+            if not memory_plan(problem, None, budget_gb * GB, 1).fits:
+                storage_link(problem.platform, config.device)      # one line if the weights cannot stream
+            return replace(config, tree_width=1, draft_depth=0, draft_model=None, draft_device=None, tree=None,
+                           tree_shape="chain", partition_ratio=None, options=opts)
+        acc = problem.need_acceptance(self.name)
+        p = rank_probs(acc)
+        width = config.tree_width
+        if width < 2:
+            raise HetSpecError("draft-tree: the tree budget (tree_width) must be >= 2: the root and one draft token")
+        depth = config.draft_depth or min(width - 1, MAX_DRAFT_DEPTH)
+        if config.tree_shape not in ("greedy", "chain"):
+            raise HetSpecError(f"draft-tree: tree shape must be greedy or chain (got {config.tree_shape})")
+        draft_name = config.draft_model or FAMILY_DRAFT.get(problem.model.name, DEFAULT_DRAFT_MODEL)
+        draft = get_model(draft_name).with_dtype(problem.model.dtype)
+        draft_device = config.draft_device or config.device
+        if draft_device != config.device and not problem.platform.shares_memory(draft_device, config.device):
+            problem.platform.link(draft_device, config.device)
+        if not memory_plan(problem, draft, budget_gb * GB, width).fits:
+            storage_link(problem.platform, config.device)
+        shape = config.tree_shape
+        capacity = 1 + sum(len(p) ** d for d in range(1, depth + 1))
+        if shape == "greedy" and width > capacity:
+            raise HetSpecError(f"draft-tree: a tree of depth <= {depth} with {len(p)} candidate rank(s) has at most "
+                               f"{capacity} tokens (tree_width {width} asked)")
+        tree = TokenTree.chain(min(width - 1, depth)) if shape == "chain" else \
+            greedy_trees(_accuracy(p, depth), width, depth)[width - 1]
+        return replace(config, tree=tree, tree_width=tree.size, draft_depth=depth, draft_model=draft_name,
+                       draft_device=draft_device, tree_shape=shape, partition_ratio=None, options=opts)
+
+    # ------------------------------------------------------------------ rounds and costs
+    def _draft(self, problem: Problem, config: StrategyConfig) -> ModelSpec:
+        return get_model(config.draft_model).with_dtype(problem.model.dtype)
+
+    def rounds(self, problem: Problem, config: StrategyConfig) -> tuple[Round, ...]:
+        """The kinds of round the fallback produces, with their stationary probabilities."""
+        p = rank_probs(problem.acceptance)
+        depth = config.draft_depth
+        acc = _accuracy(p, depth)
+        if config.option("fallback") == "budget":
+            return (Round(config.tree, config.tree.expected_accepted_length(acc), 1.0),)
+        if config.tree_shape == "chain":
+            prefixes = [TokenTree.chain(k) for k in range(config.tree_width)]
+        else:
+            prefixes = list(greedy_trees(acc, config.tree_width, depth))
+        cap = main_branch_depth(prefixes[-1])
+        pi = fallback_chain(round(p[0], 12), max(cap, 1))
+        out = []
+        for k in range(1, cap + 1):
+            tree = next(t for t in prefixes if main_branch_depth(t) >= k)
+            if pi[k - 1] > 0:
+                out.append(Round(tree, tree.expected_accepted_length(acc), float(pi[k - 1])))
+        return tuple(out)
+
+    def _round_parts(self, problem: Problem, config: StrategyConfig, tree: TokenTree, plan: MemoryPlan) -> dict:
+        platform = problem.platform
+        draft = draft_seconds(problem, self._draft(problem, config), config.draft_device, tree.size - 1)
+        load = load_seconds(platform, config.device, plan.streamed) if plan.streamed > 0 else 0.0
+        verify = float(step_seconds(problem.model, platform, config.device, tree.size, problem.context,
+                                    problem.batch, tree.mask_density))
+        return {"draft": draft, "load": load, "verify": verify}
+
+    def _round_s(self, parts: dict, pipeline: bool) -> float:
+        if pipeline:
+            return max(parts["draft"], parts["load"]) + parts["verify"]
+        return parts["draft"] + parts["load"] + parts["verify"]
+
+    def memory(self, problem: Problem, config: StrategyConfig) -> MemoryPlan:
+        draft = None if config.option("variant") != "llmcad" else self._draft(problem, config)
+        return memory_plan(problem, draft, config.option("memory_budget_gb") * GB, config.tree_width)
+
+    def _stdpl_s(self, problem: Problem, config: StrategyConfig, plan: MemoryPlan) -> float:
+        """Layer-wise pipeline: the pre-layer ops and layer 0's load start together; layer l computes once its
+        weights are in and layer l - 1 is done: end = max(pre + L c, load + L c, L load + c) + post."""
+        platform, model = problem.platform, problem.model
+        L = model.n_layers
+        graph = build_step_graph(model, 1, problem.context, problem.batch)
+        price = price_step(graph, platform.device(config.device), standalone_bw(platform, config.device))
+        layer = sum(p.time_s for p in price.ops if p.op.section == "layer") / L
+        pre = sum(p.time_s for p in price.ops if p.op.section == "pre")
+        post = sum(p.time_s for p in price.ops if p.op.section == "post")
+        if plan.streamed <= 0:
+            return price.total_s
+        load = load_seconds(platform, config.device, plan.streamed / L)
+        return max(pre + L * layer, load + L * layer, L * load + layer) + post
+
+    def estimate(self, problem: Problem, config: StrategyConfig) -> Estimate:
+        plan = self.memory(problem, config)
+        variant = config.option("variant")
+        if variant != "llmcad":
+            single = float(step_seconds(problem.model, problem.platform, config.device, 1, problem.context,
+                                        problem.batch))
+            load = load_seconds(problem.platform, config.device, plan.streamed) if plan.streamed > 0 else 0.0
+            step = single + load if variant == "std" else self._stdpl_s(problem, config, plan)
+            return Estimate(step_s=step, tokens_per_step=1.0, breakdown={"load": load, "decode": single})
+        pipeline = bool(config.option("pipeline"))
+        time = tokens = proposed = 0.0
+        parts_mean = {"draft": 0.0, "load": 0.0, "verify": 0.0}
+        for r in self.rounds(problem, config):
+            parts = self._round_parts(problem, config, r.tree, plan)
+            time += r.weight * self._round_s(parts, pipeline)
+            tokens += r.weight * r.tokens
+            proposed += r.weight * (r.tree.size - 1)
+            for k in parts_mean:
+                parts_mean[k] += r.weight * parts[k]
+        return Estimate(step_s=time, tokens_per_step=tokens, proposed_per_step=proposed,
+                        breakdown={**parts_mean, "streamed_gb": plan.streamed / GB})
+
+    # ------------------------------------------------------------------ engine plan
+    def plan(self, problem: Problem, config: StrategyConfig, rng: np.random.Generator | None = None,
+             per_layer: bool = False) -> StepPlan:
+        """One round. With ``rng`` the fallback's round kind is drawn from its stationary distribution
+        and the accepted path from the tree's acceptance; without it the likeliest kind, expected tokens."""
+        plan = self.memory(problem, config)
+        platform = problem.platform
+        variant = config.option("variant")
+        link = storage_link(platform, config.device) if plan.streamed > 0 else None
+        if variant != "llmcad":
+            return self._baseline_plan(problem, config, plan, link, per_layer)
+        rounds = self.rounds(problem, config)
+        if rng is None:
+            chosen = max(rounds, key=lambda r: r.weight)
+        else:
+            chosen = rounds[int(rng.choice(len(rounds), p=np.array([r.weight for r in rounds]) /
+                                           sum(r.weight for r in rounds)))]
+        tree = chosen.tree
+        pipeline = bool(config.option("pipeline"))
+        tasks: list[Task] = []
+        draft = self._draft(problem, config)
+        for j in range(tree.size - 1):
+            graph = build_step_graph(draft, 1, problem.context + j, problem.batch)
+            deps = (tasks[-1].name,) if tasks else ()
+            tasks += graph_tasks(graph, platform, config.draft_device, f"draft{j}", "draft", deps, per_layer)
+        last_draft = tasks[-1].name
+        deps_verify = [last_draft]
+        if link is not None:
+            load = Task(name="load", kind="transfer", resource=link.name, phase="load", nbytes=plan.streamed,
+                        fixed_s=link.latency_s, deps=() if pipeline else (last_draft,), op="load_target_weights")
+            tasks.append(load)
+            deps_verify.append("load")
+        graph = build_step_graph(problem.model, tree.size, problem.context, problem.batch, tree=tree)
+        tasks += graph_tasks(graph, platform, config.device, "verify", "verify", tuple(deps_verify), per_layer)
+        if rng is None:
+            accepted = chosen.tokens
+        else:
+            accepted = _sample_tokens(tree, rank_probs(problem.acceptance), rng)
+        return StepPlan(tasks=tuple(tasks), tokens_accepted=accepted, tokens_proposed=tree.size - 1,
+                        count_phase="verify", count_device=config.device)
+
+    def _baseline_plan(self, problem: Problem, config: StrategyConfig, plan: MemoryPlan, link: Link | None,
+                       per_layer: bool) -> StepPlan:
+        platform, model = problem.platform, problem.model
+        graph = build_step_graph(model, 1, problem.context, problem.batch)
+        tasks: list[Task] = []
+        if link is None:
+            tasks += graph_tasks(graph, platform, config.device, "decode", "decode", (), per_layer)
+        elif config.option("variant") == "std":
+            tasks.append(Task(name="load", kind="transfer", resource=link.name, phase="load", nbytes=plan.streamed,
+                              fixed_s=link.latency_s, op="load_target_weights"))
+            tasks += graph_tasks(graph, platform, config.device, "decode", "decode", ("load",), per_layer)
+        else:
+            # StdPL: layer l's weights load while layer l - 1 computes
+            L = model.n_layers
+            pre = graph_tasks(replace(graph, ops=graph.section("pre")), platform, config.device, "decode", "decode")
+            tasks += pre
+            last = pre[-1].name
+            for layer in range(L):
+                tasks.append(Task(name=f"load/L{layer}", kind="transfer", resource=link.name, phase="load",
+                                  nbytes=plan.streamed / L, fixed_s=link.latency_s,
+                                  deps=(f"load/L{layer - 1}",) if layer else (), op="load_layer"))
+                layer_graph = replace(graph, ops=tuple(replace(op, count=1) for op in graph.section("layer")))
+                block = graph_tasks(layer_graph, platform, config.device, f"decode/L{layer}", "decode",
+                                    (last, f"load/L{layer}"))
+                tasks += block
+                last = block[-1].name
+            tasks += graph_tasks(replace(graph, ops=graph.section("post")), platform, config.device, "decode/post",
+                                 "decode", (last,))
+        return StepPlan(tasks=tuple(tasks), tokens_accepted=1, tokens_proposed=0, count_phase="decode",
+                        count_device=config.device)
+
+
+def _sample_tokens(tree: TokenTree, p: Sequence[float], rng: np.random.Generator) -> int:
+    """Walk the tree: at each node the target's token is the draft's rank-r candidate with probability
+    p[r] (ranks exclusive), else none; +1 for the target's own token."""
+    node, cum = 0, np.cumsum(p)
+    while True:
+        rank = int(np.searchsorted(cum, rng.random(), side="right"))
+        child = next((c for c in tree.children[node] if tree.ranks[c] == rank), None) if rank < len(p) else None
+        if child is None:
+            return 1 + tree.depths[node]
+        node = child
+
+
+STRATEGY = DraftTreeStrategy

@@ -19,6 +19,9 @@ token_tile = { value = 16, source = "..." }
 sparse_attn_efficiency = { value = 0.0, source = "..." }
 cores = { value = 82, source = "..." }                        # optional
 gemm_efficiency_curve = { value = [[1, 0.1], [16, 0.5]], source = "..." }   # optional
+cache_gb = { value = 0.032, source = "..." }                  # optional: last-level cache
+cache_bw_gbps = { value = 90.0, source = "..." }              # optional: streaming from it
+cache_gemm_efficiency_curve = { value = [[1, 0.4]], source = "..." }  # optional: weights in cache
 [devices.gpu.peak_tflops]
 fp16 = { value = 142.0, source = "..." }
 
@@ -70,7 +73,11 @@ _DEVICE_NUMBERS = {
     "token_tile": (True, "int"),
     "sparse_attn_efficiency": (True, "unit"),
     "cores": (False, "int"),
+    "cache_gb": (False, "pos"),
+    "cache_bw_gbps": (False, "pos"),
 }
+#: Optional ``[[tokens, efficiency], ...]`` fields of a device.
+_DEVICE_CURVES = ("gemm_efficiency_curve", "cache_gemm_efficiency_curve")
 _LINK_NUMBERS = {"bw_gbps": (True, "pos"), "latency_us": (True, "nonneg"), "efficiency": (True, "frac")}
 _DOMAIN_NUMBERS = {"bw_gbps": (True, "pos"), "capacity_gb": (True, "pos"), "contention_efficiency": (True, "frac")}
 
@@ -141,7 +148,7 @@ class _Reader:
         where = f"devices.{name}."
         if not isinstance(table, dict):
             raise self.fail(f"devices.{name}", "must be a table")
-        allowed = set(_DEVICE_NUMBERS) | {"kind", "description", "peak_tflops", "gemm_efficiency_curve"}
+        allowed = set(_DEVICE_NUMBERS) | {"kind", "description", "peak_tflops"} | set(_DEVICE_CURVES)
         self.unknown_keys(table, allowed, where)
         kind = self.text(table, "kind", where)
         if kind not in DEVICE_KINDS:
@@ -158,18 +165,21 @@ class _Reader:
             peak_sources: dict[str, str] = {}
             peaks[dtype] = float(self.number(peaks_table, dtype, f"{where}peak_tflops.", "pos", True, peak_sources))
             sources[f"peak_tflops.{dtype}"] = peak_sources[dtype]
-        curve = None
-        if "gemm_efficiency_curve" in table:
-            value, source = self.sourced(table, "gemm_efficiency_curve", where)
+        curves = {}
+        for key in _DEVICE_CURVES:
+            if key not in table:
+                continue
+            value, source = self.sourced(table, key, where)
             try:
                 curve = tuple((int(t), float(e)) for t, e in value)
             except (TypeError, ValueError):
-                raise self.fail(f"{where}gemm_efficiency_curve", "must be a list of [tokens, efficiency] pairs") from None
+                raise self.fail(f"{where}{key}", "must be a list of [tokens, efficiency] pairs") from None
             if not curve or any(t < 1 or not 0 < e <= 1 for t, e in curve):
-                raise self.fail(f"{where}gemm_efficiency_curve", "needs tokens >= 1 and efficiencies in (0, 1]")
-            sources["gemm_efficiency_curve"] = source
+                raise self.fail(f"{where}{key}", "needs tokens >= 1 and efficiencies in (0, 1]")
+            sources[key] = source
+            curves[key] = curve
         return Device(
-            name=name, kind=kind, peak_tflops=peaks, gemm_efficiency_curve=curve,
+            name=name, kind=kind, peak_tflops=peaks, **curves,
             description=self.text(table, "description", where, required=False), sources=sources,
             **numbers,
         )
@@ -305,9 +315,9 @@ def platform_to_dict(platform: Platform) -> dict:
             value = getattr(d, key)
             if value is not None:
                 entry[key] = _sourced(value, d.sources, key)
-        if d.gemm_efficiency_curve:
-            entry["gemm_efficiency_curve"] = _sourced([list(p) for p in d.gemm_efficiency_curve], d.sources,
-                                                      "gemm_efficiency_curve")
+        for key in _DEVICE_CURVES:
+            if getattr(d, key):
+                entry[key] = _sourced([list(p) for p in getattr(d, key)], d.sources, key)
         entry["peak_tflops"] = {dt: _sourced(v, d.sources, f"peak_tflops.{dt}") for dt, v in d.peak_tflops.items()}
         devices[name] = entry
     doc: dict[str, Any] = {"name": platform.name, "description": platform.description, "devices": devices}

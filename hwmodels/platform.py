@@ -37,6 +37,12 @@ class Device:
     FLOP (0 = the device has no sparse kernel and computes the dense block).
     ``gemm_efficiency_curve`` optionally replaces ``compute_efficiency`` with a measured
     efficiency per token count (from host calibration); it is read as a step function.
+
+    Optional last-level cache (host calibration writes it): a model whose weights fit in
+    ``cache_gb`` keeps them there from one step to the next, so its operators are priced
+    *resident*: memory at ``cache_bw_gbps`` instead of the DRAM bandwidth, and compute at
+    ``cache_gemm_efficiency_curve`` (GEMM rates measured with the weights in the cache) when given.
+    Without these fields nothing is resident (every preset taken from datasheets and papers).
     """
 
     name: str
@@ -51,15 +57,19 @@ class Device:
     sparse_attn_efficiency: float
     cores: int | None = None
     gemm_efficiency_curve: tuple[tuple[int, float], ...] | None = None
+    cache_gb: float | None = None
+    cache_bw_gbps: float | None = None
+    cache_gemm_efficiency_curve: tuple[tuple[int, float], ...] | None = None
     description: str = ""
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
         if self.kind not in DEVICE_KINDS:
             raise HetSpecError(f"device {self.name}: kind {self.kind!r} unknown; valid: {', '.join(DEVICE_KINDS)}")
-        if self.gemm_efficiency_curve is not None:
-            curve = tuple(sorted((int(t), float(e)) for t, e in self.gemm_efficiency_curve))
-            object.__setattr__(self, "gemm_efficiency_curve", curve)
+        for name in ("gemm_efficiency_curve", "cache_gemm_efficiency_curve"):
+            if getattr(self, name) is not None:
+                curve = tuple(sorted((int(t), float(e)) for t, e in getattr(self, name)))
+                object.__setattr__(self, name, curve)
 
     @property
     def mem_bw_bytes_per_s(self) -> float:
@@ -85,9 +95,19 @@ class Device:
             )
         return self.peak_tflops[dtype] * TERA
 
-    def compute_efficiency_at(self, tokens: int) -> float:
-        """Achievable fraction of peak for a GEMM with ``tokens`` rows."""
+    def holds(self, nbytes: float) -> bool:
+        """Whether a working set of ``nbytes`` stays resident in the device's last-level cache."""
+        return self.cache_gb is not None and nbytes <= self.cache_gb * GB
+
+    def resident_bw_bytes_per_s(self) -> float | None:
+        """Bytes/s of a cache-resident working set (None without a measured cache bandwidth)."""
+        return self.cache_bw_gbps * GB if self.cache_bw_gbps is not None else None
+
+    def compute_efficiency_at(self, tokens: int, resident: bool = False) -> float:
+        """Achievable fraction of peak for a GEMM with ``tokens`` rows (weights in the cache if ``resident``)."""
         curve = self.gemm_efficiency_curve
+        if resident and self.cache_gemm_efficiency_curve:
+            curve = self.cache_gemm_efficiency_curve
         if not curve:
             return self.compute_efficiency
         counts = [t for t, _ in curve]

@@ -11,6 +11,10 @@ time = launches * op_overhead + max(compute time, memory time), where
 
 Because achievable bandwidth never exceeds the peak, a memory-bound operator is never faster than
 bytes / peak bandwidth (the physical limit; tested).
+
+``resident=True`` prices an operator of a model whose weights stay in the device's last-level
+cache (:meth:`hwmodels.platform.Device.holds`): memory time at the cache bandwidth and compute at
+the in-cache GEMM efficiency, where the device describes its cache (otherwise it changes nothing).
 """
 
 from __future__ import annotations
@@ -56,23 +60,27 @@ def achievable_bw(device: Device) -> float:
 
 
 def roofline_time(device: Device, flops: float, nbytes: float, dtype: str, tokens: int | None = None,
-                  density: float = 1.0, launches: int = 1, bw_bytes_per_s: float | None = None) -> OpTiming:
+                  density: float = 1.0, launches: int = 1, bw_bytes_per_s: float | None = None,
+                  resident: bool = False) -> OpTiming:
     """Time of one operator: ``flops`` FLOPs and ``nbytes`` bytes on ``device`` at ``dtype``.
 
     ``tokens`` is the GEMM M dimension (for tile quantization and the efficiency curve),
     ``density`` the fraction of a tree-masked block that is kept, ``launches`` the kernel
     launches / dispatches the operator costs, ``bw_bytes_per_s`` the bandwidth available to it
-    (default: the device alone).
+    (default: the device alone), ``resident`` whether the weights sit in the last-level cache
+    (then the cache bandwidth replaces ``bw_bytes_per_s``: cache hits do not contend for DRAM).
     """
     if flops < 0 or nbytes < 0:
         raise HetSpecError(f"operator FLOPs and bytes must be >= 0 (got {flops}, {nbytes})")
     if not 0.0 < density <= 1.0:
         raise HetSpecError(f"density must be in (0, 1] (got {density})")
     bw = achievable_bw(device) if bw_bytes_per_s is None else bw_bytes_per_s
+    if resident and device.resident_bw_bytes_per_s() is not None:
+        bw = device.resident_bw_bytes_per_s()
     if bw <= 0:
         raise HetSpecError(f"bandwidth must be > 0 (got {bw})")
     eff_flops = effective_flops(device, flops, tokens, density)
-    compute_s = eff_flops / (device.peak_flops_per_s(dtype) * device.compute_efficiency_at(tokens or 1))
+    compute_s = eff_flops / (device.peak_flops_per_s(dtype) * device.compute_efficiency_at(tokens or 1, resident))
     memory_s = nbytes / bw
     overhead_s = launches * device.op_overhead_s
     return OpTiming(overhead_s + max(compute_s, memory_s), compute_s, memory_s, overhead_s, eff_flops)

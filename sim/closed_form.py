@@ -30,7 +30,7 @@ from hwmodels.contention import standalone_bw
 from hwmodels.errors import HetSpecError
 from hwmodels.platform import Device, Platform
 from sim.model_spec import ModelSpec
-from sim.step_graph import build_step_graph
+from sim.step_graph import build_step_graph, weight_working_set
 
 #: Monomials in (b, q, s) that span the step graph's FLOP and byte counts.
 BASIS = ("1", "b", "q", "s", "bq", "bs", "qs", "bqs", "bqq", "qq")
@@ -138,9 +138,11 @@ def _check_fit(poly: StepPolynomial, model: ModelSpec, dtype: str, context: bool
 
 
 # ---------------------------------------------------------------------- roofline on arrays
-def efficiency_at(device: Device, tokens: np.ndarray) -> np.ndarray:
+def efficiency_at(device: Device, tokens: np.ndarray, resident: bool = False) -> np.ndarray:
     """:meth:`Device.compute_efficiency_at` on an array of token counts."""
     curve = device.gemm_efficiency_curve
+    if resident and device.cache_gemm_efficiency_curve:
+        curve = device.cache_gemm_efficiency_curve
     t = np.maximum(np.asarray(tokens, dtype=float), 1.0)
     if not curve:
         return np.full_like(t, device.compute_efficiency)
@@ -151,17 +153,21 @@ def efficiency_at(device: Device, tokens: np.ndarray) -> np.ndarray:
 
 
 def roofline_arrays(device: Device, dtype: str, flops, nbytes, tokens, density=1.0, launches=1.0,
-                    bw_bytes_per_s: float | np.ndarray | None = None, masked=True) -> dict[str, np.ndarray]:
+                    bw_bytes_per_s: float | np.ndarray | None = None, masked=True,
+                    resident: bool = False) -> dict[str, np.ndarray]:
     """:func:`hwmodels.roofline.roofline_time` elementwise over broadcast arrays.
 
     ``tokens`` 0 means "no token dimension" (no tile quantization, efficiency at 1 token), as in
-    the scalar version; ``masked`` says which entries the tree-mask ``density`` applies to.
+    the scalar version; ``masked`` says which entries the tree-mask ``density`` applies to;
+    ``resident`` prices cache-resident weights (cache bandwidth, in-cache GEMM efficiency).
     Returns ``time_s``, ``compute_s``, ``memory_s``, ``overhead_s`` (one instance each).
     """
     flops = np.asarray(flops, dtype=float)
     nbytes = np.asarray(nbytes, dtype=float)
     tokens = np.asarray(tokens, dtype=float)
     bw = (device.mem_bw_bytes_per_s * device.bw_efficiency) if bw_bytes_per_s is None else bw_bytes_per_s
+    if resident and device.resident_bw_bytes_per_s() is not None:
+        bw = device.resident_bw_bytes_per_s()
     tile = device.token_tile
     has_tok = tokens > 0
     safe_tok = np.where(has_tok, tokens, 1.0)
@@ -171,7 +177,8 @@ def roofline_arrays(device: Device, dtype: str, flops, nbytes, tokens, density=1
         dens = np.asarray(density, dtype=float)
         sparse = np.minimum(eff_flops, eff_flops * dens / device.sparse_attn_efficiency)
         eff_flops = np.where(np.asarray(masked) & (dens < 1.0), sparse, eff_flops)
-    compute_s = eff_flops / (device.peak_flops_per_s(dtype) * efficiency_at(device, np.where(has_tok, tokens, 1.0)))
+    compute_s = eff_flops / (device.peak_flops_per_s(dtype) * efficiency_at(device, np.where(has_tok, tokens, 1.0),
+                                                                            resident))
     memory_s = nbytes / bw
     overhead_s = np.asarray(launches, dtype=float) * device.op_overhead_s
     return {"time_s": overhead_s + np.maximum(compute_s, memory_s), "compute_s": compute_s, "memory_s": memory_s,
@@ -189,7 +196,8 @@ def op_seconds(model: ModelSpec, platform: Platform, device: str, q, s, b=1, den
     """Seconds of every operator (all instances) of a step: ``[..., n_ops]`` over broadcast (q, s, b).
 
     ``density`` is the tree-mask density (default: a causal chain). ``s`` must be all > 0 or all
-    0 (the two graph families differ in their operators).
+    0 (the two graph families differ in their operators). A model whose weights fit in the
+    device's last-level cache is priced cache-resident (:meth:`Device.holds`).
     """
     s_arr = np.asarray(s)
     if np.any(s_arr > 0) and np.any(s_arr == 0):
@@ -199,8 +207,9 @@ def op_seconds(model: ModelSpec, platform: Platform, device: str, q, s, b=1, den
     arr = poly.arrays(b, q, s)
     dens = chain_density(q) if density is None else np.asarray(density, dtype=float)
     nbytes = arr["weight_bytes"] + arr["act_bytes"] + arr["kv_bytes"]
+    resident = dev.cache_gb is not None and dev.holds(weight_working_set(model, poly.dtype))
     t = roofline_arrays(dev, poly.dtype, arr["flops"], nbytes, arr["tokens"], np.asarray(dens)[..., None],
-                        poly.launches, standalone_bw(platform, device), poly.masked)
+                        poly.launches, standalone_bw(platform, device), poly.masked, resident)
     return poly, t["time_s"] * poly.count
 
 

@@ -30,7 +30,7 @@ from hwmodels.contention import standalone_bw
 from hwmodels.errors import HetSpecError
 from hwmodels.platform import Platform
 from hwmodels.roofline import roofline_time
-from sim.step_graph import Op, StepGraph
+from sim.step_graph import Op, StepGraph, weight_working_set
 from sim.trace import PHASES
 
 TASK_KINDS = ("compute", "transfer", "delay")
@@ -161,20 +161,26 @@ def resource_names(platform: Platform) -> tuple[str, ...]:
 # ---------------------------------------------------------------------- task builders
 def op_task(op: Op, platform: Platform, device: str, dtype: str, name: str, phase: str,
             deps: Sequence[str] = (), instances: int | None = None, priority: int = 0,
-            flops_scale: float = 1.0, bytes_scale: float = 1.0) -> Task:
+            flops_scale: float = 1.0, bytes_scale: float = 1.0, resident: bool = False) -> Task:
     """A compute task for ``instances`` instances of ``op`` (default: all ``op.count``) on ``device``.
 
     The roofline of :func:`hwmodels.roofline.roofline_time` at the device's standalone
     bandwidth gives the compute time and the fixed overhead; the bytes are kept as work so the
     engine can share the memory domain. ``flops_scale`` / ``bytes_scale`` price a fraction of
-    the operator (e.g. a column split) without building a new :class:`Op`.
+    the operator (e.g. a column split) without building a new :class:`Op`. ``resident``: the
+    weights sit in the device's last-level cache (:meth:`Device.holds`); the cache-bound time is
+    then the task's compute time and it streams nothing from DRAM (no memory-domain contention).
     """
     dev = platform.device(device)
     n = op.count if instances is None else instances
     flops = op.flops * flops_scale
     nbytes = op.bytes * bytes_scale
     timing = roofline_time(dev, flops, nbytes, dtype, tokens=op.tokens or None, density=op.density,
-                           launches=op.launches, bw_bytes_per_s=standalone_bw(platform, device))
+                           launches=op.launches, bw_bytes_per_s=standalone_bw(platform, device), resident=resident)
+    if resident and dev.resident_bw_bytes_per_s() is not None:
+        return Task(name=name, kind="compute", resource=device, phase=phase,
+                    compute_s=max(timing.compute_s, timing.memory_s) * n, nbytes=0.0, fixed_s=timing.overhead_s * n,
+                    deps=tuple(deps), priority=priority, op=op.name, flops=flops * n)
     return Task(name=name, kind="compute", resource=device, phase=phase, compute_s=timing.compute_s * n,
                 nbytes=nbytes * n, fixed_s=timing.overhead_s * n, deps=tuple(deps), priority=priority,
                 op=op.name, flops=flops * n)
@@ -191,10 +197,13 @@ def graph_tasks(graph: StepGraph, platform: Platform, device: str, prefix: str, 
     """
     out: list[Task] = []
     last: tuple[str, ...] = tuple(deps)
+    dev = platform.device(device)
+    resident = dev.cache_gb is not None and dev.holds(weight_working_set(graph.model, graph.dtype))
 
     def add(op: Op, name: str, instances: int | None) -> None:
         nonlocal last
-        out.append(op_task(op, platform, device, graph.dtype, name, phase, last, instances, priority))
+        out.append(op_task(op, platform, device, graph.dtype, name, phase, last, instances, priority,
+                           resident=resident))
         last = (name,)
 
     if not per_layer:
@@ -214,13 +223,13 @@ def graph_tasks(graph: StepGraph, platform: Platform, device: str, prefix: str, 
 
 
 def ops_tasks(ops: Iterable[Op], platform: Platform, device: str, dtype: str, prefix: str, phase: str,
-              deps: Sequence[str] = (), priority: int = 0) -> list[Task]:
+              deps: Sequence[str] = (), priority: int = 0, resident: bool = False) -> list[Task]:
     """A chain of tasks for arbitrary operators (e.g. Medusa heads) on one device."""
     out: list[Task] = []
     last: tuple[str, ...] = tuple(deps)
     for op in ops:
         name = f"{prefix}/{op.name}"
-        out.append(op_task(op, platform, device, dtype, name, phase, last, None, priority))
+        out.append(op_task(op, platform, device, dtype, name, phase, last, None, priority, resident=resident))
         last = (name,)
     return out
 

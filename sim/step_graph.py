@@ -21,6 +21,7 @@ With GQA the K/V reads shrink to the KV heads.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from hwmodels.dtypes import DTYPE_BYTES, check_dtype
 from hwmodels.errors import HetSpecError
@@ -127,6 +128,14 @@ def attention_ops(model: ModelSpec, q: int, s: int, b: int, dt: float, density: 
                   act_bytes=dt * b * (nh * q * q + nkv * q * d + nh * q * d), kv_bytes=0.0,
                   tokens=q, count=L, density=density, launches=0))
     return ops
+
+
+@lru_cache(maxsize=256)
+def weight_working_set(model: ModelSpec, dtype: str | None = None) -> float:
+    """Bytes of weights one step reads (every operator's weights once; of the embedding table only
+    the looked-up rows): what must fit in a device's cache for the model to run cache-resident."""
+    graph = build_step_graph(model, 1, 1, 1, dtype)
+    return float(sum(op.weight_bytes * op.count for op in graph.ops))
 
 
 def build_step_graph(model: ModelSpec, tokens: int, context: int, batch: int = 1, dtype: str | None = None,

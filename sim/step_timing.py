@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from hwmodels.platform import Device
 from hwmodels.roofline import OpTiming, roofline_time
-from sim.step_graph import Op, StepGraph
+from sim.step_graph import Op, StepGraph, weight_working_set
 
 
 @dataclass(frozen=True)
@@ -54,11 +54,16 @@ class StepPrice:
         }
 
 
-def price_op(op: Op, device: Device, dtype: str, bw_bytes_per_s: float | None = None) -> OpPrice:
+def price_op(op: Op, device: Device, dtype: str, bw_bytes_per_s: float | None = None,
+             resident: bool = False) -> OpPrice:
     return OpPrice(op, roofline_time(device, op.flops, op.bytes, dtype, tokens=op.tokens or None,
-                                     density=op.density, launches=op.launches, bw_bytes_per_s=bw_bytes_per_s))
+                                     density=op.density, launches=op.launches, bw_bytes_per_s=bw_bytes_per_s,
+                                     resident=resident))
 
 
 def price_step(graph: StepGraph, device: Device, bw_bytes_per_s: float | None = None) -> StepPrice:
-    """Every operator of ``graph`` timed on ``device`` (bandwidth: the device alone by default)."""
-    return StepPrice(graph, device, tuple(price_op(op, device, graph.dtype, bw_bytes_per_s) for op in graph.ops))
+    """Every operator of ``graph`` timed on ``device`` (bandwidth: the device alone by default;
+    cache-resident when the model's weights fit in the device's last-level cache)."""
+    resident = device.cache_gb is not None and device.holds(weight_working_set(graph.model, graph.dtype))
+    return StepPrice(graph, device, tuple(price_op(op, device, graph.dtype, bw_bytes_per_s, resident)
+                                          for op in graph.ops))

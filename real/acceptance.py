@@ -16,6 +16,11 @@ Procedure, per calibration prompt of P tokens:
    accepts the longest path of nodes whose candidates are correct, then continues from the last
    accepted token. Greedy Medusa output equals ``seq`` token for token, so this gives the tokens per
    step a real ``medusa`` run with that tree would measure, without running 64 decodes.
+6. Chain length by gamma (1..8): greedy ``chain`` decoding is replayed the same way. With every
+   earlier proposal accepted, the draft's context is the true sequence, so its i-th proposal of a
+   step rooted at position t is correct iff the draft's greedy token after position t+i is
+   ``seq[t+i+1]`` (step 4's per-position hits): a step accepts the run of consecutive hits, capped
+   at gamma, plus the target's token.
 """
 
 from __future__ import annotations
@@ -38,6 +43,8 @@ DRAFT_RANKS = 3
 CONFIDENCE_BINS = 10
 #: Widths of the acceptance-length table: 1..64, the size of Medusa's default tree (root included).
 MAX_PROFILE_WIDTH = 64
+#: Draft lengths of the chain table: 1..8, the simulator's chain search (sim.strategies.chain.MAX_GAMMA).
+MAX_PROFILE_GAMMA = 8
 
 
 def _score_prompt(models, prompt: list[int], max_new_tokens: int):
@@ -98,6 +105,27 @@ def replay_medusa(tree: TokenTree, head_hits: np.ndarray, max_new_tokens: int) -
     return steps
 
 
+def replay_chain(draft_hit: np.ndarray, gamma: int, max_new_tokens: int) -> int:
+    """Steps greedy ``chain`` with ``gamma`` draft tokens takes to emit ``max_new_tokens``, replayed.
+
+    draft_hit: ``[n_pos]`` bool, ``draft_hit[t]`` = the draft's greedy token after position index t
+    (0 = last prompt token) is the target's. The prefill emits the first token; a step rooted at
+    index t accepts the run of hits from t+1 (at most gamma, and no more than the tokens still to
+    emit, as the real decoder caps its last proposal) and adds the target's token.
+    """
+    n_pos = draft_hit.shape[0]
+    emitted, t, steps = 1, 0, 0
+    while emitted < max_new_tokens:
+        cap = min(gamma, max_new_tokens - emitted - 1)
+        run = 0
+        while run < cap and t + 1 + run < n_pos and draft_hit[t + 1 + run]:
+            run += 1
+        emitted += run + 1
+        t += run + 1
+        steps += 1
+    return steps
+
+
 def measure_profile(models, prompts: list[list[int]], max_new_tokens: int, name: str, source: str,
                     meta: dict | None = None) -> AcceptanceProfile:
     """The acceptance profile of ``models`` (any of draft / heads may be absent) on ``prompts``."""
@@ -122,7 +150,7 @@ def measure_profile(models, prompts: list[list[int]], max_new_tokens: int, name:
             tree = TokenTree.greedy(accuracy, width)
             steps = sum(replay_medusa(tree, s["head_hits"], max_new_tokens) for s in scored)
             acceptance_length[width] = (max_new_tokens - 1) * len(scored) / steps
-    alpha = bins = None
+    alpha = bins = chain_length = None
     if "draft_hit" in scored[0]:
         hit = np.concatenate([s["draft_hit"] for s in scored])
         conf = np.concatenate([s["draft_conf"] for s in scored])
@@ -134,6 +162,9 @@ def measure_profile(models, prompts: list[list[int]], max_new_tokens: int, name:
                           accept_rate=float(hit[which == b].mean()) if np.any(which == b) else 0.0,
                           count=int(np.sum(which == b)))
             for b in range(CONFIDENCE_BINS))
+        chain_length = {g: (max_new_tokens - 1) * len(scored)
+                        / sum(replay_chain(s["draft_hit"], g, max_new_tokens) for s in scored)
+                        for g in range(1, MAX_PROFILE_GAMMA + 1)}
         rank_hits = sum(s["draft_rank_hits"] for s in scored)
         meta["draft_rank_accuracy"] = (rank_hits / len(hit)).round(4).tolist()
         if alpha >= 1.0:
@@ -142,5 +173,6 @@ def measure_profile(models, prompts: list[list[int]], max_new_tokens: int, name:
     return AcceptanceProfile(
         name=name, source=source,
         medusa_accuracy=None if accuracy is None else tuple(tuple(float(v) for v in row) for row in accuracy),
-        draft_alpha=alpha, draft_confidence_bins=bins, acceptance_length=acceptance_length, meta=meta,
+        draft_alpha=alpha, draft_confidence_bins=bins, acceptance_length=acceptance_length,
+        chain_acceptance_length=chain_length, meta=meta,
     )

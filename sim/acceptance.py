@@ -9,6 +9,9 @@ One :class:`AcceptanceModel` holds whichever forms its source gives:
 - ``draft_alpha``: a draft model's per-token acceptance rate; a chain of gamma drafts yields
   Omega(gamma, alpha) = (1 - alpha^(gamma+1)) / (1 - alpha) tokens per verification
   (Dovetail §II, after MagicDec), see :func:`omega`.
+- ``chain_length_table``: measured mean tokens per verification against gamma (a real-path
+  profile replays greedy chains on calibration prompts); where it covers gamma it is used instead
+  of Omega, whose independent-tokens assumption misses runs of easy tokens.
 - ``confidence_bins``: per-token acceptance as a function of the draft's confidence (LLMCad
   style trees): :meth:`AcceptanceModel.confidence_accept_rate`, and
   :func:`expected_tokens_from_node_probs` for a tree with a probability on every node.
@@ -87,6 +90,7 @@ class AcceptanceModel:
     confidence_bins: tuple[ConfidenceBin, ...] | None = None
     length_table: tuple[tuple[int, float], ...] | None = None
     length_curve: LengthCurve | None = None
+    chain_length_table: tuple[tuple[int, float], ...] | None = None
     alspec_hit_rate_by_layer: tuple[float, ...] | None = None
     alspec_hit_rates: Mapping[str, Mapping[float, float]] | None = None
     alspec_default_lambda: float | None = None
@@ -207,11 +211,21 @@ class AcceptanceModel:
         return self.draft_alpha
 
     def chain_tokens(self, gamma):
-        """Omega(gamma, alpha): expected tokens per verification of gamma draft tokens."""
+        """Expected tokens per verification of gamma draft tokens: the measured chain table where it
+        covers every gamma asked, else Omega(gamma, alpha)."""
+        if self.chain_length_table:
+            table = dict(self.chain_length_table)
+            g = np.asarray(gamma)
+            if all(int(x) in table for x in np.atleast_1d(g).ravel()):
+                out = np.vectorize(lambda x: table[int(x)], otypes=[float])(g)
+                return float(out) if np.ndim(out) == 0 else out
         return omega(gamma, self.need_alpha())
 
     def sample_chain_tokens(self, gamma: int, rng: np.random.Generator) -> int:
-        """Accept each draft token with probability alpha until the first rejection; +1 target token."""
+        """Accept each draft token with probability alpha until the first rejection; +1 target token.
+        With a measured chain table covering gamma: its mean, rounded up or down at random."""
+        if self.chain_length_table and int(gamma) in dict(self.chain_length_table):
+            return _bernoulli_round(dict(self.chain_length_table)[int(gamma)], rng)
         alpha = self.need_alpha()
         accepted = 0
         while accepted < gamma and rng.random() < alpha:
@@ -288,7 +302,7 @@ class AcceptanceModel:
     def describe(self) -> dict:
         """What the model holds, for ``--json`` outputs."""
         out: dict = {"name": self.name, "source": self.source, "forms": []}
-        for form in ("medusa_accuracy", "draft_alpha", "confidence_bins", "length_table", "length_curve",
+        for form in ("medusa_accuracy", "draft_alpha", "confidence_bins", "length_table", "length_curve", "chain_length_table",
                      "alspec_hit_rate_by_layer", "alspec_hit_rates", "tau_entries"):
             if getattr(self, form) is not None:
                 out["forms"].append(form)
@@ -338,9 +352,11 @@ def _bernoulli_round(mean: float, rng: np.random.Generator) -> int:
 def from_profile(profile: AcceptanceProfile) -> AcceptanceModel:
     """An acceptance model from a real-path profile."""
     table = tuple(sorted(profile.acceptance_length.items())) if profile.acceptance_length else None
+    chain = tuple(sorted(profile.chain_acceptance_length.items())) if profile.chain_acceptance_length else None
     return AcceptanceModel(
         name=profile.name, source=profile.source, medusa_accuracy=profile.medusa_accuracy,
         draft_alpha=profile.draft_alpha, confidence_bins=profile.draft_confidence_bins, length_table=table,
+        chain_length_table=chain,
         alspec_hit_rate_by_layer=profile.alspec_hit_rate_by_layer, meta=dict(profile.meta),
     )
 

@@ -10,6 +10,9 @@ A profile records how often speculation is accepted, in whichever forms its sour
   (its probability of the proposed token), for LLMCad-style confidence-driven trees.
 - ``acceptance_length``: measured mean tokens per step against tree width (e.g. Ghidorah Table I),
   for sources that give no per-head accuracies.
+- ``chain_acceptance_length``: measured mean tokens per step of greedy draft-chain speculation
+  against the draft length gamma (replayed on the real path's calibration prompts; unlike
+  Omega(gamma, alpha) it keeps the correlation between neighbouring draft tokens).
 - ``alspec_hit_rate_by_layer``: ALSpec's per-layer probability that approximate attention passes
   the norm check.
 
@@ -43,6 +46,7 @@ class AcceptanceProfile:
     draft_alpha: float | None = None
     draft_confidence_bins: tuple[ConfidenceBin, ...] | None = None
     acceptance_length: dict[int, float] | None = None
+    chain_acceptance_length: dict[int, float] | None = None
     alspec_hit_rate_by_layer: tuple[float, ...] | None = None
     meta: dict = field(default_factory=dict)
 
@@ -67,6 +71,11 @@ class AcceptanceProfile:
             if any(k < 1 or v < 1.0 for k, v in table.items()):
                 raise HetSpecError(f"{where}: acceptance_length needs widths >= 1 and lengths >= 1")
             object.__setattr__(self, "acceptance_length", dict(sorted(table.items())))
+        if self.chain_acceptance_length is not None:
+            table = {int(k): float(v) for k, v in self.chain_acceptance_length.items()}
+            if any(k < 1 or not 1.0 <= v <= k + 1.0 + 1e-9 for k, v in table.items()):
+                raise HetSpecError(f"{where}: chain_acceptance_length needs gammas >= 1 and 1 <= length <= gamma + 1")
+            object.__setattr__(self, "chain_acceptance_length", dict(sorted(table.items())))
         if self.alspec_hit_rate_by_layer is not None:
             rates = tuple(float(v) for v in self.alspec_hit_rate_by_layer)
             if not rates or any(not 0.0 <= v <= 1.0 for v in rates):
@@ -87,6 +96,8 @@ class AcceptanceProfile:
             out["draft_confidence_bins"] = [vars(b) for b in self.draft_confidence_bins]
         if self.acceptance_length is not None:
             out["acceptance_length"] = {str(k): v for k, v in self.acceptance_length.items()}
+        if self.chain_acceptance_length is not None:
+            out["chain_acceptance_length"] = {str(k): v for k, v in self.chain_acceptance_length.items()}
         if self.alspec_hit_rate_by_layer is not None:
             out["alspec_hit_rate_by_layer"] = list(self.alspec_hit_rate_by_layer)
         if self.meta:
@@ -114,6 +125,7 @@ class AcceptanceProfile:
                 draft_alpha=data.get("draft_alpha"),
                 draft_confidence_bins=None if bins is None else tuple(ConfidenceBin(**b) for b in bins),
                 acceptance_length=data.get("acceptance_length"),
+                chain_acceptance_length=data.get("chain_acceptance_length"),
                 alspec_hit_rate_by_layer=data.get("alspec_hit_rate_by_layer"),
                 meta=dict(data.get("meta", {})),
             )

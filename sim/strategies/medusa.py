@@ -60,11 +60,28 @@ def head_ops(model: ModelSpec, tokens: int, n_heads: int, dtype: str | None = No
     ]
 
 
+def heads_resident(problem: Problem, device: str, n_heads) -> bool:
+    """Whether the weights of ``n_heads`` heads (the largest count asked) fit in ``device``'s cache."""
+    dev = problem.platform.device(device)
+    h, v = problem.model.hidden, problem.model.vocab
+    per_head = (h * h + h * v) * DTYPE_BYTES[problem.model.dtype]
+    return dev.cache_gb is not None and dev.holds(per_head * float(np.max(n_heads)))
+
+
+def head_rows(config: StrategyConfig) -> int:
+    """Hidden-state rows the heads read per step: option ``medusa_head_rows`` ``"last"`` = only the
+    last accepted token's (HetSpec's real path proposes from that row alone), else (default
+    ``"tree"``) every verified token's, as Medusa's reference code computes ``medusa_logits``."""
+    rows = config.option("medusa_head_rows", "tree")
+    return 1 if rows == "last" else config.tree.size
+
+
 def heads_seconds(problem: Problem, device: str, width: int, n_heads: int) -> float:
-    """Seconds of the heads of a width-``width`` tree (all instances) on ``device`` alone."""
+    """Seconds of the heads over ``width`` hidden-state rows (all instances) on ``device`` alone."""
     dev = problem.platform.device(device)
     bw = standalone_bw(problem.platform, device)
-    return float(sum((price_op(op, dev, problem.model.dtype, bw).time_s
+    resident = heads_resident(problem, device, n_heads)
+    return float(sum((price_op(op, dev, problem.model.dtype, bw, resident).time_s
                       for op in head_ops(problem.model, width * problem.batch, n_heads)), 0.0))
 
 
@@ -89,10 +106,11 @@ def heads_seconds_many(problem: Problem, device: str, widths: np.ndarray, n_head
     ops = head_ops(problem.model, 1, 1)          # per-token coefficients: every head op is linear in T
     T = widths * problem.batch
     total = np.zeros_like(widths)
+    resident = heads_resident(problem, device, n_heads) if n_heads.size else False
     for op in ops:
         # flops and activation bytes scale with T; weight bytes do not (sim.step_graph.linear_op)
         t = roofline_arrays(dev, problem.model.dtype, op.flops * T, op.weight_bytes + op.act_bytes * T + op.kv_bytes * T,
-                            T if op.tokens else 0.0, 1.0, op.launches, bw)["time_s"]
+                            T if op.tokens else 0.0, 1.0, op.launches, bw, resident=resident)["time_s"]
         total += t
     return total * n_heads
 
@@ -105,6 +123,8 @@ class MedusaStrategy(Strategy):
         "tree_shape": "greedy | dp (optimal under size and depth budgets) | medusa-list | cartesian",
         "device": "device running the target and the heads",
         "medusa_heads": "option: heads computed per step (default: the tree depth; Medusa's reference code runs all)",
+        "medusa_head_rows": "option: tree (default: heads read every verified token's hidden state, as Medusa's "
+                            "reference code) | last (only the last accepted token's, as HetSpec's real path)",
     }
 
     # ------------------------------------------------------------------ search space
@@ -138,6 +158,8 @@ class MedusaStrategy(Strategy):
         if heads is not None and (isinstance(heads, bool) or not isinstance(heads, (int, np.integer))
                                   or heads < tree.depth):
             raise HetSpecError(f"option medusa_heads must be an integer >= the tree depth {tree.depth} (got {heads!r})")
+        if config.option("medusa_head_rows", "tree") not in ("tree", "last"):
+            raise HetSpecError(f"option medusa_head_rows must be tree or last (got {config.option('medusa_head_rows')!r})")
         return replace(config, tree=tree, tree_shape=shape, tree_width=tree.size, draft_depth=tree.depth,
                        partition_ratio=None, draft_device=None, draft_model=None)
 
@@ -169,7 +191,7 @@ class MedusaStrategy(Strategy):
         tree = config.tree
         verify = float(step_seconds(problem.model, problem.platform, config.device, tree.size, problem.context,
                                     problem.batch, tree.mask_density))
-        heads = heads_seconds(problem, config.device, tree.size, heads_run(config))
+        heads = heads_seconds(problem, config.device, head_rows(config), heads_run(config))
         tokens = problem.acceptance.tree_tokens(tree)
         return Estimate(step_s=verify + heads, tokens_per_step=tokens, proposed_per_step=tree.size - 1,
                         breakdown={"verify": verify, "heads": heads})
@@ -182,10 +204,11 @@ class MedusaStrategy(Strategy):
         for device in sorted({c.device for c in configs}):
             idx = np.array([i for i, c in enumerate(configs) if c.device == device])
             q = np.array([configs[i].tree.size for i in idx])
+            rows = np.array([head_rows(configs[i]) for i in idx])
             depth = np.array([heads_run(configs[i]) for i in idx])
             dens = np.array([configs[i].tree.mask_density for i in idx])
             step[idx] = (step_seconds(problem.model, problem.platform, device, q, problem.context, problem.batch, dens)
-                         + heads_seconds_many(problem, device, q, depth))
+                         + heads_seconds_many(problem, device, rows, depth))
         return EstimateArrays(step_s=step, tokens_per_step=tokens, proposed_per_step=proposed)
 
     # ------------------------------------------------------------------ engine plan
@@ -194,8 +217,9 @@ class MedusaStrategy(Strategy):
         tree = config.tree
         graph = build_step_graph(problem.model, tree.size, problem.context, problem.batch, tree=tree)
         tasks = graph_tasks(graph, problem.platform, config.device, "verify", "verify", per_layer=per_layer)
-        tasks += ops_tasks(head_ops(problem.model, tree.size * problem.batch, heads_run(config)), problem.platform,
-                           config.device, graph.dtype, "heads", "draft", deps=(tasks[-1].name,))
+        tasks += ops_tasks(head_ops(problem.model, head_rows(config) * problem.batch, heads_run(config)),
+                           problem.platform, config.device, graph.dtype, "heads", "draft", deps=(tasks[-1].name,),
+                           resident=heads_resident(problem, config.device, heads_run(config)))
         acc_model = problem.acceptance
         accepted = acc_model.tree_tokens(tree) if rng is None else acc_model.sample_tree_tokens(tree, rng)
         return StepPlan(tasks=tuple(tasks), tokens_accepted=accepted, tokens_proposed=tree.size - 1,

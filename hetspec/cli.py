@@ -26,6 +26,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "real.commands.run",
     "real.commands.profile_acceptance",
     "real.commands.train_demo",
+    "real.commands.calibrate",
+    "real.commands.validate",
 )
 
 

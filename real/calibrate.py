@@ -1,0 +1,427 @@
+"""``hetspec calibrate``: measure this host with torch micro-benchmarks and write the ``host`` platform.
+
+The platform (preset format, :mod:`hwmodels.loader`) has
+
+- ``cpu``: the whole CPU, torch's default thread count (what single-worker real runs use);
+- ``cpu0`` .. ``cpu{N-1}``: one single-thread worker per core (the heterogeneous real path of
+  issue 7 places work on these), all identical, so measured once with one thread;
+- one memory domain ``dram`` holding every device (they share this machine's DRAM), whose
+  ``contention_efficiency`` comes from two single-thread workers streaming at the same time;
+- ``unified`` links between workers (a zero-copy hand-over whose latency is the measured
+  thread hand-off).
+
+Each number's ``source`` names what was measured, how (kernel, sizes, threads, median of how
+many) and when, on which CPU: ``measured: 18.1 GB/s by hetspec calibrate (stream triad, 3 x 128
+MiB arrays, 2 threads, median of 7) on AMD EPYC, 2025-01-01``. The raw measurements (the whole
+GEMM table, bandwidth against working-set size, overhead probe, contention) are written next to
+the platform as ``<name>.calibration.json`` for plots (``notebooks/host_calibration.ipynb``).
+
+How the measurements enter the roofline (:mod:`hwmodels.roofline`):
+
+- ``peak_tflops.fp32`` is the best GEMM rate measured and ``compute_efficiency`` is 1; the
+  ``gemm_efficiency_curve`` is, per token count M, the median over the weight shapes of the
+  measured rate at M divided by that peak. The curve is useful FLOP/s, so it already contains
+  any quantization of M and ``token_tile`` is 1 (no second rounding).
+- ``mem_bw_gbps`` is the triad bandwidth on a working set well beyond the last-level cache, and
+  ``bw_efficiency`` 1 (the number is already achievable, not a datasheet peak).
+- ``cache_gb`` / ``cache_bw_gbps`` describe the last-level cache: a model whose weights fit in it
+  streams them from it (triad on a working set of a quarter of the cache).
+- ``op_overhead_us`` is the fixed cost per step-graph operator of the real path's own decoder
+  layer (:func:`real.microbench.layer_overhead`): the real path issues several torch operators
+  per step-graph operator (counted and reported), so a tiny ``torch.add`` alone would
+  underestimate it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform as pyplatform
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from hwmodels.errors import HetSpecError
+from hwmodels.loader import user_platform_dir, write_platform_file
+from hwmodels.platform import Device, Link, MemoryDomain, Platform
+
+#: File name of the calibrated platform in the user platform folder (``--platform host``).
+HOST_NAME = "host"
+#: Suffix of the raw-measurement file written next to the platform file.
+RAW_SUFFIX = ".calibration.json"
+#: Last-level cache assumed when the OS does not report one (sysfs): a typical desktop L3.
+FALLBACK_LLC_BYTES = 32 * 2**20
+#: Stream working set for DRAM bandwidth, in multiples of the last-level cache (STREAM's rule:
+#: each array at least 4x the cache; three arrays of 4/3 x LLC... we take 8x LLC in total).
+DRAM_WORKING_SET_LLC = 8
+#: Pool of distinct GEMM weights for the cold (DRAM-streamed) rates, in multiples of the cache: each
+#: weight is evicted long before it is used again.
+COLD_POOL_LLC = 4
+#: Stream working set for the cache bandwidth, as a fraction of the last-level cache (small enough
+#: to stay resident next to the code and other data, large enough to leave the private L2).
+CACHE_WORKING_SET_LLC = 0.25
+#: Single-thread workers linked to one another by ``unified`` links (all pairs among the first
+#: ones; a machine with hundreds of cores would otherwise get tens of thousands of links).
+MAX_LINKED_WORKERS = 8
+#: Calibrations older than this are stale for ``hetspec demo`` (it recalibrates).
+FRESH_DAYS = 7
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How much to measure: sizes, repeats and warm-up of every benchmark."""
+
+    m_values: tuple[int, ...]
+    shapes: tuple[tuple[int, int], ...]       # (K, N) of the GEMM weights
+    repeats: int
+    warmup: int
+    dram_working_set_bytes: int | None = None  # None: DRAM_WORKING_SET_LLC x the last-level cache
+    overhead_repeats: int = 9
+    label: str = "full"
+
+
+#: Token counts 1..256 (the issue's range) and weight shapes around the demo and random-weight
+#: models' layers (hidden 512-1024, MLP 1408-4096); all fit in a 32 MiB cache, so the rates are
+#: compute rates (DRAM is priced by ``mem_bw_gbps``), and 2048 x 2048 gives the peak.
+FULL = Settings(m_values=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+                shapes=((512, 512), (512, 2048), (2048, 512), (1024, 1024), (2048, 2048)),
+                repeats=7, warmup=2)
+QUICK = Settings(m_values=(1, 4, 16, 64, 256), shapes=((512, 512), (1024, 1024)), repeats=5, warmup=1,
+                 overhead_repeats=5, label="quick")
+
+
+def settings_for(quick: bool) -> Settings:
+    return QUICK if quick else FULL
+
+
+# ---------------------------------------------------------------------------- host facts
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo`` on Linux, else :func:`platform.processor`)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return pyplatform.processor() or pyplatform.machine() or "unknown CPU"
+
+
+def core_count() -> int:
+    """Cores this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def llc_bytes() -> tuple[int, str]:
+    """Size of the last-level cache and where the number came from."""
+    base = Path("/sys/devices/system/cpu/cpu0/cache")
+    best, where = 0, ""
+    if base.is_dir():
+        for index in sorted(base.glob("index*")):
+            try:
+                level = int((index / "level").read_text())
+                text = (index / "size").read_text().strip()
+            except (OSError, ValueError):
+                continue
+            units = {"K": 2**10, "M": 2**20, "G": 2**30}
+            size = int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text)
+            if level >= 2 and size > best:
+                best, where = size, f"{index}/size = {text} (level {level})"
+    if best:
+        return best, where
+    return FALLBACK_LLC_BYTES, f"assumed {FALLBACK_LLC_BYTES // 2**20} MiB (the OS reports no cache sizes)"
+
+
+def physical_memory_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        raise HetSpecError("cannot read this machine's memory size (os.sysconf)") from None
+
+
+# ---------------------------------------------------------------------------- measurement
+@dataclass(frozen=True)
+class WorkerMeasurement:
+    """Everything measured with one thread count."""
+
+    threads: int
+    gemm_warm: tuple              # real.microbench.GemmPoint rows, weights in the cache
+    gemm_cold: tuple              # the same, weights streamed from DRAM
+    peak_flops_per_s: float
+    efficiency_curve: tuple[tuple[int, float], ...]        # cold: a model larger than the cache
+    cache_efficiency_curve: tuple[tuple[int, float], ...]  # warm: a model resident in the cache
+    dram_bw_bytes_per_s: float
+    cache_bw_bytes_per_s: float
+    dispatch_s: float
+    overhead: object              # real.microbench.LayerOverhead
+
+
+@dataclass(frozen=True)
+class Calibration:
+    cpu: str
+    cores: int
+    date: str
+    settings: Settings
+    llc_bytes: int
+    llc_source: str
+    memory_bytes: int
+    dram_working_set_bytes: int
+    cache_working_set_bytes: int
+    all_threads: WorkerMeasurement
+    one_thread: WorkerMeasurement
+    concurrent_bw_bytes_per_s: tuple[float, ...]   # each of two single-thread workers, streaming together
+    handoff_s: float
+    torch_version: str
+    seconds: float = 0.0
+    command: str = "hetspec calibrate"
+    extra: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        out = asdict(self)
+        out["settings"] = asdict(self.settings)
+        return out
+
+
+def _efficiency_curve(points, peak: float, m_values) -> tuple[tuple[int, float], ...]:
+    import statistics
+
+    curve = []
+    for m in m_values:
+        rates = [p.flops_per_s for p in points if p.m == m]
+        curve.append((m, round(min(statistics.median(rates) / peak, 1.0), 4)))
+    return tuple(curve)
+
+
+def _measure_worker(threads: int, settings: Settings, dram_ws: int, cache_ws: int, cold_pool: int,
+                    tick) -> WorkerMeasurement:
+    from real import microbench as mb
+
+    warm = mb.gemm_rates(settings.m_values, settings.shapes, threads, settings.repeats, settings.warmup,
+                         progress=tick)
+    cold = mb.gemm_rates(settings.m_values, settings.shapes, threads, settings.repeats, settings.warmup,
+                         cold_pool_bytes=cold_pool, progress=tick)
+    peak = max(p.flops_per_s for p in warm + cold)
+    dram = mb.stream_bandwidth(dram_ws, threads, settings.repeats, settings.warmup)
+    tick()
+    cache = mb.stream_bandwidth(cache_ws, threads, settings.repeats, settings.warmup)
+    tick()
+    dispatch = mb.dispatch_overhead_s(threads, settings.repeats, settings.warmup)
+    overhead = mb.layer_overhead(threads, settings.overhead_repeats, settings.warmup + 2)
+    tick()
+    return WorkerMeasurement(threads=threads, gemm_warm=warm, gemm_cold=cold, peak_flops_per_s=peak,
+                             efficiency_curve=_efficiency_curve(cold, peak, settings.m_values),
+                             cache_efficiency_curve=_efficiency_curve(warm, peak, settings.m_values),
+                             dram_bw_bytes_per_s=dram, cache_bw_bytes_per_s=cache, dispatch_s=dispatch,
+                             overhead=overhead)
+
+
+def measure(settings: Settings, progress: bool = True, command: str = "hetspec calibrate") -> Calibration:
+    """Run every micro-benchmark (with a progress bar) and return the measurements."""
+    import torch
+    from tqdm.auto import tqdm
+
+    from real import microbench as mb
+
+    t0 = time.perf_counter()
+    all_threads = torch.get_num_threads()
+    llc, llc_source = llc_bytes()
+    dram_ws = settings.dram_working_set_bytes or DRAM_WORKING_SET_LLC * llc
+    cache_ws = int(CACHE_WORKING_SET_LLC * llc)
+    cold_pool = COLD_POOL_LLC * llc
+    gemm_ticks = 2 * len(settings.m_values) * len(settings.shapes)
+    total = 2 * (gemm_ticks + 3) + 2
+    with tqdm(total=total, desc="calibrate", unit="bench", disable=not progress, file=sys.stderr) as bar:
+        def tick() -> None:
+            bar.update(1)
+
+        bar.set_postfix_str(f"{all_threads} threads")
+        whole = _measure_worker(all_threads, settings, dram_ws, cache_ws, cold_pool, tick)
+        bar.set_postfix_str("1 thread")
+        single = whole if all_threads == 1 else _measure_worker(1, settings, dram_ws, cache_ws, cold_pool, tick)
+        bar.set_postfix_str("contention")
+        workers = 2 if core_count() >= 2 else 1
+        together = mb.concurrent_stream(dram_ws, workers, settings.repeats, settings.warmup)
+        tick()
+        handoff = mb.handoff_latency_s(20 * settings.repeats, 10)
+        tick()
+    return Calibration(
+        cpu=cpu_model(), cores=core_count(), date=time.strftime("%Y-%m-%d %H:%M"), settings=settings,
+        llc_bytes=llc, llc_source=llc_source, memory_bytes=physical_memory_bytes(),
+        dram_working_set_bytes=dram_ws, cache_working_set_bytes=cache_ws, all_threads=whole,
+        one_thread=single, concurrent_bw_bytes_per_s=together, handoff_s=handoff,
+        torch_version=torch.__version__, seconds=time.perf_counter() - t0, command=command)
+
+
+# ---------------------------------------------------------------------------- the platform
+def _mib(nbytes: float) -> str:
+    return f"{nbytes / 2**20:.0f} MiB"
+
+
+def _device(name: str, w: WorkerMeasurement, cal: Calibration, description: str) -> Device:
+    s = cal.settings
+    by = f"by {cal.command}"
+    on = f"on {cal.cpu}, {cal.date}"
+    thr = f"{w.threads} thread{'s' if w.threads > 1 else ''}"
+    best = max(w.gemm_warm + w.gemm_cold, key=lambda p: p.flops_per_s)
+    ov = w.overhead
+    sources = {
+        "peak_tflops.fp32": (f"measured: {w.peak_flops_per_s / 1e9:.1f} GFLOP/s {by} (best F.linear of M in "
+                             f"{list(s.m_values)} x (K, N) in {[list(x) for x in s.shapes]}, reached at M={best.m}, "
+                             f"K={best.k}, N={best.n}; {thr}, median of {s.repeats}) {on}"),
+        "compute_efficiency": "1: peak_tflops is the measured best GEMM rate, so it is achievable by definition; "
+                              "gemm_efficiency_curve gives the rate at each token count",
+        "gemm_efficiency_curve": (f"measured {by}: per M, the median over (K, N) in {[list(x) for x in s.shapes]} "
+                                  f"of the F.linear rate with the weight streamed from DRAM (a ring of distinct "
+                                  f"weights totalling {COLD_POOL_LLC} x the last-level cache) divided by "
+                                  f"peak_tflops ({thr}, median of {s.repeats}) {on}"),
+        "cache_gemm_efficiency_curve": (f"measured {by}: as gemm_efficiency_curve with the weight resident in the "
+                                        f"cache (the same weight every call) ({thr}, median of {s.repeats}) {on}"),
+        "mem_bw_gbps": (f"measured: {w.dram_bw_bytes_per_s / 1e9:.1f} GB/s {by} (stream triad a = b + 3c, "
+                        f"3 arrays totalling {_mib(cal.dram_working_set_bytes)} = {DRAM_WORKING_SET_LLC} x the "
+                        f"last-level cache; {thr}, median of {s.repeats}) {on}"),
+        "bw_efficiency": "1: mem_bw_gbps is the measured achievable stream bandwidth, not a datasheet peak",
+        "cache_gb": f"last-level cache: {cal.llc_source}",
+        "cache_bw_gbps": (f"measured: {w.cache_bw_bytes_per_s / 1e9:.1f} GB/s {by} (stream triad, 3 arrays "
+                          f"totalling {_mib(cal.cache_working_set_bytes)} = {CACHE_WORKING_SET_LLC} x the last-level "
+                          f"cache; {thr}, median of {s.repeats}) {on}"),
+        "mem_capacity_gb": f"os.sysconf: {cal.memory_bytes / 1e9:.1f} GB of physical memory",
+        "op_overhead_us": (f"measured: {ov.per_op_s * 1e6:.2f} us per step-graph operator {by}: the real path's "
+                           f"decoder layer (real/model.py, hidden {ov.hidden}, one token over {ov.context} cached, "
+                           f"compute negligible) costs {ov.per_layer_s * 1e6:.1f} us per layer = "
+                           f"{ov.graph_ops_per_layer} step-graph operators; it issues {ov.aten_ops_per_layer} torch "
+                           f"operators per layer at {w.dispatch_s * 1e6:.2f} us of bare dispatch each (torch.add on "
+                           f"4 elements), the rest is Python module and argument handling ({thr}, "
+                           f"{s.overhead_repeats} interleaved repeats of depths {ov.layers[0]} and {ov.layers[1]}) {on}"),
+        "token_tile": "1: the measured gemm_efficiency_curve is useful FLOP/s at each token count, so any "
+                      "rounding of M by the kernels is already in it",
+        "sparse_attn_efficiency": "0: the real path computes tree attention densely (scaled_dot_product_attention "
+                                  "with a boolean mask)",
+        "cores": (f"{w.threads} of this machine's {cal.cores} cores (torch intra-op threads)"),
+    }
+    return Device(
+        name=name, kind="cpu", description=description,
+        peak_tflops={"fp32": round(w.peak_flops_per_s / 1e12, 6)},
+        mem_bw_gbps=round(w.dram_bw_bytes_per_s / 1e9, 3), mem_capacity_gb=round(cal.memory_bytes / 1e9, 3),
+        bw_efficiency=1.0, compute_efficiency=1.0, op_overhead_us=round(ov.per_op_s * 1e6, 3), token_tile=1,
+        sparse_attn_efficiency=0.0, cores=w.threads, gemm_efficiency_curve=w.efficiency_curve,
+        cache_gemm_efficiency_curve=w.cache_efficiency_curve,
+        cache_gb=round(cal.llc_bytes / 1e9, 6), cache_bw_gbps=round(w.cache_bw_bytes_per_s / 1e9, 3),
+        sources=sources)
+
+
+def build_platform(cal: Calibration, name: str = HOST_NAME) -> Platform:
+    """The ``host`` platform of a calibration (see the module docstring)."""
+    whole, single = cal.all_threads, cal.one_thread
+    devices = {"cpu": _device("cpu", whole, cal, f"{cal.cpu}: all {whole.threads} torch threads")}
+    workers = [f"cpu{i}" for i in range(cal.cores)]
+    for w in workers:
+        devices[w] = _device(w, single, cal, f"{cal.cpu}: one single-thread worker (identical to every cpuN; "
+                                             "measured once)")
+    domain_bw = max(whole.dram_bw_bytes_per_s, single.dram_bw_bytes_per_s)
+    together = sum(cal.concurrent_bw_bytes_per_s)
+    n_conc = len(cal.concurrent_bw_bytes_per_s)
+    contention = min(together / domain_bw, 1.0) if n_conc > 1 else 1.0
+    by, on = f"by {cal.command}", f"on {cal.cpu}, {cal.date}"
+    rates = " + ".join(f"{r / 1e9:.1f}" for r in cal.concurrent_bw_bytes_per_s)
+    domain = MemoryDomain(
+        name="dram", devices=tuple(devices), description="this machine's DRAM, shared by every worker",
+        bw_gbps=round(domain_bw / 1e9, 3), capacity_gb=round(cal.memory_bytes / 1e9, 3),
+        contention_efficiency=round(max(contention, 0.01), 4),
+        sources={
+            "bw_gbps": f"measured: the larger of the all-thread and one-thread stream triad bandwidths {by} "
+                       f"(see devices.cpu.mem_bw_gbps) {on}",
+            "capacity_gb": f"os.sysconf: {cal.memory_bytes / 1e9:.1f} GB of physical memory",
+            "contention_efficiency": (
+                f"measured {by}: {n_conc} single-thread workers streaming at once (stream triad, "
+                f"{_mib(cal.dram_working_set_bytes)} each, median of {cal.settings.repeats}) got {rates} = "
+                f"{together / 1e9:.1f} GB/s together, vs {domain_bw / 1e9:.1f} GB/s for the whole CPU alone "
+                f"(one worker alone: {single.dram_bw_bytes_per_s / 1e9:.1f} GB/s) {on}"
+                if n_conc > 1 else "1: a single core has no second worker to contend with"),
+        })
+    linked = workers[:MAX_LINKED_WORKERS]
+    links = tuple(
+        Link(name=f"{a}-{b}", kind="unified", src=a, dst=b, description="zero-copy hand-over between worker threads",
+             bw_gbps=round(domain_bw / 1e9, 3), latency_us=round(cal.handoff_s * 1e6, 3), efficiency=1.0,
+             sources={
+                 "bw_gbps": "zero-copy: the receiver reads the shared DRAM (dram.bw_gbps)",
+                 "latency_us": (f"measured: {cal.handoff_s * 1e6:.1f} us {by} (threading.Event ping-pong between "
+                                f"two Python threads, one-way = round trip / 2, median of "
+                                f"{20 * cal.settings.repeats}) {on}"),
+                 "efficiency": "1: a zero-copy hand-over moves no bytes; the reader's streaming is priced by the roofline",
+             })
+        for i, a in enumerate(linked) for b in linked[i + 1:])
+    return Platform(name=name,
+                    description=f"this machine, calibrated by {cal.command} on {cal.date}: {cal.cpu}, "
+                                f"{cal.cores} cores, torch {cal.torch_version}",
+                    devices=devices, links=links, memory_domains=(domain,))
+
+
+def default_out() -> Path:
+    return user_platform_dir() / f"{HOST_NAME}.toml"
+
+
+def raw_path(platform_path: str | Path) -> Path:
+    p = Path(platform_path)
+    return p.with_name(p.stem + RAW_SUFFIX)
+
+
+def write_calibration(cal: Calibration, out: str | Path) -> tuple[Platform, Path]:
+    """Write the platform file and its raw measurements next to it; returns the reloaded platform."""
+    from hwmodels.loader import load_platform_file
+
+    out = Path(out)
+    if out.suffix != ".toml":
+        raise HetSpecError(f"--out {out}: a platform file ends in .toml")
+    write_platform_file(build_platform(cal), out)
+    raw_path(out).write_text(json.dumps(cal.to_json(), indent=1) + "\n")
+    return load_platform_file(out), out
+
+
+def calibrate(out: str | Path | None = None, quick: bool = False, progress: bool = True,
+              settings: Settings | None = None) -> tuple[Platform, Path, Calibration]:
+    """Measure this host and write ``out`` (default: ``host.toml`` in the user platform folder)."""
+    out = Path(out) if out is not None else default_out()
+    if out.suffix != ".toml":
+        raise HetSpecError(f"--out {out}: a platform file ends in .toml")
+    command = "hetspec calibrate" + (" --quick" if quick else "")
+    cal = measure(settings or settings_for(quick), progress=progress, command=command)
+    platform, path = write_calibration(cal, out)
+    return platform, path, cal
+
+
+def load_raw(platform_path: str | Path) -> dict:
+    """The raw measurements written next to a calibrated platform file."""
+    path = raw_path(platform_path)
+    if not path.exists():
+        raise HetSpecError(f"no calibration measurements at {path} (run `hetspec calibrate`)")
+    return json.loads(path.read_text())
+
+
+def calibration_age_days(platform_path: str | Path) -> float | None:
+    """Days since the platform file was written (None if it does not exist)."""
+    p = Path(platform_path)
+    if not p.exists():
+        return None
+    return (time.time() - p.stat().st_mtime) / 86400.0
+
+
+def summary_lines(platform: Platform, cal: Calibration) -> list[str]:
+    """What the command prints: the key numbers of ``cpu`` and one worker."""
+    cpu, w0 = platform.device("cpu"), platform.device("cpu0") if "cpu0" in platform.devices else None
+    dom = platform.memory_domains[0]
+    lines = [f"{cal.cpu}, {cal.cores} cores, last-level cache {cal.llc_bytes / 2**20:.0f} MiB, "
+             f"calibrated in {cal.seconds:.0f} s"]
+    for dev in (cpu, w0):
+        if dev is None:
+            continue
+        curve = ", ".join(f"{m}: {e:.2f}" for m, e in dev.gemm_efficiency_curve)
+        lines.append(f"  {dev.name:<5} ({dev.cores} thr)  GEMM peak {dev.peak_tflops['fp32'] * 1e3:.1f} GFLOP/s, "
+                     f"DRAM {dev.mem_bw_gbps:.1f} GB/s, cache {dev.cache_bw_gbps:.1f} GB/s, "
+                     f"{dev.op_overhead_us:.1f} us per operator")
+        lines.append(f"        GEMM efficiency by M: {curve}")
+    lines.append(f"  contention: two single-thread workers streaming together get "
+                 f"{dom.contention_efficiency:.2f} of {dom.bw_gbps:.1f} GB/s")
+    return lines

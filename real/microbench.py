@@ -1,0 +1,274 @@
+"""Torch micro-benchmarks of this host: what ``hetspec calibrate`` measures, one function each.
+
+Every benchmark runs its kernel a few times untimed (warm-up: first calls allocate, page in and
+pick kernels), then times ``repeats`` runs and keeps the **median**, which a burst of noise from
+other processes does not move. Times come from ``time.perf_counter``. Torch threads: each
+function takes ``threads`` and restores the previous setting on exit.
+
+- :func:`gemm_rates`: FLOP/s of ``F.linear`` (the real path's linear layers) over token counts M
+  and weight shapes K x N.
+- :func:`stream_bandwidth`: STREAM "triad" ``a = b + s*c`` bytes/s for a working-set size
+  (3 arrays; bytes counted as 3 x array size, the STREAM convention).
+- :func:`dispatch_overhead_s`: seconds per tiny torch operator (the framework's fixed cost).
+- :func:`layer_overhead`: fixed seconds per step-graph operator of the real path's own decoder
+  layer (:class:`real.model.Transformer` at a size where compute is negligible), and the aten
+  operators that layer issues (counted with a dispatch mode).
+- :func:`concurrent_stream`: bandwidth of ``workers`` single-thread workers streaming at once.
+- :func:`handoff_latency_s`: one-way latency of handing work from one worker thread to another.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+#: Bytes per fp32 element (the real path computes in fp32).
+FP32_BYTES = 4
+
+
+@contextmanager
+def torch_threads(threads: int) -> Iterator[None]:
+    """Run the body with ``threads`` intra-op threads, then restore the previous count."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def median_time(fn: Callable[[], object], repeats: int, warmup: int, inner: int = 1) -> float:
+    """Median seconds of one call of ``fn`` over ``repeats`` timed batches of ``inner`` calls."""
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        samples.append((time.perf_counter() - t) / inner)
+    return statistics.median(samples)
+
+
+# ---------------------------------------------------------------------------- GEMM
+@dataclass(frozen=True)
+class GemmPoint:
+    m: int            # token dimension (rows of the activation)
+    k: int            # input features
+    n: int            # output features
+    seconds: float    # median time of one F.linear
+    flops_per_s: float
+
+
+def gemm_rates(m_values: Sequence[int], shapes: Sequence[tuple[int, int]], threads: int, repeats: int,
+               warmup: int, cold_pool_bytes: int = 0,
+               progress: Callable[[], None] | None = None) -> tuple[GemmPoint, ...]:
+    """``F.linear(x [M, K], W [N, K])`` FLOP/s (2*M*K*N per call) for every M and (K, N).
+
+    ``cold_pool_bytes`` 0: the same weight every call, so it stays in the cache (warm).
+    Otherwise each call uses the next of a pool of distinct weights totalling at least that many
+    bytes (choose several times the last-level cache), so every call streams its weight from
+    DRAM (cold), as a decode step of a model larger than the cache does.
+    """
+    out = []
+    gen = torch.Generator().manual_seed(0)
+    with torch_threads(threads), torch.inference_mode():
+        for k, n in shapes:
+            pool = max(1, -(-cold_pool_bytes // (k * n * FP32_BYTES))) if cold_pool_bytes else 1
+            weights = [torch.randn(n, k, generator=gen) for _ in range(pool)]
+            for m in m_values:
+                x = torch.randn(m, k, generator=gen)
+                # aim for >= ~1 ms per timed batch so the timer's resolution does not matter; the
+                # ring of a pool continues across batches, so consecutive calls never reuse a weight
+                inner = min(max(1, int(2e-3 * 50e9 / (2.0 * m * k * n))), 64)
+                ring = iter(())
+
+                def call():
+                    nonlocal ring
+                    w = next(ring, None)
+                    if w is None:
+                        ring = iter(weights)
+                        w = next(ring)
+                    return F.linear(x, w)
+                s = median_time(call, repeats, warmup, inner=inner)
+                out.append(GemmPoint(m, k, n, s, 2.0 * m * k * n / s))
+                if progress:
+                    progress()
+            del weights
+    return tuple(out)
+
+
+# ---------------------------------------------------------------------------- memory
+def stream_bandwidth(working_set_bytes: int, threads: int, repeats: int, warmup: int) -> float:
+    """STREAM triad bytes/s with three fp32 arrays totalling ``working_set_bytes``."""
+    n = max(working_set_bytes // (3 * FP32_BYTES), 1024)
+    with torch_threads(threads), torch.inference_mode():
+        a, b, c = torch.empty(n), torch.ones(n), torch.full((n,), 2.0)
+        inner = max(1, int(1e6 // n))        # small arrays: batch calls so one sample is >~ 1 ms
+        s = median_time(lambda: torch.add(b, c, alpha=3.0, out=a), repeats, warmup, inner=inner)
+    return 3 * n * FP32_BYTES / s
+
+
+def concurrent_stream(working_set_bytes: int, workers: int, repeats: int, warmup: int) -> tuple[float, ...]:
+    """Triad bytes/s of each of ``workers`` single-thread workers while all stream at once.
+
+    Workers are Python threads (torch releases the GIL inside operators), each running with one
+    intra-op thread on its own arrays, as the heterogeneous real path runs CPU workers. Each
+    worker's arrays total ``working_set_bytes``; all start each repeat at a barrier, and a
+    worker's rate is the median over repeats of its bytes over its own elapsed time.
+    """
+    n = max(working_set_bytes // (3 * FP32_BYTES), 1024)
+    arrays = [(torch.empty(n), torch.ones(n), torch.full((n,), 2.0)) for _ in range(workers)]
+    barrier = threading.Barrier(workers)
+    samples: list[list[float]] = [[] for _ in range(workers)]
+
+    def work(i: int) -> None:
+        a, b, c = arrays[i]
+        with torch.inference_mode():
+            for r in range(warmup + repeats):
+                barrier.wait()
+                t = time.perf_counter()
+                torch.add(b, c, alpha=3.0, out=a)
+                if r >= warmup:
+                    samples[i].append(time.perf_counter() - t)
+
+    with torch_threads(1):
+        pool = [threading.Thread(target=work, args=(i,)) for i in range(workers)]
+        for t in pool:
+            t.start()
+        for t in pool:
+            t.join()
+    return tuple(3 * n * FP32_BYTES / statistics.median(s) for s in samples)
+
+
+# ---------------------------------------------------------------------------- fixed costs
+def dispatch_overhead_s(threads: int, repeats: int, warmup: int) -> float:
+    """Seconds of one tiny torch operator (``torch.add`` of two 4-element tensors, inference mode)."""
+    with torch_threads(threads), torch.inference_mode():
+        a, b = torch.ones(4), torch.ones(4)
+        return median_time(lambda: torch.add(a, b), repeats, warmup, inner=200)
+
+
+@dataclass(frozen=True)
+class LayerOverhead:
+    per_op_s: float           # fixed seconds per step-graph operator inside a decoder layer
+    per_layer_s: float        # fixed seconds per decoder layer
+    per_forward_s: float      # fixed seconds of one forward outside the layers (embedding, norm, head, masks)
+    graph_ops_per_layer: int  # step-graph operator launches per layer (sim.step_graph)
+    aten_ops_per_layer: int   # torch (aten) operators the real path issues per layer
+    hidden: int
+    layers: tuple[int, int]   # the two depths timed
+    context: int
+
+
+#: Shape of the overhead probe: hidden 64 keeps every GEMM far below a microsecond of compute
+#: (2 * 64 * 64 FLOP per token and matrix), so a forward's time is its fixed costs.
+PROBE_HIDDEN = 64
+PROBE_VOCAB = 64
+#: Depths timed: the slope between them is the per-layer cost, the intercept the per-forward cost.
+PROBE_LAYERS = (1, 5)
+#: Cached tokens the probe attends to (a typical demo prompt length).
+PROBE_CONTEXT = 64
+
+
+def _probe_model(n_layers: int):
+    from real.model import Transformer
+    from sim.model_spec import ModelSpec
+
+    spec = ModelSpec(name=f"overhead-probe-{n_layers}", n_layers=n_layers, hidden=PROBE_HIDDEN,
+                     intermediate=PROBE_HIDDEN, n_heads=1, n_kv_heads=1, vocab=PROBE_VOCAB, dtype="fp32",
+                     max_position=4 * PROBE_CONTEXT)
+    torch.manual_seed(0)
+    return Transformer(spec).eval()
+
+
+def _one_token_step(model) -> Callable[[], object]:
+    """A decode step of one token at ``PROBE_CONTEXT`` cached tokens, as ``real.decode.ar`` runs it."""
+    cache = model.new_cache(2 * PROBE_CONTEXT)
+    model(torch.zeros(1, PROBE_CONTEXT, dtype=torch.long), cache)
+    cache.keep(range(PROBE_CONTEXT))
+    token = torch.zeros(1, 1, dtype=torch.long)
+
+    def step():
+        model(token, cache)
+        cache.discard()
+    return step
+
+
+def count_aten_ops(fn: Callable[[], object]) -> int:
+    """Number of aten operators ``fn`` dispatches (views included)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Counter(TorchDispatchMode):
+        calls = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            Counter.calls += 1
+            return func(*args, **(kwargs or {}))
+
+    with Counter():
+        fn()
+    return Counter.calls
+
+
+def layer_overhead(threads: int, repeats: int, warmup: int) -> LayerOverhead:
+    """Fixed costs of the real path's forward, from two probe depths (see :data:`PROBE_LAYERS`)."""
+    from sim.model_spec import ModelSpec
+    from sim.step_graph import build_step_graph
+
+    lo, hi = PROBE_LAYERS
+    with torch_threads(threads), torch.inference_mode():
+        models = {n: _probe_model(n) for n in (lo, hi)}
+        steps = {n: _one_token_step(m) for n, m in models.items()}
+        # interleave the two depths so slow drifts of the machine hit both alike
+        samples: dict[int, list[float]] = {lo: [], hi: []}
+        for n in (lo, hi):
+            median_time(steps[n], 1, warmup)
+        for _ in range(repeats):
+            for n in (lo, hi):
+                samples[n].append(median_time(steps[n], 1, 0, inner=20))
+        t_lo, t_hi = statistics.median(samples[lo]), statistics.median(samples[hi])
+        aten_lo, aten_hi = count_aten_ops(steps[lo]), count_aten_ops(steps[hi])
+    spec: ModelSpec = models[lo].spec
+    graph = build_step_graph(spec, 1, PROBE_CONTEXT)
+    per_layer_launches = sum(op.launches for op in graph.section("layer"))
+    per_layer = max(t_hi - t_lo, 0.0) / (hi - lo)
+    return LayerOverhead(
+        per_op_s=per_layer / per_layer_launches, per_layer_s=per_layer,
+        per_forward_s=max(t_lo - lo * per_layer, 0.0), graph_ops_per_layer=per_layer_launches,
+        aten_ops_per_layer=(aten_hi - aten_lo) // (hi - lo), hidden=PROBE_HIDDEN, layers=PROBE_LAYERS,
+        context=PROBE_CONTEXT)
+
+
+def handoff_latency_s(repeats: int, warmup: int) -> float:
+    """One-way seconds to hand a job from one thread to another and be woken (ping-pong / 2)."""
+    ping, pong = threading.Event(), threading.Event()
+    rounds = warmup + repeats
+    stop = threading.Event()
+
+    def responder() -> None:
+        for _ in range(rounds):
+            ping.wait()
+            ping.clear()
+            pong.set()
+        stop.set()
+
+    samples = []
+    thread = threading.Thread(target=responder)
+    thread.start()
+    for r in range(rounds):
+        t = time.perf_counter()
+        ping.set()
+        pong.wait()
+        pong.clear()
+        if r >= warmup:
+            samples.append((time.perf_counter() - t) / 2.0)
+    thread.join()
+    return statistics.median(samples)

@@ -1,0 +1,94 @@
+"""The configurations ``hetspec validate`` predicts and measures: one :class:`GridPoint` each.
+
+The grid of issue 5: ``ar``; ``chain`` with gamma = 1..8; ``draft-tree`` with several tree
+budgets; ``medusa`` with widths 1, 2, 4, 8, 16, 32, 64, each tree the greedy sparse tree built
+from the head accuracies measured on calibration prompts. :func:`medusa_tree` builds that tree
+once and the same :class:`~sim.tree.TokenTree` object is priced by the simulator and verified by
+the real decoder.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hwmodels.errors import HetSpecError
+from sim.tree import TokenTree
+
+#: Draft lengths of ``chain`` (the simulator's chain search, sim.strategies.chain.MAX_GAMMA).
+CHAIN_GAMMAS = tuple(range(1, 9))
+#: Tree budgets (tokens verified per round, root included) of ``draft-tree``: around the real
+#: decoder's default of 16 (real/decode/draft_tree.py), from a nearly-chain 4 to 32.
+DRAFT_TREE_BUDGETS = (4, 8, 16, 32)
+#: Medusa tree widths (root included), up to the 64-token tree of the Medusa paper.
+MEDUSA_WIDTHS = (1, 2, 4, 8, 16, 32, 64)
+
+#: Which knob each method's grid varies, and its symbol in labels.
+KNOB_OF = {"ar": ("", ""), "chain": ("gamma", "γ"), "draft-tree": ("budget", "M"), "medusa": ("width", "w")}
+#: Methods whose accuracy issue 5 sets a target for (``ar`` is measured and predicted as the baseline).
+SPECULATIVE_METHODS = ("chain", "draft-tree", "medusa")
+
+
+@dataclass(frozen=True)
+class GridPoint:
+    method: str
+    value: int = 0        # gamma / tree budget / tree width; 0 for ar
+
+    def __post_init__(self) -> None:
+        if self.method not in KNOB_OF:
+            raise HetSpecError(f"validation grid: unknown method {self.method!r}; valid: {', '.join(KNOB_OF)}")
+        if (self.method == "ar") != (self.value == 0):
+            raise HetSpecError(f"validation grid: {self.method} needs {'no knob' if self.method == 'ar' else 'a knob >= 1'}")
+
+    @property
+    def knob(self) -> str:
+        return KNOB_OF[self.method][0]
+
+    @property
+    def label(self) -> str:
+        symbol = KNOB_OF[self.method][1]
+        return self.method if not symbol else f"{self.method} {symbol}={self.value}"
+
+    @property
+    def key(self) -> str:
+        return self.method if not self.knob else f"{self.method}/{self.knob}={self.value}"
+
+
+def default_grid(methods: tuple[str, ...] = ("ar", "chain", "draft-tree", "medusa")) -> tuple[GridPoint, ...]:
+    points: list[GridPoint] = []
+    for method in methods:
+        if method == "ar":
+            points.append(GridPoint("ar"))
+        elif method == "chain":
+            points += [GridPoint("chain", g) for g in CHAIN_GAMMAS]
+        elif method == "draft-tree":
+            points += [GridPoint("draft-tree", b) for b in DRAFT_TREE_BUDGETS]
+        elif method == "medusa":
+            points += [GridPoint("medusa", w) for w in MEDUSA_WIDTHS]
+        else:
+            raise HetSpecError(f"validation grid: unknown method {method!r}; valid: {', '.join(KNOB_OF)}")
+    return tuple(points)
+
+
+def medusa_tree(width: int, head_accuracy) -> TokenTree:
+    """The greedy sparse tree of ``width`` tokens from measured per-depth x per-rank accuracies."""
+    return TokenTree.greedy(head_accuracy, width)
+
+
+def real_config(point: GridPoint, head_accuracy=None, tree: TokenTree | None = None):
+    """The real decoder's config of ``point`` (greedy decoding; medusa: ``tree`` or the greedy tree)."""
+    from real.decode.ar import ArConfig
+    from real.decode.chain import ChainConfig
+    from real.decode.draft_tree import DraftTreeConfig
+    from real.decode.medusa import MedusaConfig
+
+    if point.method == "ar":
+        return ArConfig()
+    if point.method == "chain":
+        return ChainConfig(gamma=point.value)
+    if point.method == "draft-tree":
+        return DraftTreeConfig(max_tokens=point.value)
+    if tree is None:
+        if head_accuracy is None:
+            raise HetSpecError("medusa grid points need measured head accuracies")
+        tree = medusa_tree(point.value, head_accuracy)
+    return MedusaConfig(tree=tree)

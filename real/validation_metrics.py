@@ -1,0 +1,90 @@
+"""Prediction-vs-measurement metrics of ``hetspec validate`` (pure functions, no torch).
+
+Per configuration: the relative error of the predicted step time and tokens/s against the
+measured medians, ``|pred - meas| / meas``. Per method: the median of those errors over the
+method's grid points, the predicted best and the measured best grid point, and the **regret** of
+following the prediction, ``1 - tps_meas(predicted best) / tps_meas(measured best)``: 0 when the
+model picks the configuration that really is fastest, 0.25 when its pick runs 25 % slower.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+#: Issue 5's "done when": per speculative method, on ``hetspec validate --quick``.
+STEP_ERROR_TARGET = 0.15
+TPS_ERROR_TARGET = 0.15
+REGRET_TARGET = 0.10
+
+
+def relative_error(predicted: float, measured: float) -> float:
+    """``|predicted - measured| / measured`` (NaN when either is missing or measured is not > 0)."""
+    if not (math.isfinite(predicted) and math.isfinite(measured)) or measured <= 0:
+        return float("nan")
+    return abs(predicted - measured) / measured
+
+
+def signed_error(predicted: float, measured: float) -> float:
+    """``(predicted - measured) / measured``: > 0 when the model predicts more than was measured."""
+    if not (math.isfinite(predicted) and math.isfinite(measured)) or measured <= 0:
+        return float("nan")
+    return (predicted - measured) / measured
+
+
+def regret(predicted_tps: Sequence[float], measured_tps: Sequence[float]) -> tuple[float, int, int]:
+    """``(regret, index of the predicted best, index of the measured best)`` over one method's grid.
+
+    The predicted best is the point with the highest predicted tokens/s; regret compares the
+    *measured* tokens/s of that point with the highest measured tokens/s.
+    """
+    if len(predicted_tps) != len(measured_tps) or not predicted_tps:
+        raise ValueError("regret needs one predicted and one measured value per grid point")
+    p_best = max(range(len(predicted_tps)), key=lambda i: predicted_tps[i])
+    m_best = max(range(len(measured_tps)), key=lambda i: measured_tps[i])
+    return 1.0 - measured_tps[p_best] / measured_tps[m_best], p_best, m_best
+
+
+@dataclass(frozen=True)
+class MethodSummary:
+    method: str
+    points: int
+    median_step_error: float
+    median_tps_error: float
+    predicted_best: str
+    measured_best: str
+    regret: float
+    median_tokens_per_step_error: float
+
+    @property
+    def passes(self) -> bool:
+        return (self.median_step_error <= STEP_ERROR_TARGET and self.median_tps_error <= TPS_ERROR_TARGET
+                and self.regret <= REGRET_TARGET)
+
+    def to_json(self) -> dict:
+        return {"method": self.method, "points": self.points, "median_step_error": self.median_step_error,
+                "median_tokens_per_s_error": self.median_tps_error,
+                "median_tokens_per_step_error": self.median_tokens_per_step_error,
+                "predicted_best": self.predicted_best, "measured_best": self.measured_best, "regret": self.regret,
+                "targets": {"step_error": STEP_ERROR_TARGET, "tokens_per_s_error": TPS_ERROR_TARGET,
+                            "regret": REGRET_TARGET},
+                "passes": self.passes}
+
+
+def summarize_method(method: str, labels: Sequence[str], pred_step: Sequence[float], meas_step: Sequence[float],
+                     pred_tps: Sequence[float], meas_tps: Sequence[float], pred_tokens: Sequence[float],
+                     meas_tokens: Sequence[float]) -> MethodSummary:
+    """Median errors, best points and regret of one method's grid (all sequences aligned)."""
+    step_err = [relative_error(p, m) for p, m in zip(pred_step, meas_step)]
+    tps_err = [relative_error(p, m) for p, m in zip(pred_tps, meas_tps)]
+    tok_err = [relative_error(p, m) for p, m in zip(pred_tokens, meas_tokens)]
+    r, p_best, m_best = regret(list(pred_tps), list(meas_tps))
+
+    def med(xs):
+        xs = [x for x in xs if math.isfinite(x)]
+        return statistics.median(xs) if xs else float("nan")
+    return MethodSummary(method=method, points=len(labels), median_step_error=med(step_err),
+                         median_tps_error=med(tps_err), predicted_best=labels[p_best], measured_best=labels[m_best],
+                         regret=r, median_tokens_per_step_error=med(tok_err))

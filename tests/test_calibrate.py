@@ -1,0 +1,169 @@
+"""``hetspec calibrate``: the host platform it writes, and cache-resident pricing of calibrated devices."""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from hwmodels.errors import HetSpecError, PresetError
+from hwmodels.loader import get_platform, load_platform_file, parse_platform, platform_to_dict
+from hwmodels.platform import Device, MemoryDomain, Platform
+from sim.closed_form import step_seconds
+from sim.engine import run_plans
+from sim.model_spec import ModelSpec
+from sim.plan import StepPlan, graph_tasks
+from sim.step_graph import build_step_graph, weight_working_set
+from sim.step_timing import price_step
+from tests.cli_runner import run_cli
+
+@pytest.fixture(scope="module")
+def tiny_calibration(tmp_path_factory):
+    """``calibrate`` with tiny sizes (two token counts, two small weight shapes, a 16 MiB stream working set:
+    seconds on 2 cores) into a temporary platform folder."""
+    from real.calibrate import Settings, calibrate
+
+    settings = Settings(m_values=(1, 8), shapes=((64, 64), (128, 256)), repeats=2, warmup=1,
+                        dram_working_set_bytes=16 * 2**20, overhead_repeats=2, label="test")
+    out = tmp_path_factory.mktemp("platforms") / "host.toml"
+    platform, path, cal = calibrate(out, progress=False, settings=settings)
+    return platform, path, cal
+
+
+def _numbers(doc, where=""):
+    """Every ``{value, source}`` entry of a platform document, with its dotted field name."""
+    if isinstance(doc, dict):
+        if set(doc) == {"value", "source"}:
+            yield where, doc
+            return
+        for k, v in doc.items():
+            yield from _numbers(v, f"{where}.{k}" if where else k)
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc):
+            yield from _numbers(v, f"{where}[{i}]")
+
+
+def test_calibration_writes_a_loadable_host_with_sources(tiny_calibration):
+    platform, path, cal = tiny_calibration
+    assert path.exists() and path.name == "host.toml"
+    loaded = load_platform_file(path)
+    assert loaded.name == "host"
+    workers = [f"cpu{i}" for i in range(cal.cores)]
+    assert set(loaded.devices) == {"cpu", *workers}
+    assert len(loaded.memory_domains) == 1 and set(loaded.memory_domains[0].devices) == set(loaded.devices)
+    doc = tomllib.loads(path.read_text())
+    entries = list(_numbers(doc))
+    assert len(entries) > 20
+    for field, entry in entries:
+        value = entry["value"]
+        values = [v for pair in value for v in pair] if isinstance(value, list) else [value]
+        assert all(isinstance(v, (int, float)) and math.isfinite(v) and v >= 0 for v in values), field
+        assert entry["source"].strip(), field
+    cpu = loaded.device("cpu")
+    for v in (cpu.peak_tflops["fp32"], cpu.mem_bw_gbps, cpu.op_overhead_us, cpu.cache_gb, cpu.cache_bw_gbps,
+              cpu.mem_capacity_gb):
+        assert v > 0
+    # measured numbers say what measured them and when
+    assert "hetspec calibrate" in cpu.sources["mem_bw_gbps"] and cal.cpu in cpu.sources["mem_bw_gbps"]
+    assert "median of" in cpu.sources["peak_tflops.fp32"]
+    assert "aten" not in cpu.sources["op_overhead_us"] or "torch operators" in cpu.sources["op_overhead_us"]
+    assert [m for m, _ in cpu.gemm_efficiency_curve] == [1, 8]
+    assert all(0 < e <= 1 for _, e in cpu.gemm_efficiency_curve + cpu.cache_gemm_efficiency_curve)
+    w0 = loaded.device("cpu0")
+    assert w0.cores == 1 and "1 thread" in w0.sources["mem_bw_gbps"]
+    # raw measurements next to the platform
+    from real.calibrate import load_raw
+
+    raw = load_raw(path)
+    assert raw["cores"] == cal.cores and raw["all_threads"]["gemm_warm"]
+
+
+def test_calibration_round_trips_through_the_preset_format(tiny_calibration):
+    platform, path, _ = tiny_calibration
+    again = parse_platform(platform_to_dict(load_platform_file(path)), "again")
+    assert again.device("cpu") == load_platform_file(path).device("cpu")
+
+
+def test_host_resolves_by_name_from_the_platform_folder(tiny_calibration, monkeypatch):
+    _, path, _ = tiny_calibration
+    monkeypatch.setenv("HETSPEC_PLATFORMS_DIR", str(path.parent))
+    assert get_platform("host").device("cpu").op_overhead_us > 0
+
+
+def test_missing_host_hints_at_calibrate(tmp_path, monkeypatch):
+    monkeypatch.setenv("HETSPEC_PLATFORMS_DIR", str(tmp_path))
+    with pytest.raises(HetSpecError, match="hetspec calibrate"):
+        get_platform("host")
+
+
+def test_calibrate_cli_quick_writes_host(tmp_path):
+    out = tmp_path / "host.toml"
+    proc = run_cli("calibrate", "--quick", "--out", str(out), env={"HETSPEC_PLATFORMS_DIR": str(tmp_path)},
+                   timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "GEMM peak" in proc.stdout and f"wrote {out}" in proc.stdout
+    assert "calibrate" in proc.stderr          # the progress bar
+    proc = run_cli("platform", "show", "host", env={"HETSPEC_PLATFORMS_DIR": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr
+    assert "hetspec calibrate --quick" in proc.stdout
+
+
+def test_calibrate_cli_bad_out_is_one_line(tmp_path):
+    proc = run_cli("calibrate", "--out", str(tmp_path / "host.json"))
+    assert proc.returncode == 2
+    assert proc.stderr.strip().startswith("hetspec: error:") and "ends in .toml" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+# ---------------------------------------------------------------------------- cache-resident pricing
+def _cached_cpu(cache_gb: float | None) -> Platform:
+    dev = Device(name="cpu", kind="cpu", peak_tflops={"fp32": 0.1}, mem_bw_gbps=20.0, mem_capacity_gb=16.0,
+                 bw_efficiency=1.0, compute_efficiency=1.0, op_overhead_us=5.0, token_tile=1,
+                 sparse_attn_efficiency=0.0, gemm_efficiency_curve=((1, 0.05), (16, 0.5)),
+                 cache_gb=cache_gb, cache_bw_gbps=None if cache_gb is None else 80.0,
+                 cache_gemm_efficiency_curve=None if cache_gb is None else ((1, 0.3), (16, 0.8)))
+    dom = MemoryDomain(name="dram", devices=("cpu",), bw_gbps=20.0, capacity_gb=16.0, contention_efficiency=1.0)
+    return Platform(name="t", description="", devices={"cpu": dev}, memory_domains=(dom,))
+
+
+SMALL = ModelSpec(name="s", n_layers=2, hidden=128, intermediate=256, n_heads=4, n_kv_heads=2, vocab=512,
+                  dtype="fp32")
+LARGE = replace(SMALL, name="l", n_layers=24, hidden=1024, intermediate=4096, vocab=32000)
+
+
+def test_a_model_that_fits_the_cache_is_priced_resident():
+    cached, plain = _cached_cpu(0.032), _cached_cpu(None)
+    assert weight_working_set(SMALL) < 0.032e9 < weight_working_set(LARGE)
+    for q in (1, 16):
+        fast = float(step_seconds(SMALL, cached, "cpu", q, 64))
+        slow = float(step_seconds(SMALL, plain, "cpu", q, 64))
+        assert fast < slow
+        # a model larger than the cache is priced exactly as without a cache
+        assert float(step_seconds(LARGE, cached, "cpu", q, 64)) == pytest.approx(
+            float(step_seconds(LARGE, plain, "cpu", q, 64)), rel=1e-12)
+
+
+@pytest.mark.parametrize("model", [SMALL, LARGE])
+def test_resident_pricing_agrees_across_closed_form_step_price_and_engine(model):
+    platform = _cached_cpu(0.032)
+    graph = build_step_graph(model, 8, 64)
+    closed = float(step_seconds(model, platform, "cpu", 8, 64))
+    priced = price_step(graph, platform.device("cpu")).total_s
+    run = run_plans(platform, [StepPlan(tasks=tuple(graph_tasks(graph, platform, "cpu", "v", "verify")),
+                                        tokens_accepted=1.0)])
+    assert priced == pytest.approx(closed, rel=1e-9)
+    assert float(np.asarray(run.step_s)[0]) == pytest.approx(closed, rel=1e-6)
+
+
+def test_preset_with_a_bad_cache_curve_names_the_field(tmp_path):
+    doc = platform_to_dict(_cached_cpu(0.032))
+    doc["devices"]["cpu"]["cache_gemm_efficiency_curve"] = {"value": [[1, 1.5]], "source": "x"}
+    with pytest.raises(PresetError, match="cache_gemm_efficiency_curve"):
+        parse_platform(doc, "bad.toml")
+    doc = platform_to_dict(_cached_cpu(0.032))
+    doc["devices"]["cpu"]["cache_gb"] = {"value": -1, "source": "x"}
+    with pytest.raises(PresetError, match="cache_gb: must be > 0"):
+        parse_platform(doc, "bad.toml")

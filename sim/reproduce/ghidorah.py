@@ -1,0 +1,328 @@
+"""Ghidorah (arXiv 2505.23219) against HetSpec: Fig. 9 speedups, the best widths, the 7.6x peak,
+the MBPP averages and Fig. 10 (``hetspec reproduce ghidorah``).
+
+Setting (Ghidorah §V; seeds/notes/ghidorah.md §3): ``jetson-xavier-nx-204mhz`` (GPU locked at 204
+MHz, CPU at 1.9 GHz, one LPDDR4x), ``vicuna-7b`` in fp16 with the 5-head Medusa, KV context 256,
+the paper's acceptance lengths (Table I, presets ``ghidorah-<dataset>``) and, for the tree shapes
+the paper does not publish, the prefixes of Medusa's ``mc_sim_7b_63`` list (``medusa-list``).
+
+- Sequential: :mod:`sim.strategies.ar` on the GPU (w = 1), the unit of every speedup.
+- Medusa on the GPU: :mod:`sim.strategies.medusa` on the GPU. All 5 heads run every step
+  (``medusa_heads`` 5), as Medusa's reference code does whatever the tree uses.
+- Medusa+EM: :mod:`sim.strategies.hcmp` with ``split`` ``megatron`` at EdgeNN's ratio
+  (:func:`sim.strategies.hcmp.standalone_ratio`: each device's share proportional to its speed
+  alone).
+- Ghidorah: :mod:`sim.strategies.hcmp` (column split, dynamic dense/sparse attention split, online
+  softmax merge, page syncs) with the partition ratio searched by :func:`sim.optimizer.optimize`
+  under the engine's contention rule (ARCA's contention-aware adjustment).
+- Best width per method: the optimizer over ARCA's candidates 2, 4, 8, 16, 32, 64 (§IV-C).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from hwmodels.loader import get_platform
+from sim.acceptance import load_acceptance
+from sim.model_spec import get_model
+from sim.optimizer import optimize
+from sim.reproduce.report import Comparison, Figure, Fit, PaperReport
+from sim.step_graph import build_step_graph
+from sim.strategies import Problem, StrategyConfig, get_strategy
+from sim.strategies.hcmp import attention_split, standalone_ratio
+
+TITLE = "Ghidorah: Fast LLM Inference on Edge with Speculative Decoding and Hetero-Core Parallelism"
+SEED = "000_61469ea7ba156dc4.txt"
+PLATFORM = "jetson-xavier-nx-204mhz"
+MODEL = "vicuna-7b"
+#: "We select a context length (KV cache length) of approximately 256" (§V-C).
+CONTEXT = 256
+#: Vicuna-7B's Medusa has 5 heads (§V-A); the reference code runs them all each step.
+MEDUSA_HEADS = 5
+DATASETS = {"mtbench": "MT-bench", "gsm8k": "GSM8K", "mbpp": "MBPP", "humaneval": "HumanEval"}
+#: Fig. 9's widths and ARCA's candidate widths (powers of two, §IV-C).
+FIG9_WIDTHS = (4, 8, 16, 32, 64)
+CANDIDATE_WIDTHS = (2, 4, 8, 16, 32, 64)
+METHODS = ("medusa", "em", "ghidorah")
+LABELS = {"medusa": "Medusa (GPU)", "em": "Medusa+EM", "ghidorah": "Ghidorah"}
+
+# ---------------------------------------------------------------------- paper numbers
+#: Fig. 9, normalised decoding speed (sequential = 1), widths 4/8/16/32/64, read off the bars
+#: (seeds/notes/ghidorah.md §4 [F]); the text gives MBPP w = 16 as 7.6 (the bar reads 7.2).
+FIG9 = {
+    "mtbench": {"medusa": (2.2, 2.6, 2.9, 3.2, 3.3), "em": (4.1, 4.7, 5.3, 5.5, 4.4), "ghidorah": (5.3, 5.9, 6.8, 5.7, 5.2)},
+    "gsm8k": {"medusa": (2.4, 2.7, 3.0, 3.3, 3.5), "em": (4.4, 4.8, 5.5, 5.7, 4.7), "ghidorah": (5.6, 6.1, 6.8, 5.9, 5.6)},
+    "mbpp": {"medusa": (2.5, 2.9, 3.2, 3.5, 3.6), "em": (4.6, 5.2, 5.8, 6.0, 4.9), "ghidorah": (5.9, 6.5, 7.2, 6.2, 5.7)},
+    "humaneval": {"medusa": (2.5, 2.9, 3.2, 3.5, 3.6), "em": (4.5, 5.1, 5.8, 6.0, 4.9),
+                  "ghidorah": (5.8, 6.4, 7.1, 6.2, 5.8)},
+}
+#: §V-C text: up to 7.6x at w = 16 (MBPP: 3.27 algorithmic x 2.31 parallel); MBPP averages over
+#: w = 4..64: 2.06x vs Medusa on the GPU and 1.20x vs Medusa+EM; best widths 64 (Medusa) and 16 (Ghidorah).
+PEAK = 7.6
+PARALLEL_SPEEDUP = 2.31
+AVG_VS_MEDUSA = 2.06
+AVG_VS_EM = 1.20
+BEST_WIDTH = {"medusa": 64, "ghidorah": 16}
+#: Fig. 10(a), attention module only, w = 64: dynamic / static time (static = 1) per context [F].
+FIG10A = {16: 1.00, 32: 0.99, 64: 0.98, 128: 0.97, 256: 0.95, 512: 0.85, 1024: 0.75, 2048: 0.70}
+FIG10A_WIDTH = 64
+#: Fig. 10(b): the optimised sparse kernel is 1.90x faster than the dense kernel on the CPU (w = 64).
+FIG10B_SPARSE_VS_DENSE = 1.90
+#: The numbers the presets' fitted parameters were fitted to (also marked ``fit`` below).
+FITTED_ROWS = {("mbpp", "ghidorah", 16), ("mbpp", "ghidorah", 32)}
+
+
+# ---------------------------------------------------------------------- HetSpec side
+def problem_for(dataset: str, context: int = CONTEXT) -> Problem:
+    return Problem(get_model(MODEL), get_platform(PLATFORM), load_acceptance(f"ghidorah-{dataset}"), context=context)
+
+
+def _tree_config(width: int, **options) -> StrategyConfig:
+    return StrategyConfig(tree_width=width, tree_shape="medusa-list", options={"medusa_heads": MEDUSA_HEADS, **options})
+
+
+def sequential_seconds(problem: Problem) -> float:
+    ar = get_strategy("ar")
+    return ar.estimate(problem, ar.resolve(problem, StrategyConfig(device="gpu"))).step_s
+
+
+def method_point(problem: Problem, method: str, width: int) -> dict:
+    """Tokens/s, step seconds, ratio of one method at one width (closed form = engine for these)."""
+    if method == "medusa":
+        strategy = get_strategy("medusa")
+        config = strategy.resolve(problem, replace(_tree_config(width), device="gpu"))
+        est = strategy.estimate(problem, config)
+        return {"tokens_per_s": est.tokens_per_s, "step_s": est.step_s, "ratio": None}
+    strategy = get_strategy("hcmp")
+    if method == "em":
+        config = strategy.resolve(problem, _tree_config(width, split="megatron"))
+        config = replace(config, partition_ratio=standalone_ratio(problem, config))
+        est = strategy.estimate(problem, config)
+        return {"tokens_per_s": est.tokens_per_s, "step_s": est.step_s, "ratio": config.partition_ratio}
+    res = optimize(problem, "hcmp", space={"tree_width": width, "tree_shape": "medusa-list", "medusa_heads": MEDUSA_HEADS})
+    return {"tokens_per_s": float(res.best["tokens_per_s"]), "step_s": float(res.best["step_s"]),
+            "ratio": float(res.best["partition_ratio"])}
+
+
+def best_width(problem: Problem, method: str) -> int:
+    """The width the paper's method picks: the optimizer over ARCA's candidate widths."""
+    space = {"tree_width": CANDIDATE_WIDTHS, "tree_shape": "medusa-list", "medusa_heads": MEDUSA_HEADS}
+    if method == "medusa":
+        space["device"] = "gpu"
+    res = optimize(problem, "medusa" if method == "medusa" else "hcmp", space=space)
+    return int(res.best["tree_width"])
+
+
+def attention_ratio(context: int, width: int = FIG10A_WIDTH) -> float:
+    """Fig. 10(a): the attention module's time with the dynamic split over the static one."""
+    problem = problem_for("mtbench", context)
+    config = get_strategy("hcmp").resolve(problem, _tree_config(width))
+    graph = build_step_graph(problem.model, width, context, problem.batch, tree=config.tree)
+    dynamic = attention_split(problem, graph, "gpu", "cpu", "dynamic").seconds
+    static = attention_split(problem, graph, "gpu", "cpu", "static").seconds
+    return dynamic / static
+
+
+def sparse_vs_dense(width: int = FIG10A_WIDTH) -> float:
+    """Fig. 10(b): the CPU's tree block dense over sparse (the roofline prices both)."""
+    problem = problem_for("mtbench")
+    config = get_strategy("hcmp").resolve(problem, _tree_config(width))
+    cpu = problem.platform.device("cpu")
+    graph = build_step_graph(problem.model, width, CONTEXT, 1, tree=config.tree)
+    from hwmodels.roofline import roofline_time
+
+    op = graph.op("tree_score")
+    dense = roofline_time(cpu, op.flops, op.bytes, graph.dtype, tokens=op.tokens, density=1.0).compute_s
+    sparse = roofline_time(cpu, op.flops, op.bytes, graph.dtype, tokens=op.tokens, density=op.density).compute_s
+    return dense / sparse
+
+
+# ---------------------------------------------------------------------- the report
+def reproduce(out_dir: Path) -> PaperReport:
+    out_dir = Path(out_dir)
+    report = PaperReport(paper="ghidorah", title=TITLE, seed=SEED)
+    results: dict[str, dict[str, list[dict]]] = {}
+    for ds, label in DATASETS.items():
+        problem = problem_for(ds)
+        seq = sequential_seconds(problem)
+        results[ds] = {}
+        for method in METHODS:
+            points = []
+            for k, w in enumerate(FIG9_WIDTHS):
+                pt = method_point(problem, method, w)
+                pt["speedup"] = pt["tokens_per_s"] * seq
+                points.append(pt)
+                kind = "fit" if (ds, method, w) in FITTED_ROWS else "prediction"
+                note = f"ratio {pt['ratio']:.2f}" if pt["ratio"] is not None else ""
+                report.add(Comparison(f"Fig. 9 ({label})", f"speedup, {LABELS[method]}, w={w}", FIG9[ds][method][k],
+                                      round(pt["speedup"], 3), kind=kind, unit="x", note=note))
+            results[ds][method] = points
+    mbpp = results["mbpp"]
+    gh16 = mbpp["ghidorah"][FIG9_WIDTHS.index(16)]["speedup"]
+    md16 = mbpp["medusa"][FIG9_WIDTHS.index(16)]["speedup"]
+    report.add(
+        Comparison("§V-C text", "peak speedup over sequential (MBPP, w=16)", PEAK, round(gh16, 3), kind="fit", unit="x"),
+        Comparison("§I / §V-C text", "parallel speedup Ghidorah / Medusa-GPU (MBPP, w=16)", PARALLEL_SPEEDUP,
+                   round(gh16 / md16, 3), unit="x"),
+        Comparison("§V-C text", "MBPP average over w=4..64, Ghidorah / Medusa-GPU", AVG_VS_MEDUSA,
+                   round(statistics.mean(g["speedup"] / m["speedup"] for g, m in zip(mbpp["ghidorah"], mbpp["medusa"])), 3),
+                   unit="x"),
+        Comparison("§V-C text", "MBPP average over w=4..64, Ghidorah / Medusa+EM", AVG_VS_EM,
+                   round(statistics.mean(g["speedup"] / e["speedup"] for g, e in zip(mbpp["ghidorah"], mbpp["em"])), 3),
+                   unit="x"),
+    )
+    for ds, label in DATASETS.items():
+        problem = problem_for(ds)
+        for method in ("medusa", "ghidorah"):
+            report.add(Comparison(f"Fig. 9 / §V-C ({label})", f"best width, {LABELS[method]} (candidates 2..64)",
+                                  BEST_WIDTH[method], best_width(problem, method), kind="choice"))
+    fig10a = {s: attention_ratio(s) for s in FIG10A}
+    for s, paper in FIG10A.items():
+        report.add(Comparison("Fig. 10(a)", f"attention time dynamic / static, w=64, context {s}", paper,
+                              round(fig10a[s], 3)))
+    report.add(Comparison("Fig. 10(b)", "CPU tree block: dense time / optimised sparse time (w=64)",
+                          FIG10B_SPARSE_VS_DENSE, round(sparse_vs_dense(), 3), kind="fit", unit="x",
+                          note="the preset's sparse_attn_efficiency is derived from this number"))
+    platform = get_platform(PLATFORM)
+    report.fits = [
+        Fit(f"{PLATFORM} gpu.mem_bw_gbps (the GPU's own memory path at 204 MHz)", platform.device("gpu").mem_bw_gbps,
+            "Ghidorah §V-C peak 7.6x (MBPP, w=16) and Fig. 9 MBPP Ghidorah 6.2x at w=32",
+            "solved jointly with the CPU's bw_efficiency (2 equations, 2 unknowns); the DRAM's 59.7 GB/s is unchanged"),
+        Fit(f"{PLATFORM} cpu.bw_efficiency (Carmel streaming, same CPU in jetson-xavier-nx)",
+            platform.device("cpu").bw_efficiency, "the same two numbers", "solved jointly (13.2 GB/s)"),
+        Fit(f"{PLATFORM} cpu.sparse_attn_efficiency", platform.device("cpu").sparse_attn_efficiency,
+            "Fig. 10(b) sparse kernel 1.90x faster than dense on a w=64 tree",
+            "1.90 x the 64-token tree's mask density (platform preset, not fitted here)"),
+    ]
+    report.figures = [_plot_fig9(out_dir, results), _plot_fig10a(out_dir, fig10a)]
+    report.setup = _setup_text()
+    report.discussion = _discussion(results, fig10a)
+    report.missing = [
+        "absolute speeds (tokens/s, ms per step), the chosen partition ratios and the model's precision: all results "
+        "are normalised, so the GPU's and the CPU's bandwidth at these clocks had to be fitted (two parameters)",
+        "the verification trees per width (ARCA's brute-force search over the MT-bench calibration) and the per-head "
+        "accuracies: the acceptance lengths of Table I are used as given and Medusa's mc_sim_7b_63 prefixes price the "
+        "tree shapes",
+        "the contention behaviour of the shared LPDDR4x under CPU+GPU load and ARCA's ratio-adjustment rule (step, "
+        "stopping criterion)",
+        "the number of synchronisation points per layer (only 'less than 0.1 ms' per page sync is given)",
+        "how Medusa+EM was implemented beyond 'Megatron TP + zero-copy + EdgeNN ratio' (kernels, sync points, the "
+        "width its ratio was profiled at)",
+        "the attention kernels' speeds (Fig. 10 is normalised) and the context lengths of Fig. 10(a) (read as 16..2048)",
+    ]
+    return report
+
+
+def _setup_text() -> str:
+    return (f"Platform `{PLATFORM}` (GPU at 204 MHz, CPU at 1.9 GHz, one LPDDR4x shared through a memory domain "
+            f"with the engine's max-min contention), model `{MODEL}` (fp16), KV context {CONTEXT}, acceptance "
+            "`ghidorah-mtbench|gsm8k|mbpp|humaneval` (Table I, interpolated in log width), trees: prefixes of "
+            f"Medusa's mc_sim_7b_63 list, {MEDUSA_HEADS} Medusa heads computed every step. Sequential = `ar` on the "
+            "GPU; Medusa = `medusa` on the GPU; Medusa+EM = `hcmp` with option split=megatron at EdgeNN's "
+            "standalone-time ratio; Ghidorah = `hcmp` (column split, dynamic attention split) with the ratio searched "
+            "by the optimizer. Closed form and engine agree exactly for these strategies (each group of concurrent "
+            "parts is priced with the engine's own contention rule), so the numbers are the engine's.")
+
+
+def _discussion(results, fig10a) -> str:
+    mb = results["mbpp"]
+    gh = [p["speedup"] for p in mb["ghidorah"]]
+    em = [p["speedup"] for p in mb["em"]]
+    md = [p["speedup"] for p in mb["medusa"]]
+    ratio = mb["ghidorah"][FIG9_WIDTHS.index(16)]["ratio"]
+    return (
+        "**Which physical assumption was wrong.** With the datasheet preset (the 204 MHz GPU drawing 0.67 x 59.7 GB/s "
+        "like the full-clock part, the CPU 0.6 x 59.7 GB/s) Medusa on the GPU turns compute-bound at w = 32-64 "
+        "(best width 16, against the paper's 64) and the CPU+GPU split gains almost nothing because the two sides "
+        "saturate the shared DRAM. Ghidorah's own observations say otherwise: the GPU's step time is flat from w = 4 to "
+        "64, so at 204 MHz the GPU must be memory-bound even at 64 tokens, which needs a GPU that draws at most "
+        "~15 GB/s; and the split runs 2.3x faster than the GPU alone, so the CPU must draw more than the GPU. Both "
+        "follow if the GPU's memory path is clock-limited (its L2 and memory interface run at the GPU clock). The "
+        f"fit gives the GPU {0.67 * get_platform(PLATFORM).device('gpu').mem_bw_gbps:.1f} GB/s and the six Carmel cores "
+        f"{get_platform(PLATFORM).device('cpu').bw_efficiency * 59.7:.1f} GB/s; together they draw ~21 GB/s of the "
+        "LPDDR4x's 47.8 GB/s contention ceiling, so contention never binds here. With these two numbers the rest "
+        "follows: the CPU (0.26 TFLOP/s fp16 NEON) becomes compute-bound past w = 16 while the GPU stays memory-bound, "
+        f"which is why Ghidorah's best width is 16 (ratio {ratio:.2f} on the GPU there) and Medusa's is 64.\n\n"
+        "**What does not match.** (1) Medusa on the GPU is 8-15 % below the figure: HetSpec charges the 5 Medusa heads "
+        "(1.3 GB of fp16 weights, 10 % of the model) every step, as Medusa's code runs them; the paper's bars sit at "
+        "0.96-1.0 x the acceptance length, i.e. its heads cost almost nothing (maybe they ran only the heads the "
+        "tree uses, or a cheaper head implementation; not stated). With fewer heads Medusa's 32 and 64 tie and the "
+        "best-width choice becomes a coin flip. (2) Medusa+EM is predicted at "
+        f"{statistics.mean(e / g for e, g in zip(em, gh)):.2f} x Ghidorah on MBPP, the paper measures 1/1.20: in "
+        "HetSpec's accounting the all-reduce adds < 0.1 % of the step's bytes at these widths, the attention is < 2 % "
+        "of the FLOPs at context 256 (so computing affinity cannot matter much), and EdgeNN's standalone-time ratio "
+        "is the right one when contention does not bind. The paper's gap must come from something it does not "
+        "describe (its EM kernels, where its ratio was profiled, more synchronisation). (3) Beyond w = 16 HetSpec "
+        f"falls faster than the bars (w = 64: {gh[-1]:.2f} vs 5.7): in the model the CPU is purely compute-bound at "
+        "0.26 TFLOP/s there, so doubling the width halves its share; the paper's gentler slope suggests the CPU's GEMM "
+        "efficiency grows with the token count. (4) Fig. 10(a): HetSpec's dynamic split already helps at short "
+        f"contexts ({fig10a[64]:.2f} at 64 against 0.98) and saturates near 0.5 because it lets the GPU compute "
+        "moved tree work at its tensor-core rate and the CPU absorb dense work at its full bandwidth; the paper's "
+        "curve stays flat until 256 and reaches only 0.70 at 2048, so its GPU attention kernel is slower than its GEMMs "
+        "(FasterTransformer's masked attention on CUDA cores) and the CPU's dense attention is less efficient than "
+        "its streaming rate. The averages and the 2.31x parallel speedup inherit (1) and (2). Medusa and Medusa+EM "
+        "rows are pure predictions; the other datasets differ from MBPP only by Table I's acceptance lengths."
+    )
+
+
+def _plot_fig9(out_dir: Path, results) -> Figure:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 4, figsize=(16, 4), sharey=True)
+    colors = {"medusa": "tab:blue", "em": "tab:orange", "ghidorah": "tab:green"}
+    for ax, (ds, label) in zip(axes, DATASETS.items()):
+        ax.axhline(1.0, color="gray", lw=1, label="sequential")
+        for method in METHODS:
+            ys = [p["speedup"] for p in results[ds][method]]
+            ax.plot(FIG9_WIDTHS, ys, "-o", color=colors[method], label=f"{LABELS[method]} (HetSpec)")
+            ax.plot(FIG9_WIDTHS, FIG9[ds][method], "x--", color=colors[method], alpha=0.7,
+                    label=f"{LABELS[method]} (paper)")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(FIG9_WIDTHS, [str(w) for w in FIG9_WIDTHS])
+        ax.set_title(label)
+        ax.set_xlabel("verification width (tokens)")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("decoding speed / sequential (x)")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=7, fontsize=8)
+    fig.suptitle("Ghidorah Fig. 9 on jetson-xavier-nx-204mhz, vicuna-7b, context 256 "
+                 "(Medusa+EM and Ghidorah overlap in HetSpec)")
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    name = "ghidorah_fig9.png"
+    fig.savefig(out_dir / name, dpi=110)
+    plt.close(fig)
+    return Figure(name, "Speedup over sequential decoding vs verification width (Fig. 9): HetSpec lines, paper "
+                        "bars as crosses; Medusa on the GPU, Medusa+EM and Ghidorah, four datasets.")
+
+
+def _plot_fig10a(out_dir: Path, fig10a) -> Figure:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ctx = list(fig10a)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(ctx, [fig10a[c] for c in ctx], "-o", label="dynamic / static (HetSpec)")
+    ax.plot(ctx, [FIG10A[c] for c in ctx], "x--", label="dynamic / static (paper)")
+    ax.axhline(1.0, color="gray", lw=1, label="static")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("context (KV cache) length (tokens)")
+    ax.set_ylabel("attention time, normalised to static")
+    ax.set_ylim(0, 1.1)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    ax.set_title("Ghidorah Fig. 10(a): attention split, w = 64")
+    fig.tight_layout()
+    name = "ghidorah_fig10a.png"
+    fig.savefig(out_dir / name, dpi=110)
+    plt.close(fig)
+    return Figure(name, "Attention module time with the dynamic dense/sparse split, relative to the static split, "
+                        "vs context length (Fig. 10(a)).")

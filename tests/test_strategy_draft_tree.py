@@ -195,3 +195,13 @@ def test_missing_acceptance_and_storage_are_clear():
     p = Problem(get_model("llama3.1-8b"), n150, ALPHA, context=128)
     with pytest.raises(HetSpecError, match="has no storage link to n150_0"):
         STRATEGY.resolve(p, config(memory_budget_gb=4.0, variant="std"))
+
+
+def test_resident_policy_none_rereads_the_whole_target():
+    keep = estimate(problem(), config(variant="std", memory_budget_gb=2.0))
+    none = estimate(problem(), config(variant="std", memory_budget_gb=2.0, resident="none"))
+    assert none.breakdown["load"] > keep.breakdown["load"] > 0
+    full = load_acceptance("alpha:0.8")
+    assert STRATEGY.resolve(problem(acceptance=full), config(resident="none")).options["resident"] == "none"
+    with pytest.raises(UnknownNameError, match="unknown draft-tree resident policy 'some'"):
+        STRATEGY.resolve(problem(), config(resident="some"))

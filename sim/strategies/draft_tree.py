@@ -10,7 +10,9 @@ the whole tree in one non-autoregressive pass. One step (a *round*) here:
 2. **Load**: the target's weights that do not stay resident stream from the platform's storage
    link. Memory: the budget holds the draft's weights, both KV caches and a one-layer staging
    buffer; what is left holds the first ``R`` bytes of the target, which stay resident; the other
-   ``S = W - R`` bytes are read again every forward (:func:`memory_plan`).
+   ``S = W - R`` bytes are read again every forward (:func:`memory_plan`). ``resident="none"``
+   instead re-reads the whole target once it does not fit (a swapping engine whose page cache
+   never hits on a cyclic scan larger than itself, e.g. llama.cpp's mapped weights).
 3. **Verify**: one target forward over the tree's ``n + 1`` tokens (tree mask), then the
    longest correct path plus the target's own token (:meth:`TokenTree.expected_accepted_length`).
 
@@ -67,6 +69,10 @@ from sim.tree import TokenTree
 from sim.tree_search import greedy_trees
 
 VARIANTS = ("llmcad", "std", "stdpl")
+#: What stays of a target that does not fit: "keep" (the part under the budget stays resident; the
+#: default, for LLMCad and its baselines: LLMCad §4.3 explains its growing gain at smaller budgets by
+#: the target getting slower, i.e. the baselines keep what fits) or "none" (everything is re-read).
+RESIDENT_POLICIES = ("keep", "none")
 FALLBACKS = ("adaptive", "budget")
 #: Tree budgets searched (tokens, root included): LLMCad keeps "up to tens of branches" (§3.2) and
 #: gives no cap; 32 tokens leaves room for trees far past where the acceptance runs out.
@@ -101,12 +107,16 @@ class MemoryPlan:
         return self.streamed == 0.0
 
 
-def memory_plan(problem: Problem, draft: ModelSpec | None, budget_bytes: float, tokens: int) -> MemoryPlan:
+def memory_plan(problem: Problem, draft: ModelSpec | None, budget_bytes: float, tokens: int,
+                keep_resident: bool = True) -> MemoryPlan:
     """Split the target's weights into resident and streamed bytes under ``budget_bytes``.
 
     The budget first holds the draft model (weights and a KV cache of ``context + tokens``), the
-    target's KV cache and, if anything must stream, one target layer being loaded; the rest of the
-    budget keeps the target's first bytes resident. One line if the draft and caches do not fit.
+    target's KV cache and, if anything must stream, one target layer being loaded. With
+    ``keep_resident`` the rest of the budget keeps the target's first bytes resident (LLMCad's
+    loader fills memory up to its bound); without it a model that does not fit is re-read whole
+    every forward (a swapping engine whose page cache, least-recently-used, never hits on a cyclic
+    scan larger than itself: LLMCad §2.2 and Table 1). One line if the draft and caches do not fit.
     """
     model = problem.model
     W = model.weight_bytes()
@@ -121,7 +131,7 @@ def memory_plan(problem: Problem, draft: ModelSpec | None, budget_bytes: float, 
         what = f"the draft model {draft.name} ({draft_res / GB:.2f} GB with its KV cache), " if draft else ""
         raise HetSpecError(f"memory budget {budget_bytes / GB:.2f} GB is too small: it must hold {what}the target's "
                            f"KV cache ({kv / GB:.2f} GB) and one streamed layer ({staging / GB:.2f} GB)")
-    resident = min(max(free, 0.0), W)
+    resident = min(max(free, 0.0), W) if keep_resident else 0.0
     return MemoryPlan(budget_bytes, W, draft_res, kv, staging, resident, W - resident)
 
 
@@ -236,6 +246,8 @@ class DraftTreeStrategy(Strategy):
         "pipeline": "option: 1 = the target loads while the draft drafts (LLMCad §3.4), 0 = one after the other",
         "fallback": "option: adaptive (Eq. 3 threshold) or budget (always draft the whole budget)",
         "variant": "option: llmcad, std (the target alone, load then compute) or stdpl (layer-wise load/compute)",
+        "resident": "option: keep (default: the target's part under the budget stays in memory) or none "
+                    "(a model that does not fit is re-read whole every forward)",
     }
 
     # ------------------------------------------------------------------ search space
@@ -264,10 +276,14 @@ class DraftTreeStrategy(Strategy):
             budget_gb = domain.capacity_gb if domain is not None else problem.platform.device(config.device).mem_capacity_gb
         if isinstance(budget_gb, bool) or not isinstance(budget_gb, (int, float)) or budget_gb <= 0:
             raise HetSpecError(f"draft-tree: option memory_budget_gb must be a number > 0 (got {budget_gb!r})")
+        resident = config.option("resident", "keep")
+        if resident not in RESIDENT_POLICIES:
+            raise UnknownNameError("draft-tree resident policy", resident, RESIDENT_POLICIES)
         opts = {**config.options, "variant": variant, "fallback": fallback, "pipeline": int(bool(pipeline)),
-                "memory_budget_gb": float(budget_gb)}
+                "memory_budget_gb": float(budget_gb), "resident": resident}
+        keep = resident == "keep"
         if variant != "llmcad":
-            if not memory_plan(problem, None, budget_gb * GB, 1).fits:
+            if not memory_plan(problem, None, budget_gb * GB, 1, keep).fits:
                 storage_link(problem.platform, config.device)      # one line if the weights cannot stream
             return replace(config, tree_width=1, draft_depth=0, draft_model=None, draft_device=None, tree=None,
                            tree_shape="chain", partition_ratio=None, options=opts)
@@ -284,7 +300,7 @@ class DraftTreeStrategy(Strategy):
         draft_device = config.draft_device or config.device
         if draft_device != config.device and not problem.platform.shares_memory(draft_device, config.device):
             problem.platform.link(draft_device, config.device)
-        if not memory_plan(problem, draft, budget_gb * GB, width).fits:
+        if not memory_plan(problem, draft, budget_gb * GB, width, keep).fits:
             storage_link(problem.platform, config.device)
         shape = config.tree_shape
         capacity = 1 + sum(len(p) ** d for d in range(1, depth + 1))
@@ -335,7 +351,8 @@ class DraftTreeStrategy(Strategy):
 
     def memory(self, problem: Problem, config: StrategyConfig) -> MemoryPlan:
         draft = None if config.option("variant") != "llmcad" else self._draft(problem, config)
-        return memory_plan(problem, draft, config.option("memory_budget_gb") * GB, config.tree_width)
+        return memory_plan(problem, draft, config.option("memory_budget_gb") * GB, config.tree_width,
+                           config.option("resident") == "keep")
 
     def _stdpl_s(self, problem: Problem, config: StrategyConfig, plan: MemoryPlan) -> float:
         """Layer-wise pipeline: the pre-layer ops and layer 0's load start together; layer l computes once its

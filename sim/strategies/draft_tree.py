@@ -41,9 +41,9 @@ greedy prefix whose main branch reaches depth ``k``). Expected tokens/s = E[toke
 (renewal-reward). ``fallback="budget"`` always drafts the whole budget (a fixed trigger, as
 speculative decoding's fixed draft length).
 
-**Baselines** (``variant``): ``std`` = the target alone, load then compute (LLMCad's Std);
-``stdpl`` = the target alone with a layer-wise load/compute pipeline (StdPL): layer ``l`` computes
-once its weights are in and layer ``l - 1`` is done.
+**Baseline** ``variant="std"``: the target alone, load then compute (LLMCad's Std, a swapping
+engine). LLMCad's StdPL (a layer-wise load/compute pipeline) is the ``offload`` strategy with
+``mode=stream, source=storage`` (:mod:`sim.strategies.offload`).
 """
 
 from __future__ import annotations
@@ -57,18 +57,15 @@ import numpy as np
 
 from hwmodels.errors import HetSpecError, UnknownNameError
 from hwmodels.platform import GB, STORAGE, Link, Platform
-from hwmodels.contention import standalone_bw
 from sim.closed_form import step_seconds
 from sim.model_spec import ModelSpec, get_model
 from sim.plan import StepPlan, Task, graph_tasks
 from sim.step_graph import build_step_graph
-from sim.step_timing import price_step
 from sim.strategies.base import DEFAULT_DRAFT_MODEL, Estimate, Knob, Problem, Strategy, StrategyConfig
-from sim.strategies.chain import draft_seconds
 from sim.tree import TokenTree
 from sim.tree_search import greedy_trees
 
-VARIANTS = ("llmcad", "std", "stdpl")
+VARIANTS = ("llmcad", "std")
 #: What stays of a target that does not fit: "keep" (the part under the budget stays resident; the
 #: default, for LLMCad and its baselines: LLMCad §4.3 explains its growing gain at smaller budgets by
 #: the target getting slower, i.e. the baselines keep what fits) or "none" (everything is re-read).
@@ -245,7 +242,8 @@ class DraftTreeStrategy(Strategy):
         "memory_budget_gb": "option: memory the two models may use, GB (default: the target device's memory)",
         "pipeline": "option: 1 = the target loads while the draft drafts (LLMCad §3.4), 0 = one after the other",
         "fallback": "option: adaptive (Eq. 3 threshold) or budget (always draft the whole budget)",
-        "variant": "option: llmcad, std (the target alone, load then compute) or stdpl (layer-wise load/compute)",
+        "variant": "option: llmcad, or std (the target alone, load then compute; StdPL is offload mode=stream "
+                   "source=storage)",
         "resident": "option: keep (default: the target's part under the budget stays in memory) or none "
                     "(a model that does not fit is re-read whole every forward)",
     }
@@ -336,38 +334,27 @@ class DraftTreeStrategy(Strategy):
                 out.append(Round(tree, tree.expected_accepted_length(acc), float(pi[k - 1])))
         return tuple(out)
 
-    def _round_parts(self, problem: Problem, config: StrategyConfig, tree: TokenTree, plan: MemoryPlan) -> dict:
+    def _round_parts(self, problem: Problem, config: StrategyConfig, trees: Sequence[TokenTree],
+                     plan: MemoryPlan) -> dict[str, np.ndarray]:
+        """Seconds of drafting, loading and verifying each tree (arrays over ``trees``)."""
         platform = problem.platform
-        draft = draft_seconds(problem, self._draft(problem, config), config.draft_device, tree.size - 1)
+        sizes = np.array([t.size for t in trees])
+        passes = _draft_pass_seconds(problem, self._draft(problem, config), config.draft_device, int(sizes.max()) - 1)
+        cumulative = np.concatenate([[0.0], np.cumsum(passes)])
         load = load_seconds(platform, config.device, plan.streamed) if plan.streamed > 0 else 0.0
-        verify = float(step_seconds(problem.model, platform, config.device, tree.size, problem.context,
-                                    problem.batch, tree.mask_density))
-        return {"draft": draft, "load": load, "verify": verify}
+        verify = step_seconds(problem.model, platform, config.device, sizes, problem.context, problem.batch,
+                              np.array([t.mask_density for t in trees]))
+        return {"draft": cumulative[sizes - 1], "load": np.full(len(trees), load), "verify": np.asarray(verify, float)}
 
-    def _round_s(self, parts: dict, pipeline: bool) -> float:
+    def _round_s(self, parts: dict, pipeline: bool):
         if pipeline:
-            return max(parts["draft"], parts["load"]) + parts["verify"]
+            return np.maximum(parts["draft"], parts["load"]) + parts["verify"]
         return parts["draft"] + parts["load"] + parts["verify"]
 
     def memory(self, problem: Problem, config: StrategyConfig) -> MemoryPlan:
         draft = None if config.option("variant") != "llmcad" else self._draft(problem, config)
         return memory_plan(problem, draft, config.option("memory_budget_gb") * GB, config.tree_width,
                            config.option("resident") == "keep")
-
-    def _stdpl_s(self, problem: Problem, config: StrategyConfig, plan: MemoryPlan) -> float:
-        """Layer-wise pipeline: the pre-layer ops and layer 0's load start together; layer l computes once its
-        weights are in and layer l - 1 is done: end = max(pre + L c, load + L c, L load + c) + post."""
-        platform, model = problem.platform, problem.model
-        L = model.n_layers
-        graph = build_step_graph(model, 1, problem.context, problem.batch)
-        price = price_step(graph, platform.device(config.device), standalone_bw(platform, config.device))
-        layer = sum(p.time_s for p in price.ops if p.op.section == "layer") / L
-        pre = sum(p.time_s for p in price.ops if p.op.section == "pre")
-        post = sum(p.time_s for p in price.ops if p.op.section == "post")
-        if plan.streamed <= 0:
-            return price.total_s
-        load = load_seconds(platform, config.device, plan.streamed / L)
-        return max(pre + L * layer, load + L * layer, L * load + layer) + post
 
     def estimate(self, problem: Problem, config: StrategyConfig) -> Estimate:
         plan = self.memory(problem, config)
@@ -376,20 +363,18 @@ class DraftTreeStrategy(Strategy):
             single = float(step_seconds(problem.model, problem.platform, config.device, 1, problem.context,
                                         problem.batch))
             load = load_seconds(problem.platform, config.device, plan.streamed) if plan.streamed > 0 else 0.0
-            step = single + load if variant == "std" else self._stdpl_s(problem, config, plan)
+            step = single + load
             return Estimate(step_s=step, tokens_per_step=1.0, breakdown={"load": load, "decode": single})
         pipeline = bool(config.option("pipeline"))
-        time = tokens = proposed = 0.0
-        parts_mean = {"draft": 0.0, "load": 0.0, "verify": 0.0}
-        for r in self.rounds(problem, config):
-            parts = self._round_parts(problem, config, r.tree, plan)
-            time += r.weight * self._round_s(parts, pipeline)
-            tokens += r.weight * r.tokens
-            proposed += r.weight * (r.tree.size - 1)
-            for k in parts_mean:
-                parts_mean[k] += r.weight * parts[k]
+        rounds = self.rounds(problem, config)
+        weight = np.array([r.weight for r in rounds])
+        parts = self._round_parts(problem, config, [r.tree for r in rounds], plan)
+        time = float(weight @ self._round_s(parts, pipeline))
+        tokens = float(weight @ np.array([r.tokens for r in rounds]))
+        proposed = float(weight @ np.array([r.tree.size - 1 for r in rounds], dtype=float))
+        mean = {k: float(weight @ v) for k, v in parts.items()}
         return Estimate(step_s=time, tokens_per_step=tokens, proposed_per_step=proposed,
-                        breakdown={**parts_mean, "streamed_gb": plan.streamed / GB})
+                        breakdown={**mean, "streamed_gb": plan.streamed / GB})
 
     # ------------------------------------------------------------------ engine plan
     def plan(self, problem: Problem, config: StrategyConfig, rng: np.random.Generator | None = None,
@@ -439,29 +424,27 @@ class DraftTreeStrategy(Strategy):
         tasks: list[Task] = []
         if link is None:
             tasks += graph_tasks(graph, platform, config.device, "decode", "decode", (), per_layer)
-        elif config.option("variant") == "std":
+        else:
             tasks.append(Task(name="load", kind="transfer", resource=link.name, phase="load", nbytes=plan.streamed,
                               fixed_s=link.latency_s, op="load_target_weights"))
             tasks += graph_tasks(graph, platform, config.device, "decode", "decode", ("load",), per_layer)
-        else:
-            # StdPL: layer l's weights load while layer l - 1 computes
-            L = model.n_layers
-            pre = graph_tasks(replace(graph, ops=graph.section("pre")), platform, config.device, "decode", "decode")
-            tasks += pre
-            last = pre[-1].name
-            for layer in range(L):
-                tasks.append(Task(name=f"load/L{layer}", kind="transfer", resource=link.name, phase="load",
-                                  nbytes=plan.streamed / L, fixed_s=link.latency_s,
-                                  deps=(f"load/L{layer - 1}",) if layer else (), op="load_layer"))
-                layer_graph = replace(graph, ops=tuple(replace(op, count=1) for op in graph.section("layer")))
-                block = graph_tasks(layer_graph, platform, config.device, f"decode/L{layer}", "decode",
-                                    (last, f"load/L{layer}"))
-                tasks += block
-                last = block[-1].name
-            tasks += graph_tasks(replace(graph, ops=graph.section("post")), platform, config.device, "decode/post",
-                                 "decode", (last,))
         return StepPlan(tasks=tuple(tasks), tokens_accepted=1, tokens_proposed=0, count_phase="decode",
                         count_device=config.device)
+
+
+def _draft_pass_seconds(problem: Problem, draft: ModelSpec, device: str, passes: int) -> np.ndarray:
+    """Seconds of each of ``passes`` one-token draft forwards, the cache growing from the context
+    (the tree decoder feeds one tree token per pass); as :func:`sim.strategies.chain.draft_seconds`."""
+    if passes <= 0:
+        return np.zeros(0)
+    contexts = problem.context + np.arange(passes)
+    out = []
+    if contexts[0] == 0:
+        out.append(float(step_seconds(draft, problem.platform, device, 1, 0, problem.batch)))
+        contexts = contexts[1:]
+    if contexts.size:
+        out += list(np.atleast_1d(step_seconds(draft, problem.platform, device, 1, contexts, problem.batch)))
+    return np.asarray(out, dtype=float)
 
 
 def _sample_tokens(tree: TokenTree, p: Sequence[float], rng: np.random.Generator) -> int:

@@ -40,8 +40,13 @@ class Comparison:
             raise HetSpecError(f"comparison kind {self.kind!r} unknown; valid: {', '.join(KINDS)}")
         for label in ("paper", "hetspec"):
             value = getattr(self, label)
-            if not isinstance(value, (int, float)) or not math.isfinite(value):
+            try:
+                number = float(value)  # numpy scalars too; stored as a plain float for JSON
+            except (TypeError, ValueError):
+                number = math.nan
+            if isinstance(value, bool) or not math.isfinite(number):
                 raise HetSpecError(f"comparison {self.quantity!r}: {label} value must be a finite number (got {value!r})")
+            object.__setattr__(self, label, number)
 
     @property
     def rel_error(self) -> float:
@@ -60,7 +65,7 @@ class Comparison:
 @dataclass(frozen=True)
 class Fit:
     parameter: str        # "contention_efficiency of jetson-xavier-nx-204mhz/lpddr4x"
-    value: float
+    value: float          # stored as a plain float
     fitted_to: str        # "Ghidorah Fig. 9 MBPP EM speedup at w=16 (5.8x)"
     how: str = ""         # "least squares over ...", "solved exactly from ..."
 
@@ -93,17 +98,17 @@ class PaperReport:
     def median_abs_rel_error(self) -> float | None:
         """Median |relative error| over prediction rows (None if there are none)."""
         errors = [abs(c.rel_error) for c in self.rows("prediction")]
-        return statistics.median(errors) if errors else None
+        return float(statistics.median(errors)) if errors else None
 
     @property
     def choices_matched(self) -> tuple[int, int]:
         choices = self.rows("choice")
-        return sum(c.matched for c in choices), len(choices)
+        return int(sum(bool(c.matched) for c in choices)), len(choices)
 
     @property
     def exact_matched(self) -> tuple[int, int]:
         exact = self.rows("exact")
-        return sum(c.matched for c in exact), len(exact)
+        return int(sum(bool(c.matched) for c in exact)), len(exact)
 
     def summary(self) -> dict:
         matched, n_choices = self.choices_matched

@@ -39,6 +39,9 @@ def test_fitted_rows_reproduce_their_numbers(report):
     assert e16.kind == v60.kind == "fit"
     assert e16.hetspec == pytest.approx(1.99, rel=0.01) and v60.hetspec == pytest.approx(1.62, rel=0.01)
     assert len(report.fits) == 2
+    e_inf_a, _, bx_a = dovetail.curve_parameters("A")
+    e_inf_b, _, bx_b = dovetail.curve_parameters("B")
+    assert (e_inf_a, round(bx_a, 1)) == (e_inf_b, round(bx_b, 1))    # one curve for both systems
 
 
 def test_drafter_parameter_counts(report):

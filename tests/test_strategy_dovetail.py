@@ -147,3 +147,12 @@ def test_an_acceptance_model_without_tau_is_one_line():
     with pytest.raises(HetSpecError, match="has no tau table") as info:
         resolved(p)
     assert "\n" not in str(info.value)
+
+
+def test_an_acceptance_rate_searches_chain_drafts():
+    from sim.optimizer import optimize
+
+    p = problem(acceptance=load_acceptance("alpha:0.8"))
+    res = optimize(p, "dovetail")
+    assert set(res.table["tree_shape"]) == {"chain"} and 2 <= res.best["tree_width"] <= 9
+    assert res.best["tokens_per_step"] == pytest.approx(omega(res.best["tree_width"] - 1, 0.8))

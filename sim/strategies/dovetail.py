@@ -70,6 +70,9 @@ EAGLE_BLOCKS = 1
 #: Bytes of a token id / position id (int64, torch's index dtype) and of one tree-mask entry (bool).
 TOKEN_ID_BYTES = 8
 MASK_ENTRY_BYTES = 1
+#: Chain drafting (an acceptance rate instead of a tau table): gamma searched up to 8, like ``chain``.
+MAX_CHAIN_GAMMA = 8
+EAGLE_DRAFTER = "eagle2"
 #: Reference drafter whose tau-vs-width curve (Table I: 16 and 60 tokens) shapes the others'.
 REFERENCE_DRAFTER = ("eagle2", EAGLE_BLOCKS)
 
@@ -254,14 +257,22 @@ class DovetailStrategy(Strategy):
     # ------------------------------------------------------------------ search space
     def search_space(self, problem: Problem) -> tuple[Knob, ...]:
         acc = problem.need_acceptance(self.name)
+        verifiers = tuple(d for d in _by_kind(problem, ("cpu", "gpu", "npu")) if fits(problem, problem.model, d))
+        placement = (Knob("device", verifiers or (_cpu_name(problem),)),
+                     Knob("draft_device", (problem.platform.accelerator.name,)))
+        if not acc.tau_entries:
+            if acc.draft_alpha is None:
+                raise HetSpecError(f"acceptance model {acc.name}: has no tau table (Dovetail) and no draft_alpha; use "
+                                   "one of the dovetail-* presets or alpha:<a> with --tree-shape chain")
+            # a chain drafter: gamma = 1..MAX_CHAIN_GAMMA one-token passes, Omega(gamma, alpha) tokens
+            return (*placement, Knob("drafter", (EAGLE_DRAFTER,)), Knob("tree_shape", ("chain",)),
+                    Knob("tree_width", tuple(range(2, MAX_CHAIN_GAMMA + 2))))
         drafter = _default_drafter(acc)
         blocks = acc.tau_blocks(drafter) if drafter in FEATURE_DRAFTERS else (None,)
-        top = min(max_tau_width(acc, drafter, blocks[-1]) if acc.tau_entries else DEFAULT_WIDTH,
-                  1 + DEFAULT_TOP_K * (DEFAULT_DEPTH + 1))
-        verifiers = tuple(d for d in _by_kind(problem, ("cpu", "gpu", "npu")) if fits(problem, problem.model, d))
-        return (Knob("device", verifiers or (_cpu_name(problem),)), Knob("draft_device", (problem.platform.accelerator.name,)),
-                Knob("drafter", (drafter,)), Knob("drafter_blocks", tuple(blocks)), Knob("top_k", (DEFAULT_TOP_K,)),
-                Knob("draft_depth", (DEFAULT_DEPTH,)), Knob("tree_width", tuple(range(2, top + 1))))
+        top = min(max_tau_width(acc, drafter, blocks[-1]), 1 + DEFAULT_TOP_K * (DEFAULT_DEPTH + 1))
+        return (*placement, Knob("drafter", (drafter,)), Knob("drafter_blocks", tuple(blocks)),
+                Knob("top_k", (DEFAULT_TOP_K,)), Knob("draft_depth", (DEFAULT_DEPTH,)),
+                Knob("tree_width", tuple(range(2, top + 1))))
 
     # ------------------------------------------------------------------ configs
     def resolve(self, problem: Problem, config: StrategyConfig) -> StrategyConfig:

@@ -28,6 +28,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "real.commands.train_demo",
     "real.commands.calibrate",
     "real.commands.validate",
+    "real.commands.demo",
 )
 
 

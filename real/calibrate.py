@@ -77,6 +77,7 @@ class Settings:
     repeats: int
     warmup: int
     dram_working_set_bytes: int | None = None  # None: DRAM_WORKING_SET_LLC x the last-level cache
+    cold_pool_bytes: int | None = None         # None: COLD_POOL_LLC x the last-level cache
     overhead_repeats: int = 9
     label: str = "full"
 
@@ -230,7 +231,7 @@ def measure(settings: Settings, progress: bool = True, command: str = "hetspec c
     llc, llc_source = llc_bytes()
     dram_ws = settings.dram_working_set_bytes or DRAM_WORKING_SET_LLC * llc
     cache_ws = int(CACHE_WORKING_SET_LLC * llc)
-    cold_pool = COLD_POOL_LLC * llc
+    cold_pool = settings.cold_pool_bytes or COLD_POOL_LLC * llc
     gemm_ticks = 2 * len(settings.m_values) * len(settings.shapes)
     total = 2 * (gemm_ticks + 3) + 2
     with tqdm(total=total, desc="calibrate", unit="bench", disable=not progress, file=sys.stderr) as bar:
@@ -289,12 +290,15 @@ def _device(name: str, w: WorkerMeasurement, cal: Calibration, description: str)
                           f"cache; {thr}, median of {s.repeats}) {on}"),
         "mem_capacity_gb": f"os.sysconf: {cal.memory_bytes / 1e9:.1f} GB of physical memory",
         "op_overhead_us": (f"measured: {ov.per_op_s * 1e6:.2f} us per step-graph operator {by}: the real path's "
-                           f"decoder layer (real/model.py, hidden {ov.hidden}, one token over {ov.context} cached, "
-                           f"compute negligible) costs {ov.per_layer_s * 1e6:.1f} us per layer = "
-                           f"{ov.graph_ops_per_layer} step-graph operators; it issues {ov.aten_ops_per_layer} torch "
-                           f"operators per layer at {w.dispatch_s * 1e6:.2f} us of bare dispatch each (torch.add on "
-                           f"4 elements), the rest is Python module and argument handling ({thr}, "
-                           f"{s.overhead_repeats} interleaved repeats of depths {ov.layers[0]} and {ov.layers[1]}) {on}"),
+                           f"forward (real/model.py at hidden {ov.hidden}, compute negligible, {ov.context} cached "
+                           f"tokens; mean of a 1-token unmasked and a 2-token tree-masked step) costs "
+                           f"{ov.per_layer_s * 1e6:.1f} us per layer + {ov.per_forward_s * 1e6:.1f} us per forward "
+                           f"(fit over depths {ov.layers[0]} and {ov.layers[1]}); a {ov.reference_layers}-layer forward "
+                           f"spread over its {ov.reference_layers * ov.graph_ops_per_layer + ov.graph_ops_outside} "
+                           f"step-graph operators. The layer issues {ov.aten_ops_per_layer} torch operators for "
+                           f"{ov.graph_ops_per_layer} step-graph ones, at {w.dispatch_s * 1e6:.2f} us of bare dispatch "
+                           f"each (torch.add on 4 elements); the rest is Python module and argument handling ({thr}, "
+                           f"{s.overhead_repeats} interleaved repeats) {on}"),
         "token_tile": "1: the measured gemm_efficiency_curve is useful FLOP/s at each token count, so any "
                       "rounding of M by the kernels is already in it",
         "sparse_attn_efficiency": "0: the real path computes tree attention densely (scaled_dot_product_attention "
@@ -425,3 +429,42 @@ def summary_lines(platform: Platform, cal: Calibration) -> list[str]:
     lines.append(f"  contention: two single-thread workers streaming together get "
                  f"{dom.contention_efficiency:.2f} of {dom.bw_gbps:.1f} GB/s")
     return lines
+
+
+# ---------------------------------------------------------------------------- for notebooks
+#: A measurement of a few seconds (two token counts, small shapes) for when no host platform exists
+#: yet, e.g. in the test suite: enough to draw the plots, not to validate with.
+GLANCE = Settings(m_values=(1, 16, 64), shapes=((256, 256),), repeats=2, warmup=1,
+                  dram_working_set_bytes=48 * 2**20, cold_pool_bytes=48 * 2**20, overhead_repeats=2, label="glance")
+
+
+def host_calibration(platform_path: str | Path | None = None) -> tuple[Platform, dict, str]:
+    """The calibrated host and its raw measurements, or, if there is none yet, a few-second
+    :data:`GLANCE` measurement in a temporary folder. Returns ``(platform, raw, where)``."""
+    import tempfile
+
+    from hwmodels.loader import load_platform_file
+
+    path = Path(platform_path) if platform_path is not None else default_out()
+    if path.exists() and raw_path(path).exists():
+        return load_platform_file(path), load_raw(path), str(path)
+    tmp = Path(tempfile.mkdtemp(prefix="hetspec-glance-")) / f"{HOST_NAME}.toml"
+    platform, path, _ = calibrate(tmp, progress=False, settings=GLANCE)
+    return platform, load_raw(path), f"{path} (a quick glance: no calibrated host yet, run `hetspec calibrate`)"
+
+
+def gemm_table(raw: dict):
+    """Every GEMM measurement of a calibration as a DataFrame: threads, warm/cold, M, K, N, GFLOP/s,
+    arithmetic intensity (FLOP per byte moved: activations in and out plus the weight, fp32)."""
+    import pandas as pd
+
+    rows = []
+    for key in ("all_threads", "one_thread"):
+        w = raw[key]
+        for state in ("warm", "cold"):
+            for p in w[f"gemm_{state}"]:
+                nbytes = 4.0 * (p["m"] * p["k"] + p["m"] * p["n"] + p["k"] * p["n"])
+                rows.append({"threads": w["threads"], "weights": "in cache" if state == "warm" else "from DRAM",
+                             "m": p["m"], "k": p["k"], "n": p["n"], "gflops": p["flops_per_s"] / 1e9,
+                             "intensity": 2.0 * p["m"] * p["k"] * p["n"] / nbytes})
+    return pd.DataFrame(rows)

@@ -158,22 +158,43 @@ def dispatch_overhead_s(threads: int, repeats: int, warmup: int) -> float:
 
 @dataclass(frozen=True)
 class LayerOverhead:
-    per_op_s: float           # fixed seconds per step-graph operator inside a decoder layer
-    per_layer_s: float        # fixed seconds per decoder layer
-    per_forward_s: float      # fixed seconds of one forward outside the layers (embedding, norm, head, masks)
-    graph_ops_per_layer: int  # step-graph operator launches per layer (sim.step_graph)
-    aten_ops_per_layer: int   # torch (aten) operators the real path issues per layer
+    """Fixed costs of the real path's forward pass, from probes where compute is negligible.
+
+    ``per_layer_s`` / ``per_forward_s``: slope and intercept of the forward time against the depth,
+    averaged over a one-token step without a mask (``ar``, draft passes) and a two-token step under
+    a tree mask (verification); ``per_op_s`` spreads a whole forward of ``reference_layers`` layers
+    over its step-graph operators, so the intercept (embedding, positions, masks, final norm, LM
+    head, the Python call) is priced where it matters most: shallow models, whose steps are mostly
+    fixed costs.
+    """
+
+    per_op_s: float            # fixed seconds per step-graph operator (see above)
+    per_layer_s: float         # fixed seconds per decoder layer
+    per_forward_s: float       # fixed seconds of one forward outside the layers
+    per_layer_unmasked_s: float
+    per_forward_unmasked_s: float
+    per_layer_masked_s: float
+    per_forward_masked_s: float
+    reference_layers: int      # depth whose whole forward defines per_op_s
+    graph_ops_per_layer: int   # step-graph operator launches per layer (sim.step_graph)
+    graph_ops_outside: int     # step-graph operator launches outside the layers
+    aten_ops_per_layer: int    # torch (aten) operators the real path issues per layer
     hidden: int
-    layers: tuple[int, int]   # the two depths timed
+    layers: tuple[int, int]    # the two depths timed
     context: int
 
 
 #: Shape of the overhead probe: hidden 64 keeps every GEMM far below a microsecond of compute
-#: (2 * 64 * 64 FLOP per token and matrix), so a forward's time is its fixed costs.
+#: (2 * 64 * 64 FLOP per token and matrix), so a forward's time is its fixed costs; 4 query heads
+#: over 2 KV heads take the grouped-query path of the demo models.
 PROBE_HIDDEN = 64
+PROBE_HEADS = (4, 2)
 PROBE_VOCAB = 64
 #: Depths timed: the slope between them is the per-layer cost, the intercept the per-forward cost.
 PROBE_LAYERS = (1, 5)
+#: Depth whose whole forward is spread over its operators: the tiny demo target's 2 layers (the
+#: shallowest model validated; deeper models' steps are dominated by the per-layer part anyway).
+REFERENCE_LAYERS = 2
 #: Cached tokens the probe attends to (a typical demo prompt length).
 PROBE_CONTEXT = 64
 
@@ -183,21 +204,34 @@ def _probe_model(n_layers: int):
     from sim.model_spec import ModelSpec
 
     spec = ModelSpec(name=f"overhead-probe-{n_layers}", n_layers=n_layers, hidden=PROBE_HIDDEN,
-                     intermediate=PROBE_HIDDEN, n_heads=1, n_kv_heads=1, vocab=PROBE_VOCAB, dtype="fp32",
-                     max_position=4 * PROBE_CONTEXT)
+                     intermediate=PROBE_HIDDEN, n_heads=PROBE_HEADS[0], n_kv_heads=PROBE_HEADS[1],
+                     vocab=PROBE_VOCAB, dtype="fp32", max_position=4 * PROBE_CONTEXT)
     torch.manual_seed(0)
     return Transformer(spec).eval()
 
 
-def _one_token_step(model) -> Callable[[], object]:
-    """A decode step of one token at ``PROBE_CONTEXT`` cached tokens, as ``real.decode.ar`` runs it."""
+def _probe_step(model, masked: bool) -> Callable[[], object]:
+    """A decode step at ``PROBE_CONTEXT`` cached tokens: one token without a mask (as ``ar`` and a
+    draft pass run it) or two tokens under a tree mask with explicit positions (a verification)."""
+    from sim.tree import TokenTree
+
     cache = model.new_cache(2 * PROBE_CONTEXT)
     model(torch.zeros(1, PROBE_CONTEXT, dtype=torch.long), cache)
     cache.keep(range(PROBE_CONTEXT))
-    token = torch.zeros(1, 1, dtype=torch.long)
+    if not masked:
+        token = torch.zeros(1, 1, dtype=torch.long)
+
+        def step():
+            model(token, cache)
+            cache.discard()
+        return step
+    tree = TokenTree.chain(1)
+    block = torch.zeros(1, tree.size, dtype=torch.long)
+    mask = torch.from_numpy(tree.attention_mask())
+    positions = cache.length + torch.tensor(tree.depths)
 
     def step():
-        model(token, cache)
+        model(block, cache, positions=positions, tree_mask=mask)
         cache.discard()
     return step
 
@@ -219,32 +253,38 @@ def count_aten_ops(fn: Callable[[], object]) -> int:
 
 
 def layer_overhead(threads: int, repeats: int, warmup: int) -> LayerOverhead:
-    """Fixed costs of the real path's forward, from two probe depths (see :data:`PROBE_LAYERS`)."""
-    from sim.model_spec import ModelSpec
+    """Fixed costs of the real path's forward, from probe depths :data:`PROBE_LAYERS`, unmasked and masked."""
     from sim.step_graph import build_step_graph
 
     lo, hi = PROBE_LAYERS
+    fits: dict[bool, tuple[float, float]] = {}
     with torch_threads(threads), torch.inference_mode():
         models = {n: _probe_model(n) for n in (lo, hi)}
-        steps = {n: _one_token_step(m) for n, m in models.items()}
-        # interleave the two depths so slow drifts of the machine hit both alike
-        samples: dict[int, list[float]] = {lo: [], hi: []}
-        for n in (lo, hi):
-            median_time(steps[n], 1, warmup)
-        for _ in range(repeats):
+        for masked in (False, True):
+            steps = {n: _probe_step(m, masked) for n, m in models.items()}
+            # interleave the two depths so slow drifts of the machine hit both alike
+            samples: dict[int, list[float]] = {lo: [], hi: []}
             for n in (lo, hi):
-                samples[n].append(median_time(steps[n], 1, 0, inner=20))
-        t_lo, t_hi = statistics.median(samples[lo]), statistics.median(samples[hi])
-        aten_lo, aten_hi = count_aten_ops(steps[lo]), count_aten_ops(steps[hi])
-    spec: ModelSpec = models[lo].spec
-    graph = build_step_graph(spec, 1, PROBE_CONTEXT)
-    per_layer_launches = sum(op.launches for op in graph.section("layer"))
-    per_layer = max(t_hi - t_lo, 0.0) / (hi - lo)
+                median_time(steps[n], 1, warmup)
+            for _ in range(repeats):
+                for n in (lo, hi):
+                    samples[n].append(median_time(steps[n], 1, 0, inner=20))
+            t_lo, t_hi = statistics.median(samples[lo]), statistics.median(samples[hi])
+            per_layer = max(t_hi - t_lo, 0.0) / (hi - lo)
+            fits[masked] = (per_layer, max(t_lo - lo * per_layer, 0.0))
+        aten = count_aten_ops(_probe_step(models[hi], False)) - count_aten_ops(_probe_step(models[lo], False))
+    per_layer = (fits[False][0] + fits[True][0]) / 2.0
+    per_forward = (fits[False][1] + fits[True][1]) / 2.0
+    graph = build_step_graph(models[lo].spec, 1, PROBE_CONTEXT)
+    in_layer = sum(op.launches for op in graph.section("layer"))
+    outside = sum(op.launches for op in graph.ops if op.section != "layer")
+    reference = per_forward + REFERENCE_LAYERS * per_layer
     return LayerOverhead(
-        per_op_s=per_layer / per_layer_launches, per_layer_s=per_layer,
-        per_forward_s=max(t_lo - lo * per_layer, 0.0), graph_ops_per_layer=per_layer_launches,
-        aten_ops_per_layer=(aten_hi - aten_lo) // (hi - lo), hidden=PROBE_HIDDEN, layers=PROBE_LAYERS,
-        context=PROBE_CONTEXT)
+        per_op_s=reference / (REFERENCE_LAYERS * in_layer + outside), per_layer_s=per_layer,
+        per_forward_s=per_forward, per_layer_unmasked_s=fits[False][0], per_forward_unmasked_s=fits[False][1],
+        per_layer_masked_s=fits[True][0], per_forward_masked_s=fits[True][1], reference_layers=REFERENCE_LAYERS,
+        graph_ops_per_layer=in_layer, graph_ops_outside=outside, aten_ops_per_layer=aten // (hi - lo),
+        hidden=PROBE_HIDDEN, layers=PROBE_LAYERS, context=PROBE_CONTEXT)
 
 
 def handoff_latency_s(repeats: int, warmup: int) -> float:

@@ -20,8 +20,6 @@ from cli_runner import run_cli
 
 #: Issue 6: median |relative error| over prediction rows, per paper.
 MEDIAN_ERROR_TARGET = 0.20
-#: Papers whose method picks a width / token count that the reproduction must choose too.
-PAPERS_WITH_CHOICES = ("medusa", "ghidorah", "dovetail")
 SECTIONS = ("## Results", "## What does not match, and why", "## What the paper does not give")
 SUMMARY_KEYS = {"paper", "predictions", "median_abs_rel_error", "choices_matched", "choices", "exact_matched", "exact",
                 "fits", "report", "seconds"}
@@ -94,11 +92,16 @@ def test_median_error_of_predictions_meets_the_target(reproduced, paper):
     assert s["median_abs_rel_error"] <= MEDIAN_ERROR_TARGET, (paper, s["median_abs_rel_error"])
 
 
-@pytest.mark.parametrize("paper", AVAILABLE)
+#: Issue 6: "tests pin the exact reproductions (intensity tables, ALSpec formulas)". Other papers' exact rows
+#: are shown as "exact m/n" in their reports.
+EXACT_PAPERS = ("medusa", "alspec")
+
+
+@pytest.mark.parametrize("paper", [p for p in EXACT_PAPERS if p in AVAILABLE])
 def test_exact_reproductions_are_exact(reproduced, paper):
     _, summaries = reproduced
     s = summaries[paper]
-    assert s["exact_matched"] == s["exact"], paper
+    assert s["exact"] > 0 and s["exact_matched"] == s["exact"], paper
 
 
 def _choices(out, paper: str) -> list[dict]:
@@ -120,12 +123,17 @@ def test_medusa_picks_the_papers_candidate_counts(reproduced):
     assert choices["best number of candidates, bs 1, s 1024"] == (64, 112)
 
 
-@pytest.mark.parametrize("paper", [p for p in PAPERS_WITH_CHOICES if p != "medusa"])
-def test_chosen_widths_are_reproduced(reproduced, paper):
+#: Issue 6's choices beyond Medusa: the rows of the best width (Ghidorah) and of the best number of verified
+#: tokens (Dovetail). Other choice rows (e.g. Dovetail's drafter depth) are reported, not required here.
+REQUIRED_CHOICES = {"ghidorah": "best width", "dovetail": "best verified tokens"}
+
+
+@pytest.mark.parametrize("paper, kind", sorted(REQUIRED_CHOICES.items()))
+def test_chosen_widths_are_reproduced(reproduced, paper, kind):
     out, _ = reproduced
     if paper not in AVAILABLE:
         pytest.skip(f"no {paper} reproduction yet")
-    choices = _choices(out, paper)
-    assert choices, f"{paper} reports no choice rows"
+    choices = [c for c in _choices(out, paper) if c["quantity"].startswith(kind)]
+    assert choices, f"{paper} reports no '{kind}' choice rows"
     unmatched = [c["quantity"] for c in choices if c["paper"] != c["hetspec"]]
     assert not unmatched, unmatched

@@ -164,9 +164,10 @@ def _random_weight(settings: Settings, platform, device: str, threads: int, prog
 
 def validate(out: str | Path = DEFAULT_OUT, preset: str | None = None, quick: bool = False, device: str = "cpu",
              platform: str = "host", progress: bool = True, command: str = "hetspec validate",
-             settings: Settings | None = None, methods: tuple[str, ...] | None = None) -> dict:
+             settings: Settings | None = None, grid=None) -> dict:
     """Run the whole validation; write ``results.json``, the plots and ``report.md`` into ``out``.
 
+    ``grid``: the :class:`~real.validation_grid.GridPoint` s to run (default: the whole grid).
     Returns the results document (what ``results.json`` holds).
     """
     import torch
@@ -198,7 +199,7 @@ def validate(out: str | Path = DEFAULT_OUT, preset: str | None = None, quick: bo
     preset, why = choose_preset(preset)
     banner(f"[2/6] demo models: preset {preset} ({why})", progress)
     models = load_models(preset, progress)
-    grid = default_grid(methods) if methods else default_grid()
+    grid = tuple(grid) if grid else default_grid()
 
     banner(f"[3/6] acceptance profile on {settings.calibration_prompts} calibration prompts", progress)
     calib = [list(p) for p in corpus_prompts(models.tokenizer, "calibration", settings.calibration_prompts,

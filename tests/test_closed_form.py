@@ -211,3 +211,25 @@ def test_concurrent_seconds_is_vectorised_and_max_min_matches_hwmodels():
     assert out.shape == (7, 5, 2) and np.all(out > 0)
     with pytest.raises(HetSpecError, match="one part per device"):
         concurrent_seconds(plat, ("cpu", "cpu"), [0, 0], [1, 1], [0, 0])
+
+
+@settings(max_examples=150, deadline=None)
+@given(parts=st.lists(st.tuples(st.floats(0, 0.05).map(lambda v: v if v > 1e-9 else 0.0),
+                                st.floats(0, 1.0).map(lambda v: v if v > 1e-9 else 0.0),
+                                st.floats(0, 40.0).map(lambda v: v if v > 1e-9 else 0.0)), min_size=2, max_size=2),
+       ceiling=st.floats(5.0, 200.0), devices=st.sampled_from([("cpu", "gpu"), ("gpu", "cpu"), ("npu", "gpu")]))
+def test_two_part_closed_form_equals_the_engine(parts, ceiling, devices):
+    from hwmodels.platform import MemoryDomain
+    from sim.closed_form import concurrent_seconds
+    from sim.engine import run_plans
+    from sim.plan import StepPlan, Task
+
+    plat = replace(three_device_platform(), memory_domains=(MemoryDomain("dram", ("cpu", "gpu", "npu"), ceiling, 16,
+                                                                         0.85),))
+    fixed, comp, nbytes = (np.array(v, dtype=float) for v in zip(*parts))
+    nbytes = nbytes * 1e9
+    tasks = tuple(Task(f"t{i}", "compute", d, "verify", compute_s=comp[i], nbytes=nbytes[i], fixed_s=fixed[i])
+                  for i, d in enumerate(devices))
+    ends = {r.task.name: r.end_s for r in run_plans(plat, [StepPlan(tasks, tokens_accepted=1)]).task_runs}
+    got = concurrent_seconds(plat, devices, fixed, comp, nbytes)
+    assert np.allclose(got, [ends["t0"], ends["t1"]], rtol=1e-9, atol=1e-12)

@@ -8,6 +8,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 from cli_runner import run_cli
 from real.acceptance import MAX_PROFILE_WIDTH, PROFILE_RANKS, measure_profile
@@ -22,6 +23,18 @@ from sim.trace import read_trace, summarize
 from sim.tree import TokenTree
 
 PROMPTS, PROMPT_TOKENS, NEW_TOKENS = 3, 32, 32
+#: CLI subprocesses run with one torch thread (see ``one_torch_thread``).
+ONE_THREAD_ENV = {"OMP_NUM_THREADS": "1"}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    """One intra-op thread: on a loaded 2-core machine every multi-threaded operator waits for a
+    descheduled worker (milliseconds per op); results do not depend on the thread count."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +121,7 @@ def test_replayed_acceptance_length_matches_a_real_medusa_run(demo, profile):
 def test_run_cli_json_and_trace(demo, tmp_path):
     trace = tmp_path / "trace.csv"
     common = ["--preset", "tiny", "--prompts", "2", "--prompt-tokens", "24", "--max-new-tokens", "12", "--json"]
-    medusa = run_cli("run", "--method", "medusa", "--width", "8", "--trace", str(trace), *common)
+    medusa = run_cli("run", "--method", "medusa", "--width", "8", "--trace", str(trace), *common, env=ONE_THREAD_ENV)
     assert medusa.returncode == 0, medusa.stderr
     out = json.loads(medusa.stdout)
     for key in ("tokens_per_s", "mean_accepted_per_step", "steps", "tokens", "method", "config", "preset",
@@ -119,7 +132,7 @@ def test_run_cli_json_and_trace(demo, tmp_path):
     records = read_trace(trace)
     assert summarize(records).steps == out["steps"]
     assert sum(r.tokens_accepted for r in records) == 2 * 12
-    ar = json.loads(run_cli("run", "--method", "ar", *common).stdout)
+    ar = json.loads(run_cli("run", "--method", "ar", *common, env=ONE_THREAD_ENV).stdout)
     assert ar["tokens"] == out["tokens"] and ar["mean_accepted_per_step"] == 1.0
     assert (demo.folder / "acceptance-profile.json").exists()      # medusa --width cached its profile
 
@@ -127,7 +140,7 @@ def test_run_cli_json_and_trace(demo, tmp_path):
 def test_profile_acceptance_cli_writes_a_loadable_profile(demo, tmp_path):
     out = tmp_path / "tiny-profile.json"
     proc = run_cli("profile-acceptance", "--preset", "tiny", "--out", str(out), "--prompts", "2",
-                   "--prompt-tokens", "24", "--max-new-tokens", "16")
+                   "--prompt-tokens", "24", "--max-new-tokens", "16", env=ONE_THREAD_ENV)
     assert proc.returncode == 0, proc.stderr
     profile = AcceptanceProfile.load(out)
     assert profile.medusa_depths == demo.heads.n_heads and profile.meta["prompts"] == 2

@@ -28,6 +28,16 @@ NEW_TOKENS = 40
 SHARPEN = 6.0
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    """One intra-op thread: on a loaded 2-core machine every multi-threaded operator waits for a
+    descheduled worker (milliseconds per op); results do not depend on the thread count."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def _spec(name: str, layers: int, hidden: int) -> ModelSpec:
     return ModelSpec(name=name, n_layers=layers, hidden=hidden, intermediate=2 * hidden, n_heads=4,
                      n_kv_heads=2, vocab=VOCAB, dtype="fp32", max_position=512)

@@ -22,6 +22,8 @@ gemm_efficiency_curve = { value = [[1, 0.1], [16, 0.5]], source = "..." }   # op
 cache_gb = { value = 0.032, source = "..." }                  # optional: last-level cache
 cache_bw_gbps = { value = 90.0, source = "..." }              # optional: streaming from it
 cache_gemm_efficiency_curve = { value = [[1, 0.4]], source = "..." }  # optional: weights in cache
+[devices.cpu.host_costs_us]      # optional: host-side work of the real decode loops, per method
+chain_step = { value = 40.0, source = "..." }                 # <method>_step / _pass / _node
 [devices.gpu.peak_tflops]
 fp16 = { value = 142.0, source = "..." }
 
@@ -148,7 +150,7 @@ class _Reader:
         where = f"devices.{name}."
         if not isinstance(table, dict):
             raise self.fail(f"devices.{name}", "must be a table")
-        allowed = set(_DEVICE_NUMBERS) | {"kind", "description", "peak_tflops"} | set(_DEVICE_CURVES)
+        allowed = set(_DEVICE_NUMBERS) | {"kind", "description", "peak_tflops", "host_costs_us"} | set(_DEVICE_CURVES)
         self.unknown_keys(table, allowed, where)
         kind = self.text(table, "kind", where)
         if kind not in DEVICE_KINDS:
@@ -165,6 +167,18 @@ class _Reader:
             peak_sources: dict[str, str] = {}
             peaks[dtype] = float(self.number(peaks_table, dtype, f"{where}peak_tflops.", "pos", True, peak_sources))
             sources[f"peak_tflops.{dtype}"] = peak_sources[dtype]
+        host_costs: dict[str, float] = {}
+        if "host_costs_us" in table:
+            costs_table = table["host_costs_us"]
+            if not isinstance(costs_table, dict):
+                raise self.fail(f"{where}host_costs_us", "must be a table of <method>_<step|pass|node> = { value, source }")
+            for key in costs_table:
+                if key.rsplit("_", 1)[-1] not in ("step", "pass", "node"):
+                    raise self.fail(f"{where}host_costs_us.{key}", "keys are <method>_step, <method>_pass or <method>_node")
+                cost_sources: dict[str, str] = {}
+                host_costs[key] = float(self.number(costs_table, key, f"{where}host_costs_us.", "nonneg", True,
+                                                    cost_sources))
+                sources[f"host_costs_us.{key}"] = cost_sources[key]
         curves = {}
         for key in _DEVICE_CURVES:
             if key not in table:
@@ -179,7 +193,7 @@ class _Reader:
             sources[key] = source
             curves[key] = curve
         return Device(
-            name=name, kind=kind, peak_tflops=peaks, **curves,
+            name=name, kind=kind, peak_tflops=peaks, host_costs_us=host_costs, **curves,
             description=self.text(table, "description", where, required=False), sources=sources,
             **numbers,
         )
@@ -319,6 +333,8 @@ def platform_to_dict(platform: Platform) -> dict:
             if getattr(d, key):
                 entry[key] = _sourced([list(p) for p in getattr(d, key)], d.sources, key)
         entry["peak_tflops"] = {dt: _sourced(v, d.sources, f"peak_tflops.{dt}") for dt, v in d.peak_tflops.items()}
+        if d.host_costs_us:
+            entry["host_costs_us"] = {k: _sourced(v, d.sources, f"host_costs_us.{k}") for k, v in d.host_costs_us.items()}
         devices[name] = entry
     doc: dict[str, Any] = {"name": platform.name, "description": platform.description, "devices": devices}
     if platform.links:

@@ -43,6 +43,12 @@ class Device:
     *resident*: memory at ``cache_bw_gbps`` instead of the DRAM bandwidth, and compute at
     ``cache_gemm_efficiency_curve`` (GEMM rates measured with the weights in the cache) when given.
     Without these fields nothing is resident (every preset taken from datasheets and papers).
+
+    Optional ``host_costs_us`` (host calibration writes it): host-side work of HetSpec's real decode
+    loops on this device, measured per method: ``<method>_step`` per decode step, ``<method>_pass``
+    per draft pass, ``<method>_node`` per verified token (building inputs and masks, argmax,
+    acceptance walk, cache compaction). The strategies price it (:func:`sim.strategies.base.host_seconds`);
+    absent keys cost nothing.
     """
 
     name: str
@@ -60,6 +66,7 @@ class Device:
     cache_gb: float | None = None
     cache_bw_gbps: float | None = None
     cache_gemm_efficiency_curve: tuple[tuple[int, float], ...] | None = None
+    host_costs_us: Mapping[str, float] = field(default_factory=dict)
     description: str = ""
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 

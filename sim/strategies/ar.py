@@ -13,10 +13,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from sim.closed_form import step_seconds
-from sim.plan import StepPlan, graph_tasks
+from sim.plan import StepPlan, delay_task, graph_tasks
 from sim.step_graph import build_step_graph
 from sim.strategies.base import (Estimate, EstimateArrays, Knob, Problem, Strategy, StrategyConfig,
-                                 fitting_devices, require_fit)
+                                 fitting_devices, host_seconds, require_fit)
 
 
 class ArStrategy(Strategy):
@@ -36,10 +36,13 @@ class ArStrategy(Strategy):
 
     def estimate(self, problem: Problem, config: StrategyConfig) -> Estimate:
         step = float(step_seconds(problem.model, problem.platform, config.device, 1, problem.context, problem.batch))
-        return Estimate(step_s=step, tokens_per_step=1.0, proposed_per_step=0.0, breakdown={"decode": step})
+        host = float(host_seconds(problem, self.name, config.device, nodes=1))
+        return Estimate(step_s=step + host, tokens_per_step=1.0, proposed_per_step=0.0,
+                        breakdown={"decode": step, "host": host})
 
     def estimate_many(self, problem: Problem, configs: Sequence[StrategyConfig]) -> EstimateArrays:
-        by_device = {d: float(step_seconds(problem.model, problem.platform, d, 1, problem.context, problem.batch))
+        by_device = {d: float(step_seconds(problem.model, problem.platform, d, 1, problem.context, problem.batch)
+                              + host_seconds(problem, self.name, d, nodes=1))
                      for d in {c.device for c in configs}}
         step = np.array([by_device[c.device] for c in configs])
         return EstimateArrays(step_s=step, tokens_per_step=np.ones(len(configs)), proposed_per_step=np.zeros(len(configs)))
@@ -48,6 +51,9 @@ class ArStrategy(Strategy):
              per_layer: bool = False) -> StepPlan:
         graph = build_step_graph(problem.model, 1, problem.context, problem.batch)
         tasks = graph_tasks(graph, problem.platform, config.device, "decode", "decode", per_layer=per_layer)
+        host = float(host_seconds(problem, self.name, config.device, nodes=1))
+        if host > 0:
+            tasks.append(delay_task("host", host, "accept", (tasks[-1].name,), config.device))
         return StepPlan(tasks=tuple(tasks), tokens_accepted=1, tokens_proposed=0, count_phase="decode",
                         count_device=config.device)
 

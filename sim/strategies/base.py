@@ -338,5 +338,17 @@ def require_fit(problem: Problem, model: ModelSpec, device: str, what: str = "mo
                            f"{problem.platform.name} has {dev.mem_capacity_gb:g} GB (try --method offload)")
 
 
+def host_seconds(problem: Problem, method: str, device: str, passes=0.0, nodes=0.0):
+    """Host-side work of one step of ``method``'s real decode loop on ``device``: the device's measured
+    ``host_costs_us`` (``<method>_step`` + ``<method>_pass`` per draft pass + ``<method>_node`` per
+    verified token; host calibration writes them), 0 on devices that do not describe it. Vectorised
+    over ``passes`` and ``nodes``."""
+    costs = problem.platform.device(device).host_costs_us
+    if not costs:
+        return 0.0 * np.asarray(passes, dtype=float) + 0.0 * np.asarray(nodes, dtype=float)
+    return 1e-6 * (costs.get(f"{method}_step", 0.0) + costs.get(f"{method}_pass", 0.0) * np.asarray(passes, dtype=float)
+                   + costs.get(f"{method}_node", 0.0) * np.asarray(nodes, dtype=float))
+
+
 def device_names(platform: Platform) -> tuple[str, ...]:
     return tuple(platform.devices)

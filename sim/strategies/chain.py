@@ -21,10 +21,10 @@ import numpy as np
 from hwmodels.errors import HetSpecError
 from sim.closed_form import step_seconds
 from sim.model_spec import ModelSpec, get_model
-from sim.plan import StepPlan, graph_tasks, transfer_task
+from sim.plan import StepPlan, delay_task, graph_tasks, transfer_task
 from sim.step_graph import build_step_graph
 from sim.strategies.base import (DEFAULT_DRAFT_MODEL, Estimate, EstimateArrays, Knob, Problem, Strategy, StrategyConfig,
-                                 fitting_devices, require_fit)
+                                 fitting_devices, host_seconds, require_fit)
 
 #: Draft lengths searched: 1..8. Medusa's Fig. 7 finds gamma 3-4 best with Llama-68M and "larger
 #: gamma degrades throughput"; 8 leaves room for CPU-target platforms where verification is dear.
@@ -97,8 +97,10 @@ class ChainStrategy(Strategy):
                                     problem.batch))
         to_target, to_draft = self._transfer_s(problem, config)
         tokens = float(problem.acceptance.chain_tokens(gamma))
-        return Estimate(step_s=draft + to_target + verify + to_draft, tokens_per_step=tokens, proposed_per_step=gamma,
-                        breakdown={"draft": draft, "transfer": to_target + to_draft, "verify": verify})
+        host = float(host_seconds(problem, self.name, config.device, passes=gamma, nodes=gamma + 1))
+        return Estimate(step_s=draft + to_target + verify + to_draft + host, tokens_per_step=tokens,
+                        proposed_per_step=gamma,
+                        breakdown={"draft": draft, "transfer": to_target + to_draft, "verify": verify, "host": host})
 
     def estimate_many(self, problem: Problem, configs: Sequence[StrategyConfig]) -> EstimateArrays:
         """Vectorised: per (draft model, draft device) the draft passes' cumulative times, per target
@@ -123,7 +125,8 @@ class ChainStrategy(Strategy):
                                                                        np.arange(2, g_max + 2), problem.context,
                                                                        problem.batch)])
             to_target, to_draft = self._transfer_s(problem, c)
-            step[i] = draft_cum[key][c.draft_depth] + verify[c.device][c.draft_depth] + to_target + to_draft
+            step[i] = (draft_cum[key][c.draft_depth] + verify[c.device][c.draft_depth] + to_target + to_draft
+                       + host_seconds(problem, self.name, c.device, passes=c.draft_depth, nodes=c.draft_depth + 1))
         tokens = np.asarray(problem.acceptance.chain_tokens(gammas), dtype=float)
         return EstimateArrays(step_s=step, tokens_per_step=tokens, proposed_per_step=gammas.astype(float))
 
@@ -144,6 +147,9 @@ class ChainStrategy(Strategy):
         if config.draft_device != config.device:
             tasks.append(transfer_task(platform, config.device, config.draft_device,
                                        TOKEN_ID_BYTES * (gamma + 1) * problem.batch, "to_draft", deps=(tasks[-1].name,)))
+        host = float(host_seconds(problem, self.name, config.device, passes=gamma, nodes=gamma + 1))
+        if host > 0:
+            tasks.append(delay_task("host", host, "accept", (tasks[-1].name,), config.device))
         acc = problem.acceptance
         accepted = float(acc.chain_tokens(gamma)) if rng is None else acc.sample_chain_tokens(gamma, rng)
         return StepPlan(tasks=tuple(tasks), tokens_accepted=accepted, tokens_proposed=gamma, count_phase="verify",

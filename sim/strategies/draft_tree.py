@@ -59,9 +59,9 @@ from hwmodels.errors import HetSpecError, UnknownNameError
 from hwmodels.platform import GB, STORAGE, Link, Platform
 from sim.closed_form import step_seconds
 from sim.model_spec import ModelSpec, get_model
-from sim.plan import StepPlan, Task, graph_tasks
+from sim.plan import StepPlan, Task, delay_task, graph_tasks
 from sim.step_graph import build_step_graph
-from sim.strategies.base import DEFAULT_DRAFT_MODEL, Estimate, Knob, Problem, Strategy, StrategyConfig
+from sim.strategies.base import DEFAULT_DRAFT_MODEL, Estimate, Knob, Problem, Strategy, StrategyConfig, host_seconds
 from sim.tree import TokenTree
 from sim.tree_search import greedy_trees
 
@@ -344,12 +344,14 @@ class DraftTreeStrategy(Strategy):
         load = load_seconds(platform, config.device, plan.streamed) if plan.streamed > 0 else 0.0
         verify = step_seconds(problem.model, platform, config.device, sizes, problem.context, problem.batch,
                               np.array([t.mask_density for t in trees]))
-        return {"draft": cumulative[sizes - 1], "load": np.full(len(trees), load), "verify": np.asarray(verify, float)}
+        host = host_seconds(problem, self.name, config.device, passes=sizes - 1, nodes=sizes)
+        return {"draft": cumulative[sizes - 1], "load": np.full(len(trees), load), "verify": np.asarray(verify, float),
+                "host": np.asarray(host, float) * np.ones(len(trees))}
 
     def _round_s(self, parts: dict, pipeline: bool):
         if pipeline:
-            return np.maximum(parts["draft"], parts["load"]) + parts["verify"]
-        return parts["draft"] + parts["load"] + parts["verify"]
+            return np.maximum(parts["draft"], parts["load"]) + parts["verify"] + parts["host"]
+        return parts["draft"] + parts["load"] + parts["verify"] + parts["host"]
 
     def memory(self, problem: Problem, config: StrategyConfig) -> MemoryPlan:
         draft = None if config.option("variant") != "llmcad" else self._draft(problem, config)
@@ -410,6 +412,9 @@ class DraftTreeStrategy(Strategy):
             deps_verify.append("load")
         graph = build_step_graph(problem.model, tree.size, problem.context, problem.batch, tree=tree)
         tasks += graph_tasks(graph, platform, config.device, "verify", "verify", tuple(deps_verify), per_layer)
+        host = float(host_seconds(problem, self.name, config.device, passes=tree.size - 1, nodes=tree.size))
+        if host > 0:
+            tasks.append(delay_task("host", host, "accept", (tasks[-1].name,), config.device))
         if rng is None:
             accepted = chosen.tokens
         else:

@@ -30,11 +30,11 @@ from hwmodels.dtypes import DTYPE_BYTES
 from hwmodels.errors import HetSpecError
 from sim.closed_form import roofline_arrays, step_seconds
 from sim.model_spec import ModelSpec
-from sim.plan import StepPlan, graph_tasks, ops_tasks
+from sim.plan import StepPlan, delay_task, graph_tasks, ops_tasks
 from sim.step_graph import ACT_FLOPS_PER_ELEMENT, ADD_FLOPS_PER_ELEMENT, Op, build_step_graph, elementwise_op, linear_op
 from sim.step_timing import price_op
 from sim.strategies.base import (Estimate, EstimateArrays, Knob, Problem, Strategy, StrategyConfig,
-                                 fitting_devices, require_fit)
+                                 fitting_devices, host_seconds, require_fit)
 from sim.tree import TokenTree
 from sim.tree_search import dp_table, greedy_trees, medusa_list_tree
 
@@ -45,12 +45,24 @@ DEFAULT_MAX_WIDTH = 64
 MEDUSA_LIST_WIDTH = 64
 
 
-def head_ops(model: ModelSpec, tokens: int, n_heads: int, dtype: str | None = None) -> list[Op]:
-    """The operators of ``n_heads`` Medusa heads on ``tokens`` hidden states (batch folded in)."""
+def head_ops(model: ModelSpec, tokens: int, n_heads: int, dtype: str | None = None, batched: bool = False) -> list[Op]:
+    """The operators of ``n_heads`` Medusa heads on ``tokens`` hidden states (batch folded in).
+
+    ``batched``: all heads in one batched GEMM per projection (``[K, d, d]`` and ``[K, V, d]`` weights,
+    as :mod:`real.medusa_heads` runs them): one launch per projection instead of one per head; the
+    FLOPs and weight bytes are those of K heads (a linear with K x the output features).
+    """
     if n_heads <= 0:
         return []
     dt = DTYPE_BYTES[dtype or model.dtype]
     h, T = model.hidden, tokens
+    if batched:
+        return [
+            linear_op("medusa_resblock", T, h, n_heads * h, dt, 1, section="post"),
+            elementwise_op("medusa_silu_add", "elementwise", T * h * n_heads,
+                           ACT_FLOPS_PER_ELEMENT + ADD_FLOPS_PER_ELEMENT, dt, 1, reads=2, section="post"),
+            linear_op("medusa_head", T, h, n_heads * model.vocab, dt, 1, kind="lm_head", section="post"),
+        ]
     return [
         linear_op("medusa_resblock", T, h, h, dt, n_heads, section="post"),
         # SiLU of W1 h and the residual add, fused: reads W1 h and h, writes one tensor
@@ -68,21 +80,29 @@ def heads_resident(problem: Problem, device: str, n_heads) -> bool:
     return dev.cache_gb is not None and dev.holds(per_head * float(np.max(n_heads)))
 
 
+#: How the heads run: ``reference`` (Medusa's code: one ResBlock and projection per head, on every
+#: verified token's hidden state, ``medusa_logits`` over the whole tree) or ``hetspec`` (HetSpec's
+#: real path: all heads in one batched GEMM per projection, on the last accepted token's hidden
+#: state only, after the acceptance: real/decode/medusa.py ``head_proposals``).
+HEADS_IMPLS = ("reference", "hetspec")
+
+
+def heads_impl(config: StrategyConfig) -> str:
+    return config.option("medusa_heads_impl", "reference")
+
+
 def head_rows(config: StrategyConfig) -> int:
-    """Hidden-state rows the heads read per step: option ``medusa_head_rows`` ``"last"`` = only the
-    last accepted token's (HetSpec's real path proposes from that row alone), else (default
-    ``"tree"``) every verified token's, as Medusa's reference code computes ``medusa_logits``."""
-    rows = config.option("medusa_head_rows", "tree")
-    return 1 if rows == "last" else config.tree.size
+    """Hidden-state rows the heads read per step (see :data:`HEADS_IMPLS`)."""
+    return 1 if heads_impl(config) == "hetspec" else config.tree.size
 
 
-def heads_seconds(problem: Problem, device: str, width: int, n_heads: int) -> float:
+def heads_seconds(problem: Problem, device: str, width: int, n_heads: int, batched: bool = False) -> float:
     """Seconds of the heads over ``width`` hidden-state rows (all instances) on ``device`` alone."""
     dev = problem.platform.device(device)
     bw = standalone_bw(problem.platform, device)
     resident = heads_resident(problem, device, n_heads)
     return float(sum((price_op(op, dev, problem.model.dtype, bw, resident).time_s
-                      for op in head_ops(problem.model, width * problem.batch, n_heads)), 0.0))
+                      for op in head_ops(problem.model, width * problem.batch, n_heads, batched=batched)), 0.0))
 
 
 def heads_run(config: StrategyConfig) -> int:
@@ -123,8 +143,9 @@ class MedusaStrategy(Strategy):
         "tree_shape": "greedy | dp (optimal under size and depth budgets) | medusa-list | cartesian",
         "device": "device running the target and the heads",
         "medusa_heads": "option: heads computed per step (default: the tree depth; Medusa's reference code runs all)",
-        "medusa_head_rows": "option: tree (default: heads read every verified token's hidden state, as Medusa's "
-                            "reference code) | last (only the last accepted token's, as HetSpec's real path)",
+        "medusa_heads_impl": "option: reference (default: one GEMM per head over every verified token, as "
+                             "Medusa's code) | hetspec (one batched GEMM for all heads over the last accepted "
+                             "token, as HetSpec's real path)",
     }
 
     # ------------------------------------------------------------------ search space
@@ -158,8 +179,8 @@ class MedusaStrategy(Strategy):
         if heads is not None and (isinstance(heads, bool) or not isinstance(heads, (int, np.integer))
                                   or heads < tree.depth):
             raise HetSpecError(f"option medusa_heads must be an integer >= the tree depth {tree.depth} (got {heads!r})")
-        if config.option("medusa_head_rows", "tree") not in ("tree", "last"):
-            raise HetSpecError(f"option medusa_head_rows must be tree or last (got {config.option('medusa_head_rows')!r})")
+        if heads_impl(config) not in HEADS_IMPLS:
+            raise HetSpecError(f"option medusa_heads_impl must be {' or '.join(HEADS_IMPLS)} (got {heads_impl(config)!r})")
         return replace(config, tree=tree, tree_shape=shape, tree_width=tree.size, draft_depth=tree.depth,
                        partition_ratio=None, draft_device=None, draft_model=None)
 
@@ -191,10 +212,12 @@ class MedusaStrategy(Strategy):
         tree = config.tree
         verify = float(step_seconds(problem.model, problem.platform, config.device, tree.size, problem.context,
                                     problem.batch, tree.mask_density))
-        heads = heads_seconds(problem, config.device, head_rows(config), heads_run(config))
+        heads = heads_seconds(problem, config.device, head_rows(config), heads_run(config),
+                              batched=heads_impl(config) == "hetspec")
+        host = float(host_seconds(problem, self.name, config.device, nodes=tree.size))
         tokens = problem.acceptance.tree_tokens(tree)
-        return Estimate(step_s=verify + heads, tokens_per_step=tokens, proposed_per_step=tree.size - 1,
-                        breakdown={"verify": verify, "heads": heads})
+        return Estimate(step_s=verify + heads + host, tokens_per_step=tokens, proposed_per_step=tree.size - 1,
+                        breakdown={"verify": verify, "heads": heads, "host": host})
 
     def estimate_many(self, problem: Problem, configs: Sequence[StrategyConfig]) -> EstimateArrays:
         n = len(configs)
@@ -207,8 +230,13 @@ class MedusaStrategy(Strategy):
             rows = np.array([head_rows(configs[i]) for i in idx])
             depth = np.array([heads_run(configs[i]) for i in idx])
             dens = np.array([configs[i].tree.mask_density for i in idx])
+            batched = np.array([heads_impl(configs[i]) == "hetspec" for i in idx])
+            heads = heads_seconds_many(problem, device, rows, depth)
+            if batched.any():
+                heads = np.where(batched, [heads_seconds(problem, device, r, d, batched=True)
+                                           for r, d in zip(rows, depth)], heads)
             step[idx] = (step_seconds(problem.model, problem.platform, device, q, problem.context, problem.batch, dens)
-                         + heads_seconds_many(problem, device, rows, depth))
+                         + heads + host_seconds(problem, self.name, device, nodes=q))
         return EstimateArrays(step_s=step, tokens_per_step=tokens, proposed_per_step=proposed)
 
     # ------------------------------------------------------------------ engine plan
@@ -217,9 +245,13 @@ class MedusaStrategy(Strategy):
         tree = config.tree
         graph = build_step_graph(problem.model, tree.size, problem.context, problem.batch, tree=tree)
         tasks = graph_tasks(graph, problem.platform, config.device, "verify", "verify", per_layer=per_layer)
-        tasks += ops_tasks(head_ops(problem.model, head_rows(config) * problem.batch, heads_run(config)),
+        tasks += ops_tasks(head_ops(problem.model, head_rows(config) * problem.batch, heads_run(config),
+                                    batched=heads_impl(config) == "hetspec"),
                            problem.platform, config.device, graph.dtype, "heads", "draft", deps=(tasks[-1].name,),
                            resident=heads_resident(problem, config.device, heads_run(config)))
+        host = float(host_seconds(problem, self.name, config.device, nodes=tree.size))
+        if host > 0:
+            tasks.append(delay_task("host", host, "accept", (tasks[-1].name,), config.device))
         acc_model = problem.acceptance
         accepted = acc_model.tree_tokens(tree) if rng is None else acc_model.sample_tree_tokens(tree, rng)
         return StepPlan(tasks=tuple(tasks), tokens_accepted=accepted, tokens_proposed=tree.size - 1,

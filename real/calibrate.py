@@ -39,7 +39,7 @@ import os
 import platform as pyplatform
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from hwmodels.errors import HetSpecError
@@ -79,6 +79,7 @@ class Settings:
     dram_working_set_bytes: int | None = None  # None: DRAM_WORKING_SET_LLC x the last-level cache
     cold_pool_bytes: int | None = None         # None: COLD_POOL_LLC x the last-level cache
     overhead_repeats: int = 9
+    loop_repeats: int = 5
     label: str = "full"
 
 
@@ -89,7 +90,7 @@ FULL = Settings(m_values=(1, 2, 4, 8, 16, 32, 64, 128, 256),
                 shapes=((512, 512), (512, 2048), (2048, 512), (1024, 1024), (2048, 2048)),
                 repeats=7, warmup=2)
 QUICK = Settings(m_values=(1, 4, 16, 64, 256), shapes=((512, 512), (1024, 1024)), repeats=5, warmup=1,
-                 overhead_repeats=5, label="quick")
+                 overhead_repeats=5, loop_repeats=3, label="quick")
 
 
 def settings_for(quick: bool) -> Settings:
@@ -158,6 +159,7 @@ class WorkerMeasurement:
     cache_bw_bytes_per_s: float
     dispatch_s: float
     overhead: object              # real.microbench.LayerOverhead
+    loops: tuple = ()             # real.microbench.LoopSample rows: the real decode loops on the probe
 
 
 @dataclass(frozen=True)
@@ -212,11 +214,13 @@ def _measure_worker(threads: int, settings: Settings, dram_ws: int, cache_ws: in
     dispatch = mb.dispatch_overhead_s(threads, settings.repeats, settings.warmup)
     overhead = mb.layer_overhead(threads, settings.overhead_repeats, settings.warmup + 2)
     tick()
+    loops = mb.decode_loop_samples(threads, settings.loop_repeats)
+    tick()
     return WorkerMeasurement(threads=threads, gemm_warm=warm, gemm_cold=cold, peak_flops_per_s=peak,
                              efficiency_curve=_efficiency_curve(cold, peak, settings.m_values),
                              cache_efficiency_curve=_efficiency_curve(warm, peak, settings.m_values),
                              dram_bw_bytes_per_s=dram, cache_bw_bytes_per_s=cache, dispatch_s=dispatch,
-                             overhead=overhead)
+                             overhead=overhead, loops=loops)
 
 
 def measure(settings: Settings, progress: bool = True, command: str = "hetspec calibrate") -> Calibration:
@@ -233,7 +237,7 @@ def measure(settings: Settings, progress: bool = True, command: str = "hetspec c
     cache_ws = int(CACHE_WORKING_SET_LLC * llc)
     cold_pool = settings.cold_pool_bytes or COLD_POOL_LLC * llc
     gemm_ticks = 2 * len(settings.m_values) * len(settings.shapes)
-    total = 2 * (gemm_ticks + 3) + 2
+    total = 2 * (gemm_ticks + 4) + 2
     with tqdm(total=total, desc="calibrate", unit="bench", disable=not progress, file=sys.stderr) as bar:
         def tick() -> None:
             bar.update(1)
@@ -305,7 +309,7 @@ def _device(name: str, w: WorkerMeasurement, cal: Calibration, description: str)
                                   "with a boolean mask)",
         "cores": (f"{w.threads} of this machine's {cal.cores} cores (torch intra-op threads)"),
     }
-    return Device(
+    device = Device(
         name=name, kind="cpu", description=description,
         peak_tflops={"fp32": round(w.peak_flops_per_s / 1e12, 6)},
         mem_bw_gbps=round(w.dram_bw_bytes_per_s / 1e9, 3), mem_capacity_gb=round(cal.memory_bytes / 1e9, 3),
@@ -314,6 +318,77 @@ def _device(name: str, w: WorkerMeasurement, cal: Calibration, description: str)
         cache_gemm_efficiency_curve=w.cache_efficiency_curve,
         cache_gb=round(cal.llc_bytes / 1e9, 6), cache_bw_gbps=round(w.cache_bw_bytes_per_s / 1e9, 3),
         sources=sources)
+    if not w.loops:
+        return device
+    costs, cost_sources = fit_host_costs(device, w.loops, s, by, on)
+    return replace(device, host_costs_us=costs, sources={**sources, **cost_sources})
+
+
+#: Host costs fitted per method: which per-step counts explain the loop's time beyond its forwards.
+#: (chain and draft-tree: passes and verified tokens move together, so the per-token part is folded
+#: into the per-pass one; medusa has no draft passes.)
+HOST_COST_TERMS = {"ar": ("step",), "chain": ("step", "pass"), "draft-tree": ("step", "pass"),
+                   "medusa": ("step", "node")}
+
+
+def _model_price(device: Device, sample, context: int) -> float:
+    """What the model prices for the forwards (and heads) of one probe decode step on ``device``."""
+    from real.microbench import probe_models
+    from sim.closed_form import step_seconds
+    from sim.strategies.base import Problem
+    from sim.strategies.medusa import heads_seconds
+
+    spec = probe_models().target.spec
+    platform = Platform(name="probe", description="", devices={device.name: device})
+    q = max(int(round(sample.nodes)), 1)
+    price = float(step_seconds(spec, platform, device.name, q, context))
+    price += sample.passes * float(step_seconds(spec, platform, device.name, 1, context))
+    if sample.heads:
+        price += heads_seconds(Problem(model=spec, platform=platform), device.name, 1, sample.heads, batched=True)
+    return price
+
+
+def _nonneg_fit(xs, ys, terms: tuple[str, ...]) -> dict[str, float]:
+    """Least squares ``y = a + b x`` (or ``y = a``) with a, b >= 0."""
+    import numpy as np
+
+    xs, ys = np.asarray(xs, float), np.asarray(ys, float)
+    if len(terms) == 1 or np.ptp(xs) == 0:
+        return {terms[0]: max(float(np.mean(ys)), 0.0)}
+    b, a = np.polyfit(xs, ys, 1)
+    if b < 0:
+        return {terms[0]: max(float(np.mean(ys)), 0.0), terms[1]: 0.0}
+    if a < 0:
+        return {terms[0]: 0.0, terms[1]: max(float(np.dot(xs, ys) / np.dot(xs, xs)), 0.0)}
+    return {terms[0]: float(a), terms[1]: float(b)}
+
+
+def fit_host_costs(device: Device, loops, settings: Settings, by: str, on: str) -> tuple[dict, dict]:
+    """``host_costs_us`` of ``device`` and their sources: per method, the probe loops' step time minus
+    the model's price of their forwards and heads, fitted per step / per pass / per verified token."""
+    from real.microbench import LOOP_NEW_TOKENS, LOOP_PROMPT_TOKENS, PROBE_HIDDEN, REFERENCE_LAYERS
+
+    context = LOOP_PROMPT_TOKENS + LOOP_NEW_TOKENS // 2
+    costs, sources = {}, {}
+    for method, terms in HOST_COST_TERMS.items():
+        rows = [s for s in loops if s.method == method]
+        if not rows:
+            continue
+        residual = [s.step_s - _model_price(device, s, context) for s in rows]
+        x = [s.passes if "pass" in terms else s.nodes for s in rows]
+        fitted = _nonneg_fit(x, residual, terms)
+        knobs = ", ".join(str(s.knob) for s in rows) if method != "ar" else "-"
+        for term, value in fitted.items():
+            key = f"{method}_{term}"
+            costs[key] = round(value * 1e6, 3)
+            sources[f"host_costs_us.{key}"] = (
+                f"measured {by}: HetSpec's {method} decode loop (real/decode) on {REFERENCE_LAYERS}-layer probe "
+                f"models (hidden {PROBE_HIDDEN}, the target as its own draft; configs {knobs}) costs "
+                + ", ".join(f"{1e6 * s.step_s:.1f}" for s in rows)
+                + " us per step; minus the model's price of its forwards and heads, the rest ("
+                + ", ".join(f"{1e6 * r:.1f}" for r in residual)
+                + f" us) is fitted as {' + '.join(terms)} (least squares, >= 0; median of {settings.loop_repeats}) {on}")
+    return costs, sources
 
 
 def build_platform(cal: Calibration, name: str = HOST_NAME) -> Platform:
@@ -435,7 +510,8 @@ def summary_lines(platform: Platform, cal: Calibration) -> list[str]:
 #: A measurement of a few seconds (two token counts, small shapes) for when no host platform exists
 #: yet, e.g. in the test suite: enough to draw the plots, not to validate with.
 GLANCE = Settings(m_values=(1, 16, 64), shapes=((256, 256),), repeats=2, warmup=1,
-                  dram_working_set_bytes=48 * 2**20, cold_pool_bytes=48 * 2**20, overhead_repeats=2, label="glance")
+                  dram_working_set_bytes=48 * 2**20, cold_pool_bytes=48 * 2**20, overhead_repeats=2, loop_repeats=1,
+                  label="glance")
 
 
 def host_calibration(platform_path: str | Path | None = None) -> tuple[Platform, dict, str]:

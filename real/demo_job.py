@@ -74,7 +74,7 @@ def predict_best(models, platform, device: str, profile, context: int) -> list[d
         "ar": {"device": device},
         "chain": {"device": device, "draft_device": device, "draft_model": draft},
         "draft-tree": {"device": device, "draft_device": device, "draft_model": draft},
-        "medusa": {"device": device, "medusa_heads": models.heads.n_heads, "medusa_head_rows": "last"},
+        "medusa": {"device": device, "medusa_heads": models.heads.n_heads, "medusa_heads_impl": "hetspec"},
     }
     rows = []
     for method in tqdm(DEMO_METHODS, desc="predict", unit="method", file=sys.stderr):

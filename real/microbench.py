@@ -312,3 +312,70 @@ def handoff_latency_s(repeats: int, warmup: int) -> float:
             samples.append((time.perf_counter() - t) / 2.0)
     thread.join()
     return statistics.median(samples)
+
+
+# ---------------------------------------------------------------------------- decode loops
+@dataclass(frozen=True)
+class LoopSample:
+    """One real decode loop timed on the overhead probe."""
+
+    method: str
+    knob: int                 # gamma / tree budget / tree width (0 for ar)
+    step_s: float             # median over repeats of decode seconds per step
+    passes: float             # draft passes per step
+    nodes: float              # tokens verified per step (proposed + the root)
+    heads: int                # Medusa heads computed per step (medusa only)
+
+
+#: Probe decode runs: prompt and new tokens per run.
+LOOP_PROMPT_TOKENS = 48
+LOOP_NEW_TOKENS = 40
+#: Logit scale of the probe's LM head: makes its predictions confident (top-1 probability near 1),
+#: so draft-tree rounds grow instead of falling back after one token, as a trained draft's do.
+PROBE_LOGIT_SCALE = 40.0
+#: Configurations timed per method (two or more, so a per-pass or per-node cost can be fitted).
+LOOP_CONFIGS = {"ar": (0,), "chain": (1, 3, 6), "draft-tree": (4, 8), "medusa": (1, 8, 32)}
+#: Medusa heads of the probe (the tiny demo preset has 3).
+PROBE_MEDUSA_HEADS = 3
+
+
+def probe_models():
+    """A ``REFERENCE_LAYERS``-deep probe target with a confident LM head, used as its own draft (so
+    every proposal is accepted and draft trees grow), and untrained Medusa heads on it."""
+    from real.decode.common import DecodeModels
+    from real.medusa_heads import MedusaHeads
+
+    target = _probe_model(REFERENCE_LAYERS)
+    with torch.no_grad():
+        target.lm_head.weight.mul_(PROBE_LOGIT_SCALE)
+    heads = MedusaHeads.from_target(target, PROBE_MEDUSA_HEADS).eval()
+    return DecodeModels(target=target, draft=target, heads=heads)
+
+
+def decode_loop_samples(threads: int, repeats: int) -> tuple[LoopSample, ...]:
+    """Time HetSpec's real decode loops (real.decode) on the probe models: per method and config the
+    median step time, with the draft passes and verified tokens per step."""
+    from real.decode import decoder
+    from real.decode.common import Clock
+    from real.validation_grid import GridPoint, medusa_tree, real_config
+
+    models = probe_models()
+    # accuracies only shape the Medusa trees (greedy sparse trees of the demo kind)
+    accuracy = [[0.6, 0.15, 0.05, 0.05], [0.5, 0.15, 0.05, 0.05], [0.4, 0.15, 0.05, 0.05]]
+    prompt = [1 + (7 * i) % (PROBE_VOCAB - 1) for i in range(LOOP_PROMPT_TOKENS)]
+    out = []
+    with torch_threads(threads), torch.inference_mode():
+        for method, knobs in LOOP_CONFIGS.items():
+            for knob in knobs:
+                point = GridPoint(method, knob)
+                tree = medusa_tree(knob, accuracy) if method == "medusa" else None
+                config = real_config(point, accuracy, tree)
+                gen = decoder(method).generate
+                gen(models, prompt, 8, config, Clock())                     # warm-up
+                runs = [gen(models, prompt, LOOP_NEW_TOKENS, config, Clock()) for _ in range(repeats)]
+                run = sorted(runs, key=lambda r: r.decode_s)[len(runs) // 2]
+                out.append(LoopSample(method, knob, statistics.median(r.decode_s / r.steps for r in runs),
+                                      passes=run.draft_passes / run.steps,
+                                      nodes=1.0 + sum(run.proposed_per_step) / run.steps,
+                                      heads=PROBE_MEDUSA_HEADS if method == "medusa" else 0))
+    return tuple(out)

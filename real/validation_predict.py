@@ -14,7 +14,7 @@ what a user without a replayed profile gets; the report shows how far they are o
 Step time is the strategy's :meth:`~sim.strategies.base.Strategy.estimate` for the exact
 configuration the real path runs: the draft model's own spec for ``chain`` / ``draft-tree``,
 the Medusa heads the real path computes (all of the model's heads, from the last accepted
-token's hidden state only: options ``medusa_heads`` and ``medusa_head_rows="last"``).
+token's hidden state only: options ``medusa_heads`` and ``medusa_heads_impl="hetspec"``).
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ def knobs_for(point: GridPoint, ctx: PredictionContext, tree: TokenTree | None) 
         return {"device": ctx.device, "draft_device": ctx.device, "draft_model": ctx.draft_config,
                 "tree_width": point.value, "draft_depth": DEFAULT_MAX_DEPTH}
     return {"device": ctx.device, "tree": tree, "tree_width": tree.size, "medusa_heads": ctx.medusa_heads,
-            "medusa_head_rows": "last"}
+            "medusa_heads_impl": "hetspec"}
 
 
 def independent_tokens(point: GridPoint, ctx: PredictionContext, tree: TokenTree | None) -> float | None:

@@ -27,7 +27,8 @@ def tiny_calibration(tmp_path_factory):
     from real.calibrate import Settings, calibrate
 
     settings = Settings(m_values=(1, 8), shapes=((64, 64), (128, 256)), repeats=2, warmup=1,
-                        dram_working_set_bytes=16 * 2**20, overhead_repeats=2, label="test")
+                        dram_working_set_bytes=16 * 2**20, cold_pool_bytes=16 * 2**20, overhead_repeats=2,
+                        loop_repeats=1, label="test")
     out = tmp_path_factory.mktemp("platforms") / "host.toml"
     platform, path, cal = calibrate(out, progress=False, settings=settings)
     return platform, path, cal
@@ -72,6 +73,10 @@ def test_calibration_writes_a_loadable_host_with_sources(tiny_calibration):
     assert "aten" not in cpu.sources["op_overhead_us"] or "torch operators" in cpu.sources["op_overhead_us"]
     assert [m for m, _ in cpu.gemm_efficiency_curve] == [1, 8]
     assert all(0 < e <= 1 for _, e in cpu.gemm_efficiency_curve + cpu.cache_gemm_efficiency_curve)
+    assert set(cpu.host_costs_us) == {"ar_step", "chain_step", "chain_pass", "draft-tree_step", "draft-tree_pass",
+                                      "medusa_step", "medusa_node"}
+    assert all(v >= 0 for v in cpu.host_costs_us.values())
+    assert "decode loop" in cpu.sources["host_costs_us.chain_step"]
     w0 = loaded.device("cpu0")
     assert w0.cores == 1 and "1 thread" in w0.sources["mem_bw_gbps"]
     # raw measurements next to the platform
@@ -120,8 +125,8 @@ def test_calibrate_cli_bad_out_is_one_line(tmp_path):
 
 # ---------------------------------------------------------------------------- cache-resident pricing
 def _cached_cpu(cache_gb: float | None) -> Platform:
-    dev = Device(name="cpu", kind="cpu", peak_tflops={"fp32": 0.1}, mem_bw_gbps=20.0, mem_capacity_gb=16.0,
-                 bw_efficiency=1.0, compute_efficiency=1.0, op_overhead_us=5.0, token_tile=1,
+    dev = Device(name="cpu", kind="cpu", peak_tflops={"fp32": 0.1, "fp16": 0.1}, mem_bw_gbps=20.0,
+                 mem_capacity_gb=16.0, bw_efficiency=1.0, compute_efficiency=1.0, op_overhead_us=5.0, token_tile=1,
                  sparse_attn_efficiency=0.0, gemm_efficiency_curve=((1, 0.05), (16, 0.5)),
                  cache_gb=cache_gb, cache_bw_gbps=None if cache_gb is None else 80.0,
                  cache_gemm_efficiency_curve=None if cache_gb is None else ((1, 0.3), (16, 0.8)))
@@ -167,3 +172,50 @@ def test_preset_with_a_bad_cache_curve_names_the_field(tmp_path):
     doc["devices"]["cpu"]["cache_gb"] = {"value": -1, "source": "x"}
     with pytest.raises(PresetError, match="cache_gb: must be > 0"):
         parse_platform(doc, "bad.toml")
+
+
+# ---------------------------------------------------------------------------- host-side decode-loop costs
+def test_host_costs_round_trip_and_bad_keys_name_the_field():
+    plat = _cached_cpu(0.032)
+    dev = replace(plat.device("cpu"), host_costs_us={"chain_step": 30.0, "chain_pass": 5.0},
+                  sources={"host_costs_us.chain_step": "x", "host_costs_us.chain_pass": "y"})
+    plat = replace(plat, devices={"cpu": dev})
+    again = parse_platform(platform_to_dict(plat), "again")
+    assert again.device("cpu").host_costs_us == {"chain_step": 30.0, "chain_pass": 5.0}
+    doc = platform_to_dict(plat)
+    doc["devices"]["cpu"]["host_costs_us"]["chain_total"] = {"value": 1.0, "source": "z"}
+    with pytest.raises(PresetError, match="host_costs_us.chain_total"):
+        parse_platform(doc, "bad.toml")
+    doc = platform_to_dict(plat)
+    doc["devices"]["cpu"]["host_costs_us"]["chain_pass"] = {"value": -1.0, "source": "z"}
+    with pytest.raises(PresetError, match="must be >= 0"):
+        parse_platform(doc, "bad.toml")
+
+
+@pytest.mark.parametrize("method,knobs,passes,nodes", [
+    ("ar", {}, 0, 1),
+    ("chain", {"draft_depth": 3, "draft_model": "llama-68m"}, 3, 4),
+    ("medusa", {"tree_width": 6, "medusa_heads_impl": "hetspec"}, 0, 6),
+])
+def test_strategies_price_the_host_costs_in_closed_form_and_plan(method, knobs, passes, nodes):
+    from sim.acceptance import AcceptanceModel
+    from sim.strategies import get_strategy
+    from sim.strategies.base import Problem, StrategyConfig
+
+    costs = {f"{method}_step": 40.0, f"{method}_pass": 7.0, f"{method}_node": 2.0}
+    plain = _cached_cpu(0.032)
+    costly = replace(plain, devices={"cpu": replace(plain.device("cpu"), host_costs_us=costs)})
+    acc = AcceptanceModel(name="a", source="test", draft_alpha=0.6, medusa_accuracy=((0.6, 0.1), (0.5, 0.1)))
+    strategy = get_strategy(method)
+    out = {}
+    for name, plat in (("plain", plain), ("costly", costly)):
+        problem = Problem(model=SMALL, platform=plat, acceptance=acc, context=64)
+        config = strategy.resolve(problem, StrategyConfig(method=method).with_knobs(device="cpu", **knobs))
+        est = strategy.estimate(problem, config)
+        many = strategy.estimate_many(problem, [config])
+        plan = strategy.plan(problem, config)
+        assert many.step_s[0] == pytest.approx(est.step_s, rel=1e-9)
+        assert plan.serial_s(plat) == pytest.approx(est.step_s, rel=1e-9)
+        out[name] = est.step_s
+    host_s = 1e-6 * (40.0 + 7.0 * passes + 2.0 * nodes)
+    assert out["costly"] - out["plain"] == pytest.approx(host_s, rel=1e-9)

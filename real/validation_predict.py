@@ -115,7 +115,8 @@ def predict_point(point: GridPoint, ctx: PredictionContext, tree: TokenTree | No
     problem = ctx.problem()
     config = strategy.resolve(problem, StrategyConfig(method=point.method).with_knobs(**knobs_for(point, ctx, tree)))
     est = strategy.estimate(problem, config)
-    return Prediction(point, float(est.step_s), float(est.tokens_per_step), dict(est.breakdown),
+    seconds = {k: float(v) for k, v in est.breakdown.items() if not k.endswith(("_gb", "_bytes"))}
+    return Prediction(point, float(est.step_s), float(est.tokens_per_step), seconds,
                       independent_tokens(point, ctx, tree))
 
 

@@ -18,18 +18,21 @@ the platform as ``<name>.calibration.json`` for plots (``notebooks/host_calibrat
 
 How the measurements enter the roofline (:mod:`hwmodels.roofline`):
 
-- ``peak_tflops.fp32`` is the best GEMM rate measured and ``compute_efficiency`` is 1; the
-  ``gemm_efficiency_curve`` is, per token count M, the median over the weight shapes of the
-  measured rate at M divided by that peak. The curve is useful FLOP/s, so it already contains
-  any quantization of M and ``token_tile`` is 1 (no second rounding).
+- ``peak_tflops.fp32`` is the best GEMM rate measured and ``compute_efficiency`` is 1. Per token
+  count M, ``gemm_efficiency_curve`` is the median over the weight shapes of the rate with the
+  weight streamed from DRAM divided by that peak (a model larger than the cache), and
+  ``cache_gemm_efficiency_curve`` the same with the weight resident in the cache (a model that
+  fits it: :meth:`hwmodels.platform.Device.holds`). The curves are useful FLOP/s, so they already
+  contain any quantization of M and ``token_tile`` is 1 (no second rounding).
 - ``mem_bw_gbps`` is the triad bandwidth on a working set well beyond the last-level cache, and
-  ``bw_efficiency`` 1 (the number is already achievable, not a datasheet peak).
-- ``cache_gb`` / ``cache_bw_gbps`` describe the last-level cache: a model whose weights fit in it
-  streams them from it (triad on a working set of a quarter of the cache).
-- ``op_overhead_us`` is the fixed cost per step-graph operator of the real path's own decoder
-  layer (:func:`real.microbench.layer_overhead`): the real path issues several torch operators
-  per step-graph operator (counted and reported), so a tiny ``torch.add`` alone would
-  underestimate it.
+  ``bw_efficiency`` 1 (the number is already achievable, not a datasheet peak); ``cache_gb`` /
+  ``cache_bw_gbps`` describe the last-level cache (triad on a quarter of it).
+- ``op_overhead_us`` is the fixed cost per step-graph operator of the real path's own forward
+  (:func:`real.microbench.layer_overhead`): the real path issues several torch operators per
+  step-graph operator (counted and reported), so a tiny ``torch.add`` alone would underestimate it.
+- ``host_costs_us`` is the host-side work of HetSpec's decode loops beyond their forwards (inputs,
+  masks, argmax, acceptance walk, cache compaction), per method, per step / draft pass / verified
+  token (:func:`fit_host_costs` on :func:`real.microbench.decode_loop_samples`).
 """
 
 from __future__ import annotations

@@ -82,6 +82,21 @@ def choose_preset(preset: str | None) -> tuple[str, str]:
     return "tiny", "the small demo models are not cached (train them with `hetspec train-demo --preset small`)"
 
 
+#: Relative change of the fixed cost per operator since calibration above which the report warns.
+DRIFT_WARNING = 0.15
+
+
+def machine_drift(dev, threads: int) -> dict:
+    """The overhead probe of the calibration re-timed now: how far the machine's state (load, clock)
+    has moved since ``hetspec calibrate`` measured it (a few seconds)."""
+    from real.microbench import layer_overhead
+
+    now = layer_overhead(threads, 3, 2).per_op_s * 1e6
+    return {"now_us": now, "calibrated_us": dev.op_overhead_us,
+            "change": (now - dev.op_overhead_us) / dev.op_overhead_us if dev.op_overhead_us > 0 else float("nan"),
+            "warning": DRIFT_WARNING}
+
+
 def load_host(platform: str):
     from hwmodels.loader import get_platform
 
@@ -196,6 +211,12 @@ def validate(out: str | Path = DEFAULT_OUT, preset: str | None = None, quick: bo
         print(f"{host.name}: {host.description}\ndevice {device}: {dev.description} ({threads} torch threads)",
               file=sys.stderr)
 
+    drift = machine_drift(dev, threads)
+    if progress:
+        print(f"fixed cost per operator now {drift['now_us']:.2f} us vs {drift['calibrated_us']:.2f} us at calibration "
+              f"({100 * drift['change']:+.0f} %)" + ("  <- the machine's state changed: recalibrate on a quiet machine"
+                                                   if abs(drift["change"]) > DRIFT_WARNING else ""), file=sys.stderr)
+
     preset, why = choose_preset(preset)
     banner(f"[2/6] demo models: preset {preset} ({why})", progress)
     models = load_models(preset, progress)
@@ -243,6 +264,7 @@ def validate(out: str | Path = DEFAULT_OUT, preset: str | None = None, quick: bo
                      "threads": threads, "device_fields": _device_json(dev)},
         "settings": asdict(settings),
         "context_priced": ctx.context,
+        "drift": drift,
         "models": {"target": models.target.spec.to_dict(), "draft": models.draft.spec.to_dict(),
                    "medusa_heads": models.heads.n_heads, "summary": {k: models.summary.get(k) for k in (
                        "fingerprint", "trained_at", "target_eval_perplexity", "draft_greedy_agreement")}},

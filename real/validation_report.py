@@ -89,6 +89,11 @@ def markdown(doc: dict) -> str:
         f"- Predicted: the simulator's closed form (`sim.strategies`) on `{plat['name']}:{plat['device']}` for the "
         "exact configuration run (same Medusa trees, the draft model's own shape, the heads the real path "
         "computes). Tokens per step: the profile's tables replayed on the calibration prompts.",
+        f"- Machine state: the calibration's fixed cost per operator re-timed now is {doc['drift']['now_us']:.2f} us "
+        f"vs {doc['drift']['calibrated_us']:.2f} us at calibration ({_spct(doc['drift']['change'])})"
+        + (" — **the machine's state changed since calibration (load, clocks): every prediction inherits it; "
+           "recalibrate and validate on a quiet machine.**" if abs(doc["drift"]["change"]) > doc["drift"]["warning"]
+           else "."),
         "",
         "## Acceptance check (issue 5)",
         "",

@@ -58,6 +58,19 @@ def test_ratio_0_or_1_is_the_single_device_step_plus_nothing(split, ratio, devic
     assert simulate(p, "hcmp", cfg, steps=1).engine_step_s == pytest.approx(want, rel=1e-9)
 
 
+@pytest.mark.parametrize("impl", ["reference", "hetspec"])
+def test_the_split_runs_the_heads_the_way_medusa_does(impl):
+    p = problem()
+    cfg = config(16, 0.5, medusa_heads_impl=impl)
+    step = build_split_step(p, cfg)
+    heads = [g for g in step.groups if g.name.startswith("medusa")]
+    single = MEDUSA.resolve(p, StrategyConfig(tree_width=16, tree_shape="medusa-list", device="gpu",
+                                              options={"medusa_heads": 5, "medusa_heads_impl": impl}))
+    plan = MEDUSA.plan(p, single)
+    want = sum(t.flops for t in plan.tasks if t.phase == "draft")
+    assert sum(g.count * (0.5 * g.primary.flops + 0.5 * g.secondary.flops) for g in heads) == pytest.approx(want)
+
+
 def test_a_split_pays_syncs_so_tiny_shares_cost_more_than_one_device():
     p = problem()
     cfg = config(16, 1.0)

@@ -56,7 +56,7 @@ from sim.closed_form import concurrent_seconds
 from sim.plan import StepPlan, Task, delay_task
 from sim.step_graph import Op, build_step_graph
 from sim.strategies.base import Estimate, EstimateArrays, Knob, Problem, Strategy, StrategyConfig
-from sim.strategies.medusa import DEFAULT_MAX_WIDTH, MedusaStrategy, head_ops, heads_run
+from sim.strategies.medusa import DEFAULT_MAX_WIDTH, MedusaStrategy, head_ops, head_rows, heads_impl, heads_run
 
 SPLITS = ("hcmp", "megatron")
 ATTENTION_SPLITS = ("dynamic", "static")
@@ -191,12 +191,21 @@ def _price(problem: Problem, device: str, op: Op, dtype: str, density: float | N
     return t.compute_s, t.overhead_s
 
 
+def _op_dims(problem, op: Op, dtype: str) -> tuple[int, int]:
+    """(d_in, d_out) of a linear operator: d_in by its name, d_out from its weight (batched Medusa heads
+    stack K heads' outputs); checked against the operator's activation bytes."""
+    d_in = linear_dims(problem.model, op.name)[0]
+    dt = DTYPE_BYTES[dtype]
+    d_out = int(round(op.weight_bytes / (dt * d_in)))
+    if not np.isclose(op.act_bytes, dt * op.tokens * (d_in + d_out)):
+        raise HetSpecError(f"hcmp: operator {op.name} does not have the {d_in}-input weight its name implies")
+    return d_in, d_out
+
+
 def _column_part(problem, device, op: Op, dtype: str) -> Part:
     """A linear split by output columns: the whole input is read, weights and output scale."""
-    d_in, d_out = linear_dims(problem.model, op.name)
+    d_in, d_out = _op_dims(problem, op, dtype)
     dt = DTYPE_BYTES[dtype]
-    if not np.isclose(op.weight_bytes, dt * d_in * d_out):
-        raise HetSpecError(f"hcmp: operator {op.name} does not have the {d_in} x {d_out} weight its name implies")
     c, o = _price(problem, device, op, dtype)
     return Part(op=op.name, compute_s=c, fixed_s=o, act0_bytes=dt * op.tokens * d_in,
                 bytes1=op.weight_bytes + dt * op.tokens * d_out, flops=op.flops, wkv_bytes=op.weight_bytes)
@@ -205,7 +214,7 @@ def _column_part(problem, device, op: Op, dtype: str) -> Part:
 def _row_part(problem, device, op: Op, dtype: str) -> Part:
     """A linear split by input rows (Megatron's second linear): input share and weights scale, each
     device writes a full-size partial sum."""
-    d_in, d_out = linear_dims(problem.model, op.name)
+    d_in, d_out = _op_dims(problem, op, dtype)
     dt = DTYPE_BYTES[dtype]
     c, o = _price(problem, device, op, dtype)
     return Part(op=op.name, compute_s=c, fixed_s=o, act0_bytes=dt * op.tokens * d_out,
@@ -307,7 +316,9 @@ def build_split_step(problem: Problem, config: StrategyConfig) -> SplitStep:
     split = config.option("split", "hcmp")
     graph = build_step_graph(problem.model, tree.size, problem.context, problem.batch, tree=tree)
     n_heads = heads_run(config)
-    ops = list(graph.ops) + head_ops(problem.model, tree.size * problem.batch, n_heads, graph.dtype)
+    # the heads as the medusa strategy runs them (option medusa_heads_impl: every tree row, or the accepted one)
+    ops = list(graph.ops) + head_ops(problem.model, head_rows(config) * problem.batch, n_heads, graph.dtype,
+                                     batched=heads_impl(config) == "hetspec")
     L = problem.model.n_layers
     sync_s = problem.platform.link(primary, secondary, "unified").latency_s
     groups: list[Group] = []

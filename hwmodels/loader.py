@@ -22,6 +22,7 @@ gemm_efficiency_curve = { value = [[1, 0.1], [16, 0.5]], source = "..." }   # op
 cache_gb = { value = 0.032, source = "..." }                  # optional: last-level cache
 cache_bw_gbps = { value = 90.0, source = "..." }              # optional: streaming from it
 cache_gemm_efficiency_curve = { value = [[1, 0.4]], source = "..." }  # optional: weights in cache
+cache_op_overhead_us = { value = 7.0, source = "..." }        # optional: per launch, model in cache
 [devices.cpu.host_costs_us]      # optional: host-side work of the real decode loops, per method
 chain_step = { value = 40.0, source = "..." }                 # <method>_step / _pass / _node
 [devices.gpu.peak_tflops]
@@ -77,6 +78,7 @@ _DEVICE_NUMBERS = {
     "cores": (False, "int"),
     "cache_gb": (False, "pos"),
     "cache_bw_gbps": (False, "pos"),
+    "cache_op_overhead_us": (False, "nonneg"),
 }
 #: Optional ``[[tokens, efficiency], ...]`` fields of a device.
 _DEVICE_CURVES = ("gemm_efficiency_curve", "cache_gemm_efficiency_curve")

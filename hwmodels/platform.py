@@ -41,7 +41,9 @@ class Device:
     Optional last-level cache (host calibration writes it): a model whose weights fit in
     ``cache_gb`` keeps them there from one step to the next, so its operators are priced
     *resident*: memory at ``cache_bw_gbps`` instead of the DRAM bandwidth, and compute at
-    ``cache_gemm_efficiency_curve`` (GEMM rates measured with the weights in the cache) when given.
+    ``cache_gemm_efficiency_curve`` (GEMM rates measured with the weights in the cache) when given,
+    and with ``cache_op_overhead_us`` per operator launch when given (small operators of a resident
+    model find their data in the cache; a model streaming its weights evicts it between them).
     Without these fields nothing is resident (every preset taken from datasheets and papers).
 
     Optional ``host_costs_us`` (host calibration writes it): host-side work of HetSpec's real decode
@@ -66,6 +68,7 @@ class Device:
     cache_gb: float | None = None
     cache_bw_gbps: float | None = None
     cache_gemm_efficiency_curve: tuple[tuple[int, float], ...] | None = None
+    cache_op_overhead_us: float | None = None
     host_costs_us: Mapping[str, float] = field(default_factory=dict)
     description: str = ""
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
@@ -105,6 +108,12 @@ class Device:
     def holds(self, nbytes: float) -> bool:
         """Whether a working set of ``nbytes`` stays resident in the device's last-level cache."""
         return self.cache_gb is not None and nbytes <= self.cache_gb * GB
+
+    def overhead_s(self, resident: bool = False) -> float:
+        """Fixed seconds per operator launch (resident: ``cache_op_overhead_us`` when given)."""
+        if resident and self.cache_op_overhead_us is not None:
+            return self.cache_op_overhead_us * US
+        return self.op_overhead_s
 
     def resident_bw_bytes_per_s(self) -> float | None:
         """Bytes/s of a cache-resident working set (None without a measured cache bandwidth)."""

@@ -13,8 +13,9 @@ Because achievable bandwidth never exceeds the peak, a memory-bound operator is 
 bytes / peak bandwidth (the physical limit; tested).
 
 ``resident=True`` prices an operator of a model whose weights stay in the device's last-level
-cache (:meth:`hwmodels.platform.Device.holds`): memory time at the cache bandwidth and compute at
-the in-cache GEMM efficiency, where the device describes its cache (otherwise it changes nothing).
+cache (:meth:`hwmodels.platform.Device.holds`): memory time at the cache bandwidth, compute at
+the in-cache GEMM efficiency and the in-cache fixed cost per launch, where the device describes
+its cache (otherwise it changes nothing).
 """
 
 from __future__ import annotations
@@ -82,5 +83,5 @@ def roofline_time(device: Device, flops: float, nbytes: float, dtype: str, token
     eff_flops = effective_flops(device, flops, tokens, density)
     compute_s = eff_flops / (device.peak_flops_per_s(dtype) * device.compute_efficiency_at(tokens or 1, resident))
     memory_s = nbytes / bw
-    overhead_s = launches * device.op_overhead_s
+    overhead_s = launches * device.overhead_s(resident)
     return OpTiming(overhead_s + max(compute_s, memory_s), compute_s, memory_s, overhead_s, eff_flops)

@@ -180,7 +180,7 @@ def roofline_arrays(device: Device, dtype: str, flops, nbytes, tokens, density=1
     compute_s = eff_flops / (device.peak_flops_per_s(dtype) * efficiency_at(device, np.where(has_tok, tokens, 1.0),
                                                                             resident))
     memory_s = nbytes / bw
-    overhead_s = np.asarray(launches, dtype=float) * device.op_overhead_s
+    overhead_s = np.asarray(launches, dtype=float) * device.overhead_s(resident)
     return {"time_s": overhead_s + np.maximum(compute_s, memory_s), "compute_s": compute_s, "memory_s": memory_s,
             "overhead_s": overhead_s * np.ones_like(compute_s)}
 

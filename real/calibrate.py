@@ -163,6 +163,7 @@ class WorkerMeasurement:
     dispatch_s: float
     overhead: object              # real.microbench.LayerOverhead
     loops: tuple = ()             # real.microbench.LoopSample rows: the real decode loops on the probe
+    streaming: object = None      # real.microbench.StreamingProbe: a step of a model larger than the cache
 
 
 @dataclass(frozen=True)
@@ -219,11 +220,13 @@ def _measure_worker(threads: int, settings: Settings, dram_ws: int, cache_ws: in
     tick()
     loops = mb.decode_loop_samples(threads, settings.loop_repeats)
     tick()
+    streaming = mb.streaming_probe(threads, settings.overhead_repeats, settings.warmup + 1, llc_bytes()[0])
+    tick()
     return WorkerMeasurement(threads=threads, gemm_warm=warm, gemm_cold=cold, peak_flops_per_s=peak,
                              efficiency_curve=_efficiency_curve(cold, peak, settings.m_values),
                              cache_efficiency_curve=_efficiency_curve(warm, peak, settings.m_values),
                              dram_bw_bytes_per_s=dram, cache_bw_bytes_per_s=cache, dispatch_s=dispatch,
-                             overhead=overhead, loops=loops)
+                             overhead=overhead, loops=loops, streaming=streaming)
 
 
 def measure(settings: Settings, progress: bool = True, command: str = "hetspec calibrate") -> Calibration:
@@ -240,7 +243,7 @@ def measure(settings: Settings, progress: bool = True, command: str = "hetspec c
     cache_ws = int(CACHE_WORKING_SET_LLC * llc)
     cold_pool = settings.cold_pool_bytes or COLD_POOL_LLC * llc
     gemm_ticks = 2 * len(settings.m_values) * len(settings.shapes)
-    total = 2 * (gemm_ticks + 4) + 2
+    total = 2 * (gemm_ticks + 5) + 2
     with tqdm(total=total, desc="calibrate", unit="bench", disable=not progress, file=sys.stderr) as bar:
         def tick() -> None:
             bar.update(1)
@@ -316,15 +319,45 @@ def _device(name: str, w: WorkerMeasurement, cal: Calibration, description: str)
         name=name, kind="cpu", description=description,
         peak_tflops={"fp32": round(w.peak_flops_per_s / 1e12, 6)},
         mem_bw_gbps=round(w.dram_bw_bytes_per_s / 1e9, 3), mem_capacity_gb=round(cal.memory_bytes / 1e9, 3),
-        bw_efficiency=1.0, compute_efficiency=1.0, op_overhead_us=round(ov.per_op_s * 1e6, 3), token_tile=1,
+        bw_efficiency=1.0, compute_efficiency=1.0, op_overhead_us=round(ov.per_op_s * 1e6, 3),
+        cache_op_overhead_us=round(ov.per_op_s * 1e6, 3), token_tile=1,
         sparse_attn_efficiency=0.0, cores=w.threads, gemm_efficiency_curve=w.efficiency_curve,
         cache_gemm_efficiency_curve=w.cache_efficiency_curve,
         cache_gb=round(cal.llc_bytes / 1e9, 6), cache_bw_gbps=round(w.cache_bw_bytes_per_s / 1e9, 3),
         sources=sources)
+    if w.streaming is not None:
+        per_op, source = streaming_overhead(device, w.streaming, thr, s, by, on)
+        device = replace(device, op_overhead_us=round(per_op * 1e6, 3),
+                         sources={**device.sources, "op_overhead_us": source,
+                                  "cache_op_overhead_us": sources["op_overhead_us"]})
     if not w.loops:
         return device
     costs, cost_sources = fit_host_costs(device, w.loops, s, by, on)
-    return replace(device, host_costs_us=costs, sources={**sources, **cost_sources})
+    return replace(device, host_costs_us=costs, sources={**device.sources, **cost_sources})
+
+
+def streaming_overhead(device: Device, probe, thr: str, settings: Settings, by: str, on: str) -> tuple[float, str]:
+    """Fixed seconds per operator launch of a model whose weights stream from DRAM: the streaming
+    probe's step minus what the model prices for it without fixed costs, over its launches (mean of
+    the one-token and the two-token masked step). Small operators between weight streams find their
+    data evicted, so they cost more than in the cache-resident probe."""
+    from sim.closed_form import step_seconds
+    from sim.step_graph import build_step_graph
+
+    bare = replace(device, op_overhead_us=0.0, cache_op_overhead_us=0.0)
+    platform = Platform(name="probe", description="", devices={bare.name: bare})
+    spec = probe.spec
+    launches = sum(op.launches * op.count for op in build_step_graph(spec, 1, probe.context).ops)
+    rest = [(t - float(step_seconds(spec, platform, bare.name, q, probe.context))) / launches
+            for t, q in ((probe.unmasked_s, 1), (probe.masked_s, 2))]
+    per_op = max(sum(rest) / len(rest), 0.0)
+    source = (f"measured: {per_op * 1e6:.2f} us per step-graph operator {by}: a random-weight decoder larger than "
+              f"the last-level cache ({spec.n_layers} layers, hidden {spec.hidden}, {spec.weight_bytes() / 1e6:.0f} MB "
+              f"of fp32 weights) takes {probe.unmasked_s * 1e3:.2f} ms for one token and {probe.masked_s * 1e3:.2f} ms "
+              f"for two under a tree mask; minus the model's price of its GEMMs and memory traffic (the DRAM GEMM "
+              f"curve), the rest over its {launches} operators ({thr}, median of {settings.overhead_repeats}) {on}. "
+              f"Models that fit the cache use cache_op_overhead_us")
+    return per_op, source
 
 
 #: Host costs fitted per method: which per-step counts explain the loop's time beyond its forwards.

@@ -379,3 +379,49 @@ def decode_loop_samples(threads: int, repeats: int) -> tuple[LoopSample, ...]:
                                       nodes=1.0 + sum(run.proposed_per_step) / run.steps,
                                       heads=PROBE_MEDUSA_HEADS if method == "medusa" else 0))
     return tuple(out)
+
+
+# ---------------------------------------------------------------------------- streaming probe
+@dataclass(frozen=True)
+class StreamingProbe:
+    """One decode step of a random-weight decoder whose weights stream from DRAM."""
+
+    spec: object              # sim.model_spec.ModelSpec
+    unmasked_s: float         # one token, no mask
+    masked_s: float           # two tokens under a tree mask
+    context: int
+
+
+#: Layer shape of the streaming probe (a small Llama layer, grouped-query attention): its fp32
+#: weights are 25 MB per layer, so a few layers already exceed a desktop last-level cache.
+STREAM_HIDDEN = 768
+STREAM_INTERMEDIATE = 2048
+STREAM_HEADS = (12, 4)
+STREAM_VOCAB = 4096
+#: Weights of the streaming probe, in multiples of the last-level cache (each step evicts them all).
+STREAM_WEIGHTS_LLC = 4
+#: Depth cap (a machine with a huge cache would otherwise build a very deep probe).
+STREAM_MAX_LAYERS = 24
+
+
+def streaming_probe(threads: int, repeats: int, warmup: int, llc_bytes: int) -> StreamingProbe:
+    """Time one and two-token steps of a decoder several times larger than the last-level cache."""
+    from real.random_models import random_transformer
+    from sim.model_spec import ModelSpec
+
+    h, i = STREAM_HIDDEN, STREAM_INTERMEDIATE
+    kv = h // STREAM_HEADS[0] * STREAM_HEADS[1]
+    per_layer = FP32_BYTES * (2 * h * h + 2 * h * kv + 3 * h * i)
+    layers = min(max(1, -(-STREAM_WEIGHTS_LLC * llc_bytes // per_layer)), STREAM_MAX_LAYERS)
+    spec = ModelSpec(name="streaming-probe", n_layers=int(layers), hidden=h, intermediate=i, n_heads=STREAM_HEADS[0],
+                     n_kv_heads=STREAM_HEADS[1], vocab=STREAM_VOCAB, dtype="fp32", max_position=4 * PROBE_CONTEXT)
+    model = random_transformer(spec)
+    with torch_threads(threads), torch.inference_mode():
+        steps = {masked: _probe_step(model, masked) for masked in (False, True)}
+        for fn in steps.values():
+            median_time(fn, 1, warmup)
+        samples = {False: [], True: []}
+        for _ in range(repeats):
+            for masked, fn in steps.items():
+                samples[masked].append(median_time(fn, 1, 0, inner=3))
+    return StreamingProbe(spec, statistics.median(samples[False]), statistics.median(samples[True]), PROBE_CONTEXT)

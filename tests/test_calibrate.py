@@ -64,13 +64,14 @@ def test_calibration_writes_a_loadable_host_with_sources(tiny_calibration):
         assert all(isinstance(v, (int, float)) and math.isfinite(v) and v >= 0 for v in values), field
         assert entry["source"].strip(), field
     cpu = loaded.device("cpu")
-    for v in (cpu.peak_tflops["fp32"], cpu.mem_bw_gbps, cpu.op_overhead_us, cpu.cache_gb, cpu.cache_bw_gbps,
-              cpu.mem_capacity_gb):
+    for v in (cpu.peak_tflops["fp32"], cpu.mem_bw_gbps, cpu.op_overhead_us, cpu.cache_op_overhead_us, cpu.cache_gb,
+              cpu.cache_bw_gbps, cpu.mem_capacity_gb):
         assert v > 0
     # measured numbers say what measured them and when
     assert "hetspec calibrate" in cpu.sources["mem_bw_gbps"] and cal.cpu in cpu.sources["mem_bw_gbps"]
     assert "median of" in cpu.sources["peak_tflops.fp32"]
-    assert "aten" not in cpu.sources["op_overhead_us"] or "torch operators" in cpu.sources["op_overhead_us"]
+    assert "larger than the last-level cache" in cpu.sources["op_overhead_us"]
+    assert "torch operators" in cpu.sources["cache_op_overhead_us"]
     assert [m for m, _ in cpu.gemm_efficiency_curve] == [1, 8]
     assert all(0 < e <= 1 for _, e in cpu.gemm_efficiency_curve + cpu.cache_gemm_efficiency_curve)
     assert set(cpu.host_costs_us) == {"ar_step", "chain_step", "chain_pass", "draft-tree_step", "draft-tree_pass",
@@ -161,6 +162,16 @@ def test_resident_pricing_agrees_across_closed_form_step_price_and_engine(model)
                                         tokens_accepted=1.0)])
     assert priced == pytest.approx(closed, rel=1e-9)
     assert float(np.asarray(run.step_s)[0]) == pytest.approx(closed, rel=1e-6)
+
+
+def test_resident_models_pay_the_in_cache_fixed_cost_per_launch():
+    plat = _cached_cpu(0.032)
+    cheap = replace(plat, devices={"cpu": replace(plat.device("cpu"), cache_op_overhead_us=1.0)})
+    launches = sum(op.launches * op.count for op in build_step_graph(SMALL, 1, 64).ops)
+    diff = float(step_seconds(SMALL, plat, "cpu", 1, 64)) - float(step_seconds(SMALL, cheap, "cpu", 1, 64))
+    assert diff == pytest.approx(launches * (5.0 - 1.0) * 1e-6, rel=1e-9)
+    # a model streaming from DRAM keeps op_overhead_us
+    assert float(step_seconds(LARGE, plat, "cpu", 1, 64)) == pytest.approx(float(step_seconds(LARGE, cheap, "cpu", 1, 64)))
 
 
 def test_preset_with_a_bad_cache_curve_names_the_field(tmp_path):

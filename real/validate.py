@@ -92,8 +92,8 @@ def machine_drift(dev, threads: int) -> dict:
     from real.microbench import layer_overhead
 
     now = layer_overhead(threads, 3, 2).per_op_s * 1e6
-    return {"now_us": now, "calibrated_us": dev.op_overhead_us,
-            "change": (now - dev.op_overhead_us) / dev.op_overhead_us if dev.op_overhead_us > 0 else float("nan"),
+    then = dev.cache_op_overhead_us if dev.cache_op_overhead_us is not None else dev.op_overhead_us
+    return {"now_us": now, "calibrated_us": then, "change": (now - then) / then if then > 0 else float("nan"),
             "warning": DRIFT_WARNING}
 
 

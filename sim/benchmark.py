@@ -70,25 +70,30 @@ def time_predict_in_process(repeats: int) -> tuple[list[float], int]:
         start = time.perf_counter()
         # load everything each time: a fresh problem, as one predict call does
         problem = Problem(get_model(a[1]), get_platform(a[3]), load_acceptance(a[7]))
-        rows = len(optimize(problem, a[5]).table)
+        rows = optimize(problem, a[5]).rows
         out.append(time.perf_counter() - start)
     return out, rows
 
 
 def time_sweep(platforms: tuple[str, ...], methods: tuple[str, ...], contexts=SWEEP_CONTEXTS,
-               models=SWEEP_MODELS) -> tuple[float, int, int]:
+               models=SWEEP_MODELS) -> dict[str, tuple[float, int, int]]:
+    """Per method: (seconds, configurations, skipped method/problem pairs) of the benchmark sweep."""
     from sim.sweep import sweep
 
-    start = time.perf_counter()
-    result = sweep(models, platforms, methods, SWEEP_ACCEPTANCE, contexts=contexts, batches=SWEEP_BATCHES,
-                   progress=False)
-    return time.perf_counter() - start, result.configurations, len(result.skipped)
+    out = {}
+    for method in methods:
+        start = time.perf_counter()
+        result = sweep(models, platforms, (method,), SWEEP_ACCEPTANCE, contexts=contexts, batches=SWEEP_BATCHES,
+                       progress=False)
+        out[method] = (time.perf_counter() - start, result.configurations, len(result.skipped))
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sim.benchmark", description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5, help="runs per predict measurement (median reported)")
     parser.add_argument("--quick", action="store_true", help="a small sweep (for a smoke test), not the 100k one")
+    parser.add_argument("--methods", help="comma-separated methods of the sweep (default: every method with a strategy)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     args = parser.parse_args(argv)
 
@@ -98,11 +103,14 @@ def main(argv: list[str] | None = None) -> int:
     cli = time_predict_cli(args.repeats)
     warm, rows = time_predict_in_process(args.repeats)
     platforms = tuple(platform_names()) if not args.quick else ("a100-80gb-pcie",)
-    methods = available_methods()
+    methods = tuple(args.methods.split(",")) if args.methods else available_methods()
     if args.quick:
-        sweep_s, configs, skipped = time_sweep(platforms, methods, contexts=(256,), models=("vicuna-7b",))
+        per_method = time_sweep(platforms, methods, contexts=(256,), models=("vicuna-7b",))
     else:
-        sweep_s, configs, skipped = time_sweep(platforms, methods)
+        per_method = time_sweep(platforms, methods)
+    sweep_s = sum(v[0] for v in per_method.values())
+    configs = sum(v[1] for v in per_method.values())
+    skipped = sum(v[2] for v in per_method.values())
     report = {
         "predict_command": "hetspec predict " + " ".join(_predict_args()) + " --json",
         "predict_configurations": rows,
@@ -113,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
         "sweep_s": sweep_s,
         "sweep_configs_per_s": configs / sweep_s,
         "sweep_skipped_problem_methods": skipped,
+        "sweep_by_method": {m: {"s": v[0], "configurations": v[1], "configs_per_s": v[1] / v[0] if v[0] else 0.0}
+                            for m, v in per_method.items()},
         "sweep_target": f">= {TARGET_CONFIGS} configurations in < 60 s",
         "sweep_grid": {"models": list(SWEEP_MODELS) if not args.quick else ["vicuna-7b"], "platforms": list(platforms),
                        "methods": list(methods), "acceptance": list(SWEEP_ACCEPTANCE),
@@ -134,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
           f"({', '.join(methods)}) x {len(SWEEP_ACCEPTANCE)} acceptance x "
           f"{len(report['sweep_grid']['contexts'])} contexts x {len(SWEEP_BATCHES)} batches; "
           f"{skipped} method/problem pairs skipped (no fitting acceptance or device)")
+    for method, v in report["sweep_by_method"].items():
+        print(f"  {method:<11}{v['configurations']:>8} configurations {v['s']:>7.1f} s {v['configs_per_s']:>9.0f} /s")
     return 0
 
 

@@ -21,6 +21,7 @@ import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -44,25 +45,45 @@ TABLE_COLUMNS = ("method", "tree_width", "draft_depth", "partition_ratio", "devi
 
 @dataclass(frozen=True)
 class OptimizeResult:
+    """The best configuration and every configuration evaluated.
+
+    ``columns`` holds the table as lists; ``table`` is the same as a pandas DataFrame, built on
+    first use (so a JSON answer does not pay for importing pandas).
+    """
+
     method: str
     best: dict
     best_config: StrategyConfig
-    table: Any                      # pandas.DataFrame
+    columns: dict
     ar_tokens_per_s: float
     skipped: int
     skip_reason: str = ""
+
+    @cached_property
+    def table(self):
+        import pandas as pd
+
+        return pd.DataFrame(self.columns)
+
+    @property
+    def rows(self) -> int:
+        return len(self.columns["step_s"])
+
+    def records(self) -> list[dict]:
+        names = list(self.columns)
+        return [dict(zip(names, values)) for values in zip(*(self.columns[n] for n in names))]
 
     def to_json(self, with_table: bool = True) -> dict:
         best = dict(self.best)
         tree = self.best_config.tree
         if tree is not None:
             best["tree_choices"] = [list(c) for c in tree.choices]
-        out = {"method": self.method, "best": _jsonable(best), "ar_tokens_per_s": self.ar_tokens_per_s,
-               "evaluated": int(len(self.table)), "skipped": self.skipped}
+        out = {"method": self.method, "best": _jsonable(best), "ar_tokens_per_s": _jsonable({"v": self.ar_tokens_per_s})["v"],
+               "evaluated": self.rows, "skipped": self.skipped}
         if self.skip_reason:
             out["skip_reason"] = self.skip_reason
         if with_table:
-            out["table"] = [_jsonable(r) for r in self.table.to_dict(orient="records")]
+            out["table"] = [_jsonable(r) for r in self.records()]
         return out
 
 
@@ -228,14 +249,12 @@ def ar_baseline(problem: Problem) -> float:
 def optimize(problem: Problem, method: str, space: Mapping[str, Any] | None = None, refine: bool = True,
              refine_top: int = REFINE_TOP) -> OptimizeResult:
     """Search ``method``'s knobs for the highest tokens/s; return the best configuration and the table."""
-    import pandas as pd
-
     columns, configs, skipped, reason = evaluate_space(problem, method, space, refine, refine_top)
     ar_tps = ar_baseline(problem)
     columns["speedup_vs_ar"] = [t / ar_tps if ar_tps == ar_tps else float("nan") for t in columns["tokens_per_s"]]
     ordered = [c for c in TABLE_COLUMNS if c in columns] + [c for c in columns if c not in TABLE_COLUMNS]
-    table = pd.DataFrame({c: columns[c] for c in ordered})
-    best_i = int(np.argmax(table["tokens_per_s"].to_numpy()))
-    best = table.iloc[best_i].to_dict()
-    return OptimizeResult(method=method, best=best, best_config=configs[best_i], table=table, ar_tokens_per_s=ar_tps,
-                          skipped=skipped, skip_reason=reason)
+    columns = {c: columns[c] for c in ordered}
+    best_i = int(np.argmax(columns["tokens_per_s"]))
+    best = {c: values[best_i] for c, values in columns.items()}
+    return OptimizeResult(method=method, best=best, best_config=configs[best_i], columns=columns,
+                          ar_tokens_per_s=ar_tps, skipped=skipped, skip_reason=reason)

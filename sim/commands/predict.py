@@ -154,10 +154,24 @@ def cmd_predict(args: argparse.Namespace) -> int:
     print(f"      {best['tokens_per_s']:.2f} tok/s, step {best['step_s'] * 1e3:.3f} ms, "
           f"{best['tokens_per_step']:.3f} tokens/step, {best['speedup_vs_ar']:.2f}x vs ar "
           f"({result.ar_tokens_per_s:.2f} tok/s)")
-    print(f"evaluated {len(result.table)} configurations ({result.skipped} skipped)")
+    print(f"evaluated {result.rows} configurations ({result.skipped} skipped)")
     cols = [c for c in ("tree_width", "draft_depth", "partition_ratio", "device", "draft_device", "tree_shape",
-                        "step_s", "tokens_per_step", "tokens_per_s", "speedup_vs_ar") if c in result.table]
-    top = result.table.sort_values("tokens_per_s", ascending=False, kind="stable").head(max(args.top, 0))[cols]
-    if len(top):
-        print(top.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+                        "step_s", "tokens_per_step", "tokens_per_s", "speedup_vs_ar") if c in result.columns]
+    order = sorted(range(result.rows), key=lambda i: -result.columns["tokens_per_s"][i])[: max(args.top, 0)]
+    if order:
+        print(format_rows(cols, [[result.columns[c][i] for c in cols] for i in order]))
     return 0
+
+
+def format_rows(names: list[str], rows: list[list]) -> str:
+    """A plain right-aligned text table (4 significant digits for floats)."""
+    def cell(v) -> str:
+        if isinstance(v, float):
+            return f"{v:.4g}"
+        return "-" if v is None else str(v)
+
+    text = [[cell(v) for v in row] for row in rows]
+    widths = [max(len(n), *(len(r[j]) for r in text)) for j, n in enumerate(names)]
+    lines = [" ".join(n.rjust(w) for n, w in zip(names, widths))]
+    lines += [" ".join(v.rjust(w) for v, w in zip(r, widths)) for r in text]
+    return "\n".join(lines)

@@ -40,51 +40,84 @@ class SweepResult:
         return int(len(self.table))
 
 
+def _problem_rows(combo, methods, acc_models, space, refine, refine_top):
+    """Every configuration of every method for one (model, platform, context, batch): chunks of
+    columns and the skipped (what, why) pairs."""
+    model, platform, context, batch = combo
+    chunks: list[dict[str, list]] = []
+    skipped: list[tuple[str, str]] = []
+    base_problem = Problem(model=model, platform=platform, context=int(context), batch=int(batch))
+    ar_tps = ar_baseline(base_problem)
+    for method in methods:
+        accs = [None] if method in NO_ACCEPTANCE_METHODS or not acc_models else acc_models
+        for acc in accs:
+            problem = Problem(model=model, platform=platform, acceptance=acc, context=int(context), batch=int(batch))
+            label = f"{model.name} / {platform.name} / {method} / {acc.name if acc else '-'} / s={context} b={batch}"
+            try:
+                cols, _, _, _ = evaluate_space(problem, method, space, refine=refine, refine_top=refine_top)
+            except HetSpecError as exc:
+                skipped.append((label, str(exc)))
+                continue
+            n = len(cols["step_s"])
+            chunks.append({"model": [model.name] * n, "platform": [platform.name] * n,
+                           "acceptance": [acc.name if acc else ""] * n, "context": [int(context)] * n,
+                           "batch": [int(batch)] * n, **cols,
+                           "speedup_vs_ar": [t / ar_tps for t in cols["tokens_per_s"]]})
+    return chunks, skipped
+
+
+def _problem_rows_star(args):
+    return _problem_rows(*args)
+
+
 def sweep(models: Sequence[str], platforms: Sequence[str], methods: Sequence[str], acceptances: Sequence[str] = (),
           contexts: Sequence[int] = (256,), batches: Sequence[int] = (1,), space: Mapping[str, Any] | None = None,
-          progress: bool = True, refine: bool = True, refine_top: int = SWEEP_REFINE_TOP) -> SweepResult:
+          progress: bool = True, refine: bool = True, refine_top: int = SWEEP_REFINE_TOP,
+          workers: int = 1) -> SweepResult:
     """Evaluate every configuration; ``space`` narrows or widens knobs as in :func:`sim.optimizer.optimize`.
 
     A partition ratio is evaluated on the optimizer's grid for every configuration and refined for
     the ``refine_top`` best of each problem (a sweep is for maps; ``predict`` refines more).
+    ``workers`` > 1 spreads the problems over that many processes (rows keep their order).
     """
     import pandas as pd
     from tqdm import tqdm
+
+    from sim.methods import method_info
 
     model_specs = [get_model(m) for m in models]
     platform_objs = [get_platform(p) for p in platforms]
     acc_models = [load_acceptance(a) for a in acceptances]
     for method in methods:
-        from sim.methods import method_info
-
         method_info(method)
+    if workers < 1:
+        raise HetSpecError(f"workers must be >= 1 (got {workers})")
+    combos = list(itertools.product(model_specs, platform_objs, contexts, batches))
+    jobs = [(combo, tuple(methods), acc_models, space, refine, refine_top) for combo in combos]
     chunks: list[dict[str, list]] = []
     skipped: list[tuple[str, str]] = []
-    combos = list(itertools.product(model_specs, platform_objs, contexts, batches))
-    bar = tqdm(total=len(combos) * len(methods), desc="sweep", unit="problem", disable=not progress, leave=False)
+    bar = tqdm(total=len(combos), desc="sweep", unit="problem", disable=not progress, leave=False)
     rows = 0
-    for model, platform, context, batch in combos:
-        base_problem = Problem(model=model, platform=platform, context=int(context), batch=int(batch))
-        ar_tps = ar_baseline(base_problem)
-        for method in methods:
-            bar.update(1)
-            accs = [None] if method in NO_ACCEPTANCE_METHODS or not acc_models else acc_models
-            for acc in accs:
-                problem = Problem(model=model, platform=platform, acceptance=acc, context=int(context), batch=int(batch))
-                label = f"{model.name} / {platform.name} / {method} / {acc.name if acc else '-'} / s={context} b={batch}"
-                try:
-                    cols, _, _, _ = evaluate_space(problem, method, space, refine=refine, refine_top=refine_top)
-                except HetSpecError as exc:
-                    skipped.append((label, str(exc)))
-                    continue
-                n = len(cols["step_s"])
-                chunk = {"model": [model.name] * n, "platform": [platform.name] * n,
-                         "acceptance": [acc.name if acc else ""] * n, "context": [int(context)] * n,
-                         "batch": [int(batch)] * n, **cols,
-                         "speedup_vs_ar": [t / ar_tps for t in cols["tokens_per_s"]]}
-                chunks.append(chunk)
-                rows += n
-                bar.set_postfix(configs=rows)
+
+    def collect(result) -> None:
+        nonlocal rows
+        got, why = result
+        chunks.extend(got)
+        skipped.extend(why)
+        rows += sum(len(c["step_s"]) for c in got)
+        bar.update(1)
+        bar.set_postfix(configs=rows)
+
+    if workers == 1 or len(jobs) < 2:
+        for job in jobs:
+            collect(_problem_rows(*job))
+    else:
+        import multiprocessing
+
+        method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+        with multiprocessing.get_context(method).Pool(workers) as pool:
+            for result in pool.imap(_problem_rows_star, jobs, chunksize=max(1, len(jobs) // (workers * 8))):
+                collect(result)
     bar.close()
     keys = list(PROBLEM_COLUMNS) + list(TABLE_COLUMNS)
     for chunk in chunks:   # method-specific option columns after the common ones

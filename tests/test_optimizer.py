@@ -202,3 +202,13 @@ def test_list_and_ratio_parsing():
         parse_int_list("4-1")
     with pytest.raises(HetSpecError, match=r"must be in \[0, 1\]"):
         parse_ratio("1.5")
+
+
+def test_sweep_with_worker_processes_gives_the_same_table():
+    args = (["llama-68m"], ["a100-80gb-pcie"], ["ar", "medusa"], ["ghidorah-mbpp"])
+    kw = dict(contexts=(64, 256, 1024), batches=(1, 2), progress=False, space={"tree_width": (1, 8, 32)})
+    serial = sweep(*args, **kw)
+    parallel = sweep(*args, workers=2, **kw)
+    assert parallel.table.equals(serial.table) and parallel.skipped == serial.skipped
+    with pytest.raises(HetSpecError, match="workers must be >= 1"):
+        sweep(*args, workers=0, **kw)

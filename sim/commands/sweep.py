@@ -22,6 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_knob_args(p)
     p.add_argument("--no-refine", action="store_true", help="partition ratio on the coarse grid only")
     p.add_argument("--out", required=True, metavar="FILE", help="output table: .csv or .parquet (needs pyarrow)")
+    p.add_argument("--workers", type=int, default=1, help="processes to spread the problems over (default 1)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_sweep)
 
@@ -43,7 +44,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     result = sweep(models=_names(args.models, []), platforms=_names(args.platforms, platform_names()),
                    methods=_names(args.methods, available_methods()), acceptances=args.acceptance or (),
                    contexts=parse_int_list(args.contexts, "--contexts"), batches=parse_int_list(args.batches, "--batches"),
-                   space=space_from_args(args), progress=not args.no_progress, refine=not args.no_refine)
+                   space=space_from_args(args), progress=not args.no_progress, refine=not args.no_refine,
+                   workers=args.workers)
     path = write_table(result.table, args.out)
     elapsed = time.perf_counter() - start
     print(f"{result.configurations} configurations in {elapsed:.1f} s -> {path}")

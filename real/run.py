@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from hwmodels.errors import HetSpecError
-from real.decode import decoder
+from real.decode import DECODER_MODULES, decoder
 from real.decode.ar import ArConfig
 from real.decode.chain import DEFAULT_GAMMA, ChainConfig
 from real.decode.common import Clock, DecodeResult, Sampling
@@ -199,10 +199,14 @@ def load_models(preset: str, progress: bool = True):
 
 
 def request_config(request: RunRequest, models):
-    """Build the config, measuring (or loading) head accuracies only when medusa needs them."""
+    """Build the config, measuring (or loading) head accuracies only when medusa (or hcmp) needs them."""
     accuracy = None
-    if request.method == "medusa" and request.tree_file is None:
+    if request.method in ("medusa", "hcmp") and request.tree_file is None:
         accuracy = demo_profile(models, request.preset).medusa_accuracy
+    if request.method not in DECODER_MODULES or request.memory_budget is not None:
+        from real.hetero.runner import build_config as hetero_config
+
+        return hetero_config(request, accuracy)
     return build_config(request, accuracy)
 
 
@@ -232,6 +236,10 @@ def torch_threads(threads: int | None) -> Iterator[None]:
 
 def run_demo(request: RunRequest, trace: str | None = None, progress: bool = True) -> tuple[RunResult, dict]:
     """``hetspec run``: load the preset's demo models, decode evaluation prompts, optionally write the trace."""
+    from real.hetero.runner import run_hetero_demo, uses_hetero_runner
+
+    if uses_hetero_runner(request):   # several workers, or weights streamed under a budget (real/hetero)
+        return run_hetero_demo(request, trace, progress)
     check_trace_path(trace)
     models = load_models(request.preset, progress)
     config = request_config(request, models)

@@ -19,9 +19,15 @@ from sim.tree import TokenTree
 METHOD_KNOBS: dict[str, frozenset[str]] = {
     "ar": frozenset(),
     "chain": frozenset({"gamma"}),
-    "draft-tree": frozenset({"width", "depth"}),
+    "draft-tree": frozenset({"width", "depth", "memory_budget"}),
     "medusa": frozenset({"width", "depth", "tree_file"}),
+    # heterogeneous methods (real/hetero, issue 7)
+    "hcmp": frozenset({"width", "depth", "tree_file", "ratio", "workers"}),
+    "dovetail": frozenset({"width", "depth", "workers", "drafter"}),
+    "alspec": frozenset({"lam", "window", "workers"}),
 }
+#: Flag of each knob in error messages.
+KNOB_FLAGS = {"tree_file": "--tree", "lam": "--lambda", "memory_budget": "--memory-budget"}
 TRACE_SUFFIXES = (".csv", ".jsonl", ".json")
 
 
@@ -42,6 +48,13 @@ class RunRequest:
     max_new_tokens: int = 64
     seed: int = 0
     threads: int | None = None    # torch intra-op threads while decoding (None: torch's default)
+    # heterogeneous knobs (real/hetero/request.py checks their values)
+    ratio: float | None = None          # hcmp: share of every split operator on the primary worker
+    workers: str | None = None          # hcmp / dovetail / alspec: "cpu0,cpu1"
+    lam: float | None = None            # alspec: lambda of the norm check
+    window: int | None = None           # alspec: sink / window size S
+    memory_budget: str | None = None    # draft-tree: stream the target's weights under this budget
+    drafter: str | None = None          # dovetail: draft | dgf
 
     def __post_init__(self) -> None:
         check_method(self.method)
@@ -55,19 +68,25 @@ class RunRequest:
             if getattr(self, name) < 1:
                 raise HetSpecError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
         Sampling(self.temperature, self.top_p)
-        given = {k for k in ("width", "depth", "gamma", "tree_file") if getattr(self, k) is not None}
+        given = {k for k in ("width", "depth", "gamma", "tree_file", "ratio", "workers", "lam", "window",
+                             "memory_budget", "drafter") if getattr(self, k) is not None}
         extra = given - METHOD_KNOBS[self.method]
         if extra:
-            flag = "--" + sorted(extra)[0].replace("_file", "").replace("_", "-")
+            first = sorted(extra)[0]
+            flag = KNOB_FLAGS.get(first, "--" + first.replace("_", "-"))
             raise HetSpecError(f"{flag} does not apply to method {self.method}")
+        from real.hetero.request import check_knobs
+
+        check_knobs(self.method, self.ratio, self.workers, self.lam, self.window, self.memory_budget, self.drafter,
+                    self.temperature)
         if self.tree_file is not None and self.width is not None:
-            raise HetSpecError("give either --tree or --width for medusa, not both")
+            raise HetSpecError(f"give either --tree or --width for {self.method}, not both")
         if self.method == "draft-tree" and self.temperature > 0:
             raise HetSpecError("draft-tree verifies greedily (LLMCad); run it with --temperature 0")
         if self.method == "draft-tree" and self.width is not None and self.width < 2:
             raise HetSpecError(f"draft-tree needs --width >= 2 (the root and one draft token), got {self.width}")
-        if self.method == "medusa" and self.top_p != 1.0:
-            raise HetSpecError("medusa's typical acceptance uses --temperature only, not --top-p")
+        if self.method in ("medusa", "hcmp") and self.top_p != 1.0:
+            raise HetSpecError(f"{self.method}'s typical acceptance uses --temperature only, not --top-p")
         if self.tree_file is not None:
             tree = load_tree_file(self.tree_file)
             if self.depth is not None and tree.depth > self.depth:

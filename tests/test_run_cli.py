@@ -8,7 +8,7 @@ from cli_runner import run_cli
 
 
 @pytest.mark.parametrize("args,message", [
-    (["run", "--method", "beam"], "unknown method 'beam'; valid: ar, chain, draft-tree, medusa"),
+    (["run", "--method", "beam"], "unknown method 'beam'; valid: alspec, ar, chain, dovetail, draft-tree, hcmp, medusa"),
     (["run", "--method", "medusa", "--width", "0"], "--width must be >= 1, got 0"),
     (["run", "--method", "draft-tree", "--width", "1"], "draft-tree needs --width >= 2"),
     (["run", "--method", "chain", "--gamma", "0"], "--gamma must be >= 1, got 0"),

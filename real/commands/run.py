@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-METHODS = ("ar", "chain", "draft-tree", "medusa")
+METHODS = ("ar", "chain", "draft-tree", "medusa", "hcmp", "dovetail", "alspec")
 
 
 def register(subparsers) -> None:
@@ -37,6 +37,21 @@ def register(subparsers) -> None:
     p.add_argument("--seed", type=int, default=0, help="prompt selection and sampling seed (default 0)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch threads while decoding (default: torch's; use 1 on a machine shared with other jobs)")
+    p.add_argument("--ratio", type=float, default=None,
+                   help="hcmp: share of every split operator on the first worker, 0..1 (default 0.5)")
+    p.add_argument("--workers", default=None, metavar="W1,W2",
+                   help="hcmp: primary,secondary; dovetail: drafter,verifier; alspec: sender,receiver "
+                        "(cpu0, cpu1, ...: one pinned single-thread worker; cpu: all cores; cuda:0 where CUDA "
+                        "exists; default cpu0,cpu1)")
+    p.add_argument("--lambda", dest="lam", type=float, default=None,
+                   help="alspec: threshold of the norm check ||A~ - A|| < lambda ||A|| (default 0.1; 0 = exact)")
+    p.add_argument("--window", type=int, default=None,
+                   help="alspec: sink and window size S of the approximate attention (default 16)")
+    p.add_argument("--memory-budget", default=None, metavar="SIZE",
+                   help="draft-tree: stream the target's layers from disk under this budget, e.g. 60MB "
+                        "(LLMCad; a bare number is MB)")
+    p.add_argument("--drafter", default=None, metavar="D",
+                   help="dovetail: the demo draft model (default) or the DGF drafter (hetspec train-demo --dgf)")
     p.add_argument("--trace", default=None, metavar="FILE", help="write the per-step trace (.csv, .jsonl, .json)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a summary")
     p.set_defaults(func=handle)
@@ -46,7 +61,8 @@ def _request(args, method: str, only_applicable: bool):
     from real.run_request import METHOD_KNOBS, RunRequest, check_trace_path
 
     check_trace_path(args.trace)
-    knobs = {k: getattr(args, k) for k in ("width", "depth", "gamma", "tree_file")}
+    knobs = {k: getattr(args, k) for k in ("width", "depth", "gamma", "tree_file", "ratio", "workers", "lam",
+                                           "window", "memory_budget", "drafter")}
     if only_applicable:
         knobs = {k: v for k, v in knobs.items() if k in METHOD_KNOBS[method]}
     return RunRequest(method=method, preset=args.preset, temperature=args.temperature, top_p=args.top_p,
@@ -66,6 +82,7 @@ def handle(args: argparse.Namespace) -> int:
 
     result, info = run_demo(request, trace=args.trace, progress=not args.json)
     if args.json:
+        info.pop("summary_lines", None)
         print(json.dumps({**info, **result.to_json()}))
         return 0
     print(f"{result.method} on {info['prompts']} evaluation prompts of the {info['preset']} demo models, "
@@ -73,6 +90,8 @@ def handle(args: argparse.Namespace) -> int:
     print(f"  tokens/s        {result.tokens_per_s:.1f}  (decode {result.decode_s:.3f} s, "
           f"prefill {result.prefill_s:.3f} s)")
     print(f"  tokens/step     {result.mean_accepted_per_step:.2f}  ({result.steps} steps)")
+    for line in info.get("summary_lines", ()):
+        print(line)
     if args.trace:
         print(f"  trace           {args.trace}")
     return 0

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from hwmodels.errors import UnknownNameError
+from real.hetero import HETERO_DECODER_MODULES
 
 #: method name -> module implementing it, and the config class name in that module.
 DECODER_MODULES: dict[str, tuple[str, str]] = {
@@ -21,6 +22,9 @@ DECODER_MODULES: dict[str, tuple[str, str]] = {
     "draft-tree": ("real.decode.draft_tree", "DraftTreeConfig"),
     "medusa": ("real.decode.medusa", "MedusaConfig"),
 }
+#: Every method the real path runs: the single-worker ones above and the heterogeneous ones
+#: (several workers; real/hetero, issue 7).
+ALL_DECODER_MODULES: dict[str, tuple[str, str]] = {**DECODER_MODULES, **HETERO_DECODER_MODULES}
 
 
 @dataclass(frozen=True)
@@ -32,13 +36,13 @@ class Decoder:
 
 def check_method(name: str) -> str:
     """``name`` if the real path implements it; otherwise one line listing the valid names."""
-    if name not in DECODER_MODULES:
-        raise UnknownNameError("method", name, DECODER_MODULES)
+    if name not in ALL_DECODER_MODULES:
+        raise UnknownNameError("method", name, ALL_DECODER_MODULES)
     return name
 
 
 def decoder(name: str) -> Decoder:
     """The real decoder of method ``name``."""
-    module_name, config_name = DECODER_MODULES[check_method(name)]
+    module_name, config_name = ALL_DECODER_MODULES[check_method(name)]
     module = importlib.import_module(module_name)
     return Decoder(name, module.generate, getattr(module, config_name))

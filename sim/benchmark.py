@@ -132,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
                        "contexts": list(SWEEP_CONTEXTS) if not args.quick else [256],
                        "batches": list(SWEEP_BATCHES)},
         "cpus": os.cpu_count(),
+        "load_average_1_5_15": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
     }
     if args.json:
         print(json.dumps(report, indent=1))
@@ -147,6 +148,10 @@ def main(argv: list[str] | None = None) -> int:
           f"({', '.join(methods)}) x {len(SWEEP_ACCEPTANCE)} acceptance x "
           f"{len(report['sweep_grid']['contexts'])} contexts x {len(SWEEP_BATCHES)} batches; "
           f"{skipped} method/problem pairs skipped (no fitting acceptance or device)")
+    if report["load_average_1_5_15"]:
+        load = report["load_average_1_5_15"]
+        print(f"  machine load average {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} on {os.cpu_count()} CPUs "
+              "(other jobs slow every figure above)")
     for method, v in report["sweep_by_method"].items():
         print(f"  {method:<11}{v['configurations']:>8} configurations {v['s']:>7.1f} s {v['configs_per_s']:>9.0f} /s")
     return 0

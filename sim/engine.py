@@ -406,7 +406,6 @@ def simulate(problem, method: str, config=None, steps: int = 10, seed: int | Non
     """Run ``steps`` decode steps of ``method`` (``config``: a StrategyConfig, default the method's
     default) on the engine. ``seed`` draws each step's acceptance; None uses the expectation."""
     from sim.strategies import get_strategy
-    from sim.strategies.base import StrategyConfig
 
     strategy = get_strategy(method)
     config = strategy.resolve(problem, config if config is not None else strategy.default_config(problem))

@@ -16,8 +16,7 @@ from sim.acceptance import AcceptanceModel, load_acceptance
 from sim.model_spec import get_model
 from sim.optimizer import optimize
 from sim.plan import StepPlan, Task
-from sim.strategies import get_strategy
-from sim.strategies.base import Estimate, Knob, Problem, Strategy, StrategyConfig
+from sim.strategies.base import Estimate, Knob, Problem, Strategy
 from sim.sweep import parse_int_list, parse_ratio, sweep, write_table
 from sim.tree import TokenTree
 from sim.tree_search import best_for_cost, greedy_prefix_trees, optimal_tree, optimal_values

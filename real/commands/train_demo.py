@@ -14,6 +14,9 @@ def register(subparsers) -> None:
                     "default: the per-user cache folder), then print the cache folder and the summary.")
     p.add_argument("--preset", default="small", help="demo preset: tiny or small (default small)")
     p.add_argument("--force", action="store_true", help="retrain even when the cache is valid")
+    p.add_argument("--dgf", action="store_true",
+                   help="also train Dovetail's Dynamic-Gating-Fusion drafter on the target's hidden states "
+                        "(cached in <cache>/dgf; used by hetspec run --method dovetail --drafter dgf)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=handle)
 
@@ -23,9 +26,17 @@ def handle(args: argparse.Namespace) -> int:
 
     get_recipe(args.preset)  # an unknown preset fails before torch starts any work
     demo = load_demo(args.preset, force=args.force, progress=True)
+    dgf = None
+    if args.dgf:
+        from real.hetero.dgf_drafter import ensure_dgf
+
+        dgf = ensure_dgf(demo, force=args.force, progress=True)[1]
     if args.json:
-        print(json.dumps(demo.summary, indent=2))
+        print(json.dumps({**demo.summary, "dgf": dgf} if dgf else demo.summary, indent=2))
     else:
         print(f"cache: {demo.folder}\n")
         print(summary_markdown(demo.summary))
+        if dgf:
+            print(f"DGF drafter ({dgf['blocks']} block(s), {dgf['params']:,} trained parameters): "
+                  f"{dgf['eval_top1_agreement']:.3f} {dgf['eval']}; trained in {dgf['train_s']:.0f} s")
     return 0

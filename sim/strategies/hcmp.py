@@ -38,7 +38,9 @@ Both parts of a group stream from the same DRAM, so the closed form prices each 
 the engine's step time; the engine plan is the same groups as tasks with the same barriers.
 
 Ratio 0 or 1 is the single-device Medusa step of :mod:`sim.strategies.medusa` plus nothing
-(no sync, no merge).
+(no sync, no merge). The decode loop's host-side work (acceptance walk, cache compaction; the
+device's measured ``host_costs_us``, only calibrated hosts have them) is the Medusa loop's at every
+ratio, run by the primary: the split step adds it after the heads as the single-device step does.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ from hwmodels.roofline import roofline_time
 from sim.closed_form import concurrent_seconds
 from sim.plan import StepPlan, Task, delay_task
 from sim.step_graph import Op, build_step_graph
-from sim.strategies.base import Estimate, EstimateArrays, Knob, Problem, Strategy, StrategyConfig
+from sim.strategies.base import Estimate, EstimateArrays, Knob, Problem, Strategy, StrategyConfig, host_seconds
 from sim.strategies.medusa import DEFAULT_MAX_WIDTH, MedusaStrategy, head_ops, head_rows, heads_impl, heads_run
 
 SPLITS = ("hcmp", "megatron")
@@ -431,7 +433,8 @@ class HcmpStrategy(Strategy):
         out = np.empty_like(ratios)
         inner = (ratios > 0.0) & (ratios < 1.0)
         if inner.any():
-            out[inner] = build_split_step(problem, config).seconds(problem.platform, ratios[inner])
+            out[inner] = build_split_step(problem, config).seconds(problem.platform, ratios[inner]) + \
+                _split_host_seconds(problem, config)
         if (ratios >= 1.0).any():
             out[ratios >= 1.0] = self._single(problem, config, config.device).step_s
         if (ratios <= 0.0).any():
@@ -446,8 +449,10 @@ class HcmpStrategy(Strategy):
             return replace(single, breakdown={**single.breakdown, "sync": 0.0})
         step = build_split_step(problem, config)
         total = float(step.seconds(problem.platform, np.array([r]))[0])
-        return Estimate(step_s=total, tokens_per_step=tokens, proposed_per_step=config.tree.size - 1,
-                        breakdown={"split": total - step.n_syncs * step.sync_s, "sync": step.n_syncs * step.sync_s})
+        host = _split_host_seconds(problem, config)
+        return Estimate(step_s=total + host, tokens_per_step=tokens, proposed_per_step=config.tree.size - 1,
+                        breakdown={"split": total - step.n_syncs * step.sync_s, "sync": step.n_syncs * step.sync_s,
+                                   "host": host})
 
     def estimate_many(self, problem: Problem, configs: Sequence[StrategyConfig]) -> EstimateArrays:
         step = np.array([self.estimate_ratios(problem, c, np.array([c.partition_ratio]))[0] for c in configs])
@@ -504,8 +509,16 @@ class HcmpStrategy(Strategy):
         else:
             for g in step.groups:
                 emit(g, g.name, g.count)
+        host = _split_host_seconds(problem, config)
+        if host > 0:
+            tasks.append(delay_task("host", host, "accept", last, config.device))
         return StepPlan(tasks=tuple(tasks), tokens_accepted=accepted, tokens_proposed=tree.size - 1,
                         count_phase="verify", count_device=config.device)
+
+
+def _split_host_seconds(problem: Problem, config: StrategyConfig) -> float:
+    """Host-side work of the Medusa loop around a split step, on the primary (0 without measured host costs)."""
+    return float(host_seconds(problem, "medusa", config.device, nodes=config.tree.size))
 
 
 def _other_device(problem: Problem, device: str) -> str:

@@ -13,8 +13,9 @@ One round (Dovetail §III-A, Fig. 5; seeds/notes/dovetail.md §1):
      z = sigmoid([h1; h2] Wz), f = z * h1 + (1 - z) * h2; W1, W2: d x d, Wz: 2d x d), then the
      target's final norm and LM head (a frozen copy on the accelerator);
    - ``eagle2``: the same with EAGLE's fusion fc([h; e]) (2d x d) instead of DGF;
-   - a model preset (``tinyllama-1.1b``, ``sheared-llama-1.3b``, ...; or ``draft_model``): a
-     whole small LLM drafts the same tree from token ids alone.
+   - a model preset (``tinyllama-1.1b``, ``sheared-llama-1.3b``, ...; or ``draft_model``; or the path
+     of a ``config.json``, e.g. the real path's demo draft model): a whole small LLM drafts the same
+     tree from token ids alone.
 
    Dovetail §II eq. (1) writes the draft cost of a chain as gamma * T_D; the implementation drafts a
    tree, so a round costs (1 + depth) passes of top-k tokens whatever the verified width (the
@@ -282,7 +283,7 @@ class DovetailStrategy(Strategy):
         draft_device = config.draft_device or platform.accelerator.name
         opts = dict(config.options)
         drafter = config.draft_model or opts.get("drafter") or _default_drafter(problem.acceptance)
-        if drafter not in FEATURE_DRAFTERS and drafter not in model_names():
+        if drafter not in FEATURE_DRAFTERS and drafter not in model_names() and not _is_config_path(drafter):
             raise UnknownNameError("dovetail drafter", drafter, FEATURE_DRAFTERS + ("<model preset>",))
         blocks = opts.get("drafter_blocks")
         if drafter in FEATURE_DRAFTERS:
@@ -430,6 +431,15 @@ class DovetailStrategy(Strategy):
 
 
 # ---------------------------------------------------------------------- helpers
+def _is_config_path(name: str) -> bool:
+    """A drafter given as a Hugging Face ``config.json`` (file or folder), as ``draft_model`` of the other
+    draft-model strategies takes it (e.g. the real path's demo draft model: real/validation_hetero.py)."""
+    from pathlib import Path
+
+    path = Path(name)
+    return path.suffix == ".json" and path.is_file() or (path / "config.json").is_file()
+
+
 def _positive_int(value, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise HetSpecError(f"option {name} must be an integer >= 1 (got {value!r})")

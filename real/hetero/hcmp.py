@@ -63,21 +63,26 @@ class HcmpConfig:
 class HcmpRuntime:
     """What a run of ``hcmp`` keeps between prompts: the workers and the target cut once."""
 
-    def __init__(self, models, config: HcmpConfig):
+    def __init__(self, models, config: HcmpConfig, session: WorkerSession | None = None):
+        """``session``: workers already started (e.g. one session for a sweep over ratios); else its own."""
         require(models, "heads", NAME)
         self.models = models
         self.target = models.target
         self.workers = parse_workers(config.workers, 2)
-        self.session = WorkerSession(self.workers)
+        if session is not None and session.workers[:2] != self.workers:
+            raise HetSpecError(f"hcmp: the session's workers are not {','.join(config.workers)}")
+        self._owns_session = session is None
+        self.session = session or WorkerSession(self.workers)
         try:
             self.split = SplitTarget(models.target, models.heads, config.ratio,
                                      (self.workers[0].device, self.workers[1].device), config.separate_buffers)
         except BaseException:
-            self.session.close()
+            self.close()
             raise
 
     def close(self) -> None:
-        self.session.close()
+        if self._owns_session:
+            self.session.close()
 
     def __enter__(self) -> "HcmpRuntime":
         return self
@@ -86,8 +91,8 @@ class HcmpRuntime:
         self.close()
 
 
-def prepare(models, config: HcmpConfig) -> HcmpRuntime:
-    return HcmpRuntime(models, config)
+def prepare(models, config: HcmpConfig, session: WorkerSession | None = None) -> HcmpRuntime:
+    return HcmpRuntime(models, config, session)
 
 
 def _record_spans(clock: Clock, runtime: HcmpRuntime, step: int, phase: str, spans) -> None:

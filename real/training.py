@@ -184,16 +184,25 @@ def train_causal_lm(model: Transformer, stream: Tensor, cfg: TrainConfig, desc: 
 
 
 def distill_on_continuations(model: Transformer, data: Continuations, cfg: TrainConfig,
-                             desc: str = "distill", progress: bool = True) -> TrainResult:
+                             stream: Tensor | None = None, desc: str = "distill",
+                             progress: bool = True) -> TrainResult:
     """Train ``model`` to reproduce the target's greedy continuations (loss on generated tokens:
-    each row's prompt is context only)."""
+    each row's prompt is context only). With ``stream``, every step adds the next-token loss
+    on ``cfg.batch`` corpus windows of ``cfg.seq_len`` tokens, so the draft keeps modelling
+    real text instead of memorising the continuations (which alone ruins its perplexity)."""
     seqs = data.tokens
     model.train()
 
     def loss_fn(step: int, gen: torch.Generator) -> tuple[Tensor, int]:
         rows = torch.randint(0, seqs.shape[0], (cfg.batch,), generator=gen)
         # label j is token j+1: the first generated token (index prompt_len) is label prompt_len-1
-        return _lm_loss(model, seqs[rows], first_label=data.prompt_len - 1)
+        loss, n = _lm_loss(model, seqs[rows], first_label=data.prompt_len - 1)
+        if stream is not None:
+            window = cfg.seq_len + 1
+            starts = torch.randint(0, stream.numel() - window, (cfg.batch,), generator=gen)
+            corpus_loss, m = _lm_loss(model, torch.stack([stream[s:s + window] for s in starts.tolist()]))
+            loss, n = loss + corpus_loss, n + m
+        return loss, n
 
     result = _run([p for p in model.parameters() if p.requires_grad], loss_fn, cfg, desc, progress)
     model.eval()

@@ -192,12 +192,13 @@ def chain_density(q) -> np.ndarray:
 
 
 def op_seconds(model: ModelSpec, platform: Platform, device: str, q, s, b=1, density=None,
-               dtype: str | None = None) -> tuple[StepPolynomial, np.ndarray]:
+               dtype: str | None = None, resident: bool | None = None) -> tuple[StepPolynomial, np.ndarray]:
     """Seconds of every operator (all instances) of a step: ``[..., n_ops]`` over broadcast (q, s, b).
 
     ``density`` is the tree-mask density (default: a causal chain). ``s`` must be all > 0 or all
     0 (the two graph families differ in their operators). A model whose weights fit in the
-    device's last-level cache is priced cache-resident (:meth:`Device.holds`).
+    device's last-level cache is priced cache-resident (:meth:`Device.holds`); ``resident`` overrides
+    that (a strategy knows which other models share the cache during the step).
     """
     s_arr = np.asarray(s)
     if np.any(s_arr > 0) and np.any(s_arr == 0):
@@ -207,16 +208,17 @@ def op_seconds(model: ModelSpec, platform: Platform, device: str, q, s, b=1, den
     arr = poly.arrays(b, q, s)
     dens = chain_density(q) if density is None else np.asarray(density, dtype=float)
     nbytes = arr["weight_bytes"] + arr["act_bytes"] + arr["kv_bytes"]
-    resident = dev.cache_gb is not None and dev.holds(weight_working_set(model, poly.dtype))
+    if resident is None:
+        resident = dev.cache_gb is not None and dev.holds(weight_working_set(model, poly.dtype))
     t = roofline_arrays(dev, poly.dtype, arr["flops"], nbytes, arr["tokens"], np.asarray(dens)[..., None],
                         poly.launches, standalone_bw(platform, device), poly.masked, resident)
     return poly, t["time_s"] * poly.count
 
 
 def step_seconds(model: ModelSpec, platform: Platform, device: str, q, s, b=1, density=None,
-                 dtype: str | None = None) -> np.ndarray:
+                 dtype: str | None = None, resident: bool | None = None) -> np.ndarray:
     """Seconds of one forward step of ``model`` on ``device`` alone, over broadcast (q, s, b, density)."""
-    _, per_op = op_seconds(model, platform, device, q, s, b, density, dtype)
+    _, per_op = op_seconds(model, platform, device, q, s, b, density, dtype, resident)
     out = per_op.sum(axis=-1)
     return out
 

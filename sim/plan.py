@@ -187,18 +187,21 @@ def op_task(op: Op, platform: Platform, device: str, dtype: str, name: str, phas
 
 
 def graph_tasks(graph: StepGraph, platform: Platform, device: str, prefix: str, phase: str,
-                deps: Sequence[str] = (), per_layer: bool = False, priority: int = 0) -> list[Task]:
+                deps: Sequence[str] = (), per_layer: bool = False, priority: int = 0,
+                resident: bool | None = None) -> list[Task]:
     """The operators of ``graph`` on ``device`` as a chain of tasks (each after the previous).
 
     ``per_layer=False`` emits one task per operator covering all its instances (a compact plan
     whose total equals the priced step); ``per_layer=True`` emits the layer operators layer by
     layer (``<prefix>/L<i>/<op>``), the order a real forward runs in, for readable traces.
-    The first task depends on ``deps``.
+    The first task depends on ``deps``. ``resident`` overrides the cache residency of the model's
+    weights (default: whether they fit the device's cache on their own).
     """
     out: list[Task] = []
     last: tuple[str, ...] = tuple(deps)
     dev = platform.device(device)
-    resident = dev.cache_gb is not None and dev.holds(weight_working_set(graph.model, graph.dtype))
+    if resident is None:
+        resident = dev.cache_gb is not None and dev.holds(weight_working_set(graph.model, graph.dtype))
 
     def add(op: Op, name: str, instances: int | None) -> None:
         nonlocal last

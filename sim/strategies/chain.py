@@ -24,7 +24,7 @@ from sim.model_spec import ModelSpec, get_model
 from sim.plan import StepPlan, delay_task, graph_tasks, transfer_task
 from sim.step_graph import build_step_graph
 from sim.strategies.base import (DEFAULT_DRAFT_MODEL, Estimate, EstimateArrays, Knob, Problem, Strategy, StrategyConfig,
-                                 fitting_devices, host_seconds, require_fit)
+                                 co_resident, fitting_devices, host_seconds, require_fit)
 
 #: Draft lengths searched: 1..8. Medusa's Fig. 7 finds gamma 3-4 best with Llama-68M and "larger
 #: gamma degrades throughput"; 8 leaves room for CPU-target platforms where verification is dear.
@@ -34,16 +34,19 @@ TOKEN_ID_BYTES = 8
 
 
 def draft_seconds(problem: Problem, draft: ModelSpec, device: str, gamma: int) -> float:
-    """Seconds of ``gamma`` one-token forwards of ``draft`` with the cache growing from the context."""
+    """Seconds of ``gamma`` one-token forwards of ``draft`` with the cache growing from the context
+    (cache-resident only if the draft and the target fit the device's cache together)."""
     if gamma <= 0:
         return 0.0
+    resident = co_resident(problem, device, problem.model, draft)
     contexts = problem.context + np.arange(gamma)
     total = 0.0
     if contexts[0] == 0:
-        total += float(step_seconds(draft, problem.platform, device, 1, 0, problem.batch))
+        total += float(step_seconds(draft, problem.platform, device, 1, 0, problem.batch, resident=resident))
         contexts = contexts[1:]
     if contexts.size:
-        total += float(step_seconds(draft, problem.platform, device, 1, contexts, problem.batch).sum())
+        total += float(step_seconds(draft, problem.platform, device, 1, contexts, problem.batch,
+                                    resident=resident).sum())
     return total
 
 
@@ -58,6 +61,12 @@ class ChainStrategy(Strategy):
 
     def _draft(self, config: StrategyConfig) -> ModelSpec:
         return get_model(config.draft_model or DEFAULT_DRAFT_MODEL)
+
+    def _resident(self, problem: Problem, config: StrategyConfig) -> bool | None:
+        """The target's residency: with the draft on the same device, only if both fit the cache."""
+        if config.draft_device != config.device:
+            return None
+        return co_resident(problem, config.device, problem.model, self._draft(config))
 
     def search_space(self, problem: Problem) -> tuple[Knob, ...]:
         problem.need_acceptance(self.name).need_alpha()
@@ -94,7 +103,7 @@ class ChainStrategy(Strategy):
         gamma = config.draft_depth
         draft = draft_seconds(problem, self._draft(config), config.draft_device, gamma)
         verify = float(step_seconds(problem.model, problem.platform, config.device, gamma + 1, problem.context,
-                                    problem.batch))
+                                    problem.batch, resident=self._resident(problem, config)))
         to_target, to_draft = self._transfer_s(problem, config)
         tokens = float(problem.acceptance.chain_tokens(gamma))
         host = float(host_seconds(problem, self.name, config.device, passes=gamma, nodes=gamma + 1))
@@ -118,14 +127,17 @@ class ChainStrategy(Strategy):
                 contexts = problem.context + np.arange(len(per_pass), g_max)
                 if contexts.size:
                     per_pass += list(step_seconds(self._draft(c), problem.platform, c.draft_device, 1, contexts,
-                                                  problem.batch))
+                                                  problem.batch,
+                                                  resident=co_resident(problem, c.draft_device, problem.model,
+                                                                       self._draft(c))))
                 draft_cum[key] = np.concatenate([[0.0], np.cumsum(per_pass)])
-            if c.device not in verify:
-                verify[c.device] = np.concatenate([[0.0], step_seconds(problem.model, problem.platform, c.device,
-                                                                       np.arange(2, g_max + 2), problem.context,
-                                                                       problem.batch)])
+            if (c.device, c.draft_model) not in verify:
+                verify[(c.device, c.draft_model)] = np.concatenate([[0.0], step_seconds(
+                    problem.model, problem.platform, c.device, np.arange(2, g_max + 2), problem.context,
+                    problem.batch, resident=self._resident(problem, c))])
             to_target, to_draft = self._transfer_s(problem, c)
-            step[i] = (draft_cum[key][c.draft_depth] + verify[c.device][c.draft_depth] + to_target + to_draft
+            step[i] = (draft_cum[key][c.draft_depth] + verify[(c.device, c.draft_model)][c.draft_depth] + to_target
+                       + to_draft
                        + host_seconds(problem, self.name, c.device, passes=c.draft_depth, nodes=c.draft_depth + 1))
         tokens = np.asarray(problem.acceptance.chain_tokens(gammas), dtype=float)
         return EstimateArrays(step_s=step, tokens_per_step=tokens, proposed_per_step=gammas.astype(float))
@@ -138,12 +150,14 @@ class ChainStrategy(Strategy):
         for j in range(gamma):
             graph = build_step_graph(draft, 1, problem.context + j, problem.batch)
             deps = (tasks[-1].name,) if tasks else ()
-            tasks += graph_tasks(graph, platform, config.draft_device, f"draft{j}", "draft", deps, per_layer)
+            tasks += graph_tasks(graph, platform, config.draft_device, f"draft{j}", "draft", deps, per_layer,
+                                 resident=co_resident(problem, config.draft_device, problem.model, draft))
         if config.draft_device != config.device:
             tasks.append(transfer_task(platform, config.draft_device, config.device,
                                        TOKEN_ID_BYTES * gamma * problem.batch, "to_target", deps=(tasks[-1].name,)))
         graph = build_step_graph(problem.model, gamma + 1, problem.context, problem.batch)
-        tasks += graph_tasks(graph, platform, config.device, "verify", "verify", (tasks[-1].name,), per_layer)
+        tasks += graph_tasks(graph, platform, config.device, "verify", "verify", (tasks[-1].name,), per_layer,
+                             resident=self._resident(problem, config))
         if config.draft_device != config.device:
             tasks.append(transfer_task(platform, config.device, config.draft_device,
                                        TOKEN_ID_BYTES * (gamma + 1) * problem.batch, "to_draft", deps=(tasks[-1].name,)))

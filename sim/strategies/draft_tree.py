@@ -61,7 +61,8 @@ from sim.closed_form import step_seconds
 from sim.model_spec import ModelSpec, get_model
 from sim.plan import StepPlan, Task, delay_task, graph_tasks
 from sim.step_graph import build_step_graph
-from sim.strategies.base import DEFAULT_DRAFT_MODEL, Estimate, Knob, Problem, Strategy, StrategyConfig, host_seconds
+from sim.strategies.base import (DEFAULT_DRAFT_MODEL, Estimate, Knob, Problem, Strategy, StrategyConfig, co_resident,
+                                 host_seconds)
 from sim.tree import TokenTree
 from sim.tree_search import greedy_trees
 
@@ -343,10 +344,17 @@ class DraftTreeStrategy(Strategy):
         cumulative = np.concatenate([[0.0], np.cumsum(passes)])
         load = load_seconds(platform, config.device, plan.streamed) if plan.streamed > 0 else 0.0
         verify = step_seconds(problem.model, platform, config.device, sizes, problem.context, problem.batch,
-                              np.array([t.mask_density for t in trees]))
+                              np.array([t.mask_density for t in trees]),
+                              resident=self._target_resident(problem, config))
         host = host_seconds(problem, self.name, config.device, passes=sizes - 1, nodes=sizes)
         return {"draft": cumulative[sizes - 1], "load": np.full(len(trees), load), "verify": np.asarray(verify, float),
                 "host": np.asarray(host, float) * np.ones(len(trees))}
+
+    def _target_resident(self, problem: Problem, config: StrategyConfig) -> bool | None:
+        """With the draft on the target's device, the target stays in the cache only if both fit."""
+        if config.draft_device != config.device:
+            return None
+        return co_resident(problem, config.device, problem.model, self._draft(problem, config))
 
     def _round_s(self, parts: dict, pipeline: bool):
         if pipeline:
@@ -402,7 +410,8 @@ class DraftTreeStrategy(Strategy):
         for j in range(tree.size - 1):
             graph = build_step_graph(draft, 1, problem.context + j, problem.batch)
             deps = (tasks[-1].name,) if tasks else ()
-            tasks += graph_tasks(graph, platform, config.draft_device, f"draft{j}", "draft", deps, per_layer)
+            tasks += graph_tasks(graph, platform, config.draft_device, f"draft{j}", "draft", deps, per_layer,
+                                 resident=co_resident(problem, config.draft_device, problem.model, draft))
         last_draft = tasks[-1].name
         deps_verify = [last_draft]
         if link is not None:
@@ -411,7 +420,8 @@ class DraftTreeStrategy(Strategy):
             tasks.append(load)
             deps_verify.append("load")
         graph = build_step_graph(problem.model, tree.size, problem.context, problem.batch, tree=tree)
-        tasks += graph_tasks(graph, platform, config.device, "verify", "verify", tuple(deps_verify), per_layer)
+        tasks += graph_tasks(graph, platform, config.device, "verify", "verify", tuple(deps_verify), per_layer,
+                             resident=self._target_resident(problem, config))
         host = float(host_seconds(problem, self.name, config.device, passes=tree.size - 1, nodes=tree.size))
         if host > 0:
             tasks.append(delay_task("host", host, "accept", (tasks[-1].name,), config.device))
@@ -442,13 +452,15 @@ def _draft_pass_seconds(problem: Problem, draft: ModelSpec, device: str, passes:
     (the tree decoder feeds one tree token per pass); as :func:`sim.strategies.chain.draft_seconds`."""
     if passes <= 0:
         return np.zeros(0)
+    resident = co_resident(problem, device, problem.model, draft)   # the target evicts it otherwise
     contexts = problem.context + np.arange(passes)
     out = []
     if contexts[0] == 0:
-        out.append(float(step_seconds(draft, problem.platform, device, 1, 0, problem.batch)))
+        out.append(float(step_seconds(draft, problem.platform, device, 1, 0, problem.batch, resident=resident)))
         contexts = contexts[1:]
     if contexts.size:
-        out += list(np.atleast_1d(step_seconds(draft, problem.platform, device, 1, contexts, problem.batch)))
+        out += list(np.atleast_1d(step_seconds(draft, problem.platform, device, 1, contexts, problem.batch,
+                                               resident=resident)))
     return np.asarray(out, dtype=float)
 
 

@@ -34,7 +34,7 @@ from sim.plan import StepPlan, delay_task, graph_tasks, ops_tasks
 from sim.step_graph import ACT_FLOPS_PER_ELEMENT, ADD_FLOPS_PER_ELEMENT, Op, build_step_graph, elementwise_op, linear_op
 from sim.step_timing import price_op
 from sim.strategies.base import (Estimate, EstimateArrays, Knob, Problem, Strategy, StrategyConfig,
-                                 fitting_devices, host_seconds, require_fit)
+                                 co_resident, fitting_devices, host_seconds, require_fit)
 from sim.tree import TokenTree
 from sim.tree_search import dp_table, greedy_trees, medusa_list_tree
 
@@ -73,11 +73,11 @@ def head_ops(model: ModelSpec, tokens: int, n_heads: int, dtype: str | None = No
 
 
 def heads_resident(problem: Problem, device: str, n_heads) -> bool:
-    """Whether the weights of ``n_heads`` heads (the largest count asked) fit in ``device``'s cache."""
-    dev = problem.platform.device(device)
+    """Whether the target and the weights of ``n_heads`` heads (the largest count asked) fit in
+    ``device``'s cache together (each evicts the other every step otherwise)."""
     h, v = problem.model.hidden, problem.model.vocab
     per_head = (h * h + h * v) * DTYPE_BYTES[problem.model.dtype]
-    return dev.cache_gb is not None and dev.holds(per_head * float(np.max(n_heads)))
+    return co_resident(problem, device, problem.model, extra_bytes=per_head * float(np.max(n_heads)))
 
 
 #: How the heads run: ``reference`` (Medusa's code: one ResBlock and projection per head, on every
@@ -211,7 +211,8 @@ class MedusaStrategy(Strategy):
     def estimate(self, problem: Problem, config: StrategyConfig) -> Estimate:
         tree = config.tree
         verify = float(step_seconds(problem.model, problem.platform, config.device, tree.size, problem.context,
-                                    problem.batch, tree.mask_density))
+                                    problem.batch, tree.mask_density,
+                                    resident=heads_resident(problem, config.device, heads_run(config))))
         heads = heads_seconds(problem, config.device, head_rows(config), heads_run(config),
                               batched=heads_impl(config) == "hetspec")
         host = float(host_seconds(problem, self.name, config.device, nodes=tree.size))
@@ -235,8 +236,11 @@ class MedusaStrategy(Strategy):
             if batched.any():
                 heads = np.where(batched, [heads_seconds(problem, device, r, d, batched=True)
                                            for r, d in zip(rows, depth)], heads)
-            step[idx] = (step_seconds(problem.model, problem.platform, device, q, problem.context, problem.batch, dens)
-                         + heads + host_seconds(problem, self.name, device, nodes=q))
+            verify = np.array([float(step_seconds(problem.model, problem.platform, device, qi, problem.context,
+                                                  problem.batch, di, resident=heads_resident(problem, device, ki)))
+                               for qi, di, ki in zip(q, dens, depth)]) if problem.platform.device(device).cache_gb \
+                else step_seconds(problem.model, problem.platform, device, q, problem.context, problem.batch, dens)
+            step[idx] = verify + heads + host_seconds(problem, self.name, device, nodes=q)
         return EstimateArrays(step_s=step, tokens_per_step=tokens, proposed_per_step=proposed)
 
     # ------------------------------------------------------------------ engine plan
@@ -244,7 +248,8 @@ class MedusaStrategy(Strategy):
              per_layer: bool = False) -> StepPlan:
         tree = config.tree
         graph = build_step_graph(problem.model, tree.size, problem.context, problem.batch, tree=tree)
-        tasks = graph_tasks(graph, problem.platform, config.device, "verify", "verify", per_layer=per_layer)
+        tasks = graph_tasks(graph, problem.platform, config.device, "verify", "verify", per_layer=per_layer,
+                            resident=heads_resident(problem, config.device, heads_run(config)))
         tasks += ops_tasks(head_ops(problem.model, head_rows(config) * problem.batch, heads_run(config),
                                     batched=heads_impl(config) == "hetspec"),
                            problem.platform, config.device, graph.dtype, "heads", "draft", deps=(tasks[-1].name,),

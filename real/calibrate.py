@@ -61,9 +61,12 @@ DRAM_WORKING_SET_LLC = 8
 #: Pool of distinct GEMM weights for the cold (DRAM-streamed) rates, in multiples of the cache: each
 #: weight is evicted long before it is used again.
 COLD_POOL_LLC = 4
-#: Stream working set for the cache bandwidth, as a fraction of the last-level cache (small enough
-#: to stay resident next to the code and other data, large enough to leave the private L2).
-CACHE_WORKING_SET_LLC = 0.25
+#: Stream working sets (MiB) probed for the *effective* cache: on a machine whose last-level cache
+#: is shared with other cores or tenants, less of it is ours than the OS reports. Sizes from 2 MiB
+#: (past a private L2) up to the reported last-level cache.
+CACHE_PROBE_MIB = (2, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+#: Weights of at most this size give the in-cache GEMM curve (larger ones may not stay resident).
+WARM_WEIGHT_MAX_BYTES = 4 * 2**20
 #: Single-thread workers linked to one another by ``unified`` links (all pairs among the first
 #: ones; a machine with hundreds of cores would otherwise get tens of thousands of links).
 MAX_LINKED_WORKERS = 8
@@ -86,14 +89,15 @@ class Settings:
     label: str = "full"
 
 
-#: Token counts 1..256 (the issue's range) and weight shapes around the demo and random-weight
-#: models' layers (hidden 512-1024, MLP 1408-4096); all fit in a 32 MiB cache, so the rates are
-#: compute rates (DRAM is priced by ``mem_bw_gbps``), and 2048 x 2048 gives the peak.
-FULL = Settings(m_values=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+#: Token counts 1..256 (the issue's range), dense where verification widths and draft lengths live
+#: (the curve is read as a step function, and CPU GEMM kernels change path between small M: here
+#: M = 2 runs slower per row than M = 3 or 4), and weight shapes around the demo and random-weight
+#: models' layers (hidden 512-1024, MLP 1408-4096); 2048 x 2048 gives the peak.
+FULL = Settings(m_values=(1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 20, 24, 32, 48, 64, 96, 128, 192, 256),
                 shapes=((512, 512), (512, 2048), (2048, 512), (1024, 1024), (2048, 2048)),
                 repeats=7, warmup=2)
-QUICK = Settings(m_values=(1, 4, 16, 64, 256), shapes=((512, 512), (1024, 1024)), repeats=5, warmup=1,
-                 overhead_repeats=5, loop_repeats=3, label="quick")
+QUICK = Settings(m_values=(1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64, 128, 256), shapes=((512, 512), (1024, 1024)),
+                 repeats=5, warmup=1, overhead_repeats=5, loop_repeats=3, label="quick")
 
 
 def settings_for(quick: bool) -> Settings:
@@ -160,6 +164,8 @@ class WorkerMeasurement:
     cache_efficiency_curve: tuple[tuple[int, float], ...]  # warm: a model resident in the cache
     dram_bw_bytes_per_s: float
     cache_bw_bytes_per_s: float
+    cache_bytes: int              # effective cache: the largest working set still streaming from it
+    cache_curve: tuple            # (working-set bytes, triad bytes/s) probed
     dispatch_s: float
     overhead: object              # real.microbench.LayerOverhead
     loops: tuple = ()             # real.microbench.LoopSample rows: the real decode loops on the probe
@@ -202,6 +208,24 @@ def _efficiency_curve(points, peak: float, m_values) -> tuple[tuple[int, float],
     return tuple(curve)
 
 
+def effective_cache(curve, dram_bw: float) -> tuple[int, float]:
+    """``(bytes, bytes/s)`` of the cache this process really gets: the largest probed working set whose
+    triad bandwidth is above the geometric midpoint of the fastest one and DRAM's, and the median
+    bandwidth of the working sets up to it (the first probe if none qualifies)."""
+    import math
+    import statistics
+
+    if not curve:
+        return 0, dram_bw
+    top = max(bw for _, bw in curve)
+    cut = math.sqrt(top * dram_bw)
+    inside = [(ws, bw) for ws, bw in curve if bw >= cut]
+    if not inside:
+        return int(curve[0][0]), float(curve[0][1])
+    size = max(ws for ws, _ in inside)
+    return int(size), float(statistics.median(bw for ws, bw in curve if ws <= size))
+
+
 def _measure_worker(threads: int, settings: Settings, dram_ws: int, cache_ws: int, cold_pool: int,
                     tick) -> WorkerMeasurement:
     from real import microbench as mb
@@ -213,7 +237,9 @@ def _measure_worker(threads: int, settings: Settings, dram_ws: int, cache_ws: in
     peak = max(p.flops_per_s for p in warm + cold)
     dram = mb.stream_bandwidth(dram_ws, threads, settings.repeats, settings.warmup)
     tick()
-    cache = mb.stream_bandwidth(cache_ws, threads, settings.repeats, settings.warmup)
+    cache_curve = tuple((mib * 2**20, mb.stream_bandwidth(mib * 2**20, threads, settings.repeats, settings.warmup))
+                        for mib in CACHE_PROBE_MIB if mib * 2**20 <= max(cache_ws, 2 * 2**20))
+    cache_bytes, cache = effective_cache(cache_curve, dram)
     tick()
     dispatch = mb.dispatch_overhead_s(threads, settings.repeats, settings.warmup)
     overhead = mb.layer_overhead(threads, settings.overhead_repeats, settings.warmup + 2)
@@ -224,8 +250,11 @@ def _measure_worker(threads: int, settings: Settings, dram_ws: int, cache_ws: in
     tick()
     return WorkerMeasurement(threads=threads, gemm_warm=warm, gemm_cold=cold, peak_flops_per_s=peak,
                              efficiency_curve=_efficiency_curve(cold, peak, settings.m_values),
-                             cache_efficiency_curve=_efficiency_curve(warm, peak, settings.m_values),
+                             cache_efficiency_curve=_efficiency_curve(
+                                 [p for p in warm if 4 * p.k * p.n <= WARM_WEIGHT_MAX_BYTES] or warm, peak,
+                                 settings.m_values),
                              dram_bw_bytes_per_s=dram, cache_bw_bytes_per_s=cache, dispatch_s=dispatch,
+                             cache_bytes=cache_bytes, cache_curve=cache_curve,
                              overhead=overhead, loops=loops, streaming=streaming)
 
 
@@ -240,7 +269,7 @@ def measure(settings: Settings, progress: bool = True, command: str = "hetspec c
     all_threads = torch.get_num_threads()
     llc, llc_source = llc_bytes()
     dram_ws = settings.dram_working_set_bytes or DRAM_WORKING_SET_LLC * llc
-    cache_ws = int(CACHE_WORKING_SET_LLC * llc)
+    cache_ws = llc
     cold_pool = settings.cold_pool_bytes or COLD_POOL_LLC * llc
     gemm_ticks = 2 * len(settings.m_values) * len(settings.shapes)
     total = 2 * (gemm_ticks + 5) + 2
@@ -289,15 +318,19 @@ def _device(name: str, w: WorkerMeasurement, cal: Calibration, description: str)
                                   f"weights totalling {COLD_POOL_LLC} x the last-level cache) divided by "
                                   f"peak_tflops ({thr}, median of {s.repeats}) {on}"),
         "cache_gemm_efficiency_curve": (f"measured {by}: as gemm_efficiency_curve with the weight resident in the "
-                                        f"cache (the same weight every call) ({thr}, median of {s.repeats}) {on}"),
+                                        f"cache (the same weight every call; shapes of at most "
+                                        f"{_mib(WARM_WEIGHT_MAX_BYTES)}) ({thr}, median of {s.repeats}) {on}"),
         "mem_bw_gbps": (f"measured: {w.dram_bw_bytes_per_s / 1e9:.1f} GB/s {by} (stream triad a = b + 3c, "
                         f"3 arrays totalling {_mib(cal.dram_working_set_bytes)} = {DRAM_WORKING_SET_LLC} x the "
                         f"last-level cache; {thr}, median of {s.repeats}) {on}"),
         "bw_efficiency": "1: mem_bw_gbps is the measured achievable stream bandwidth, not a datasheet peak",
-        "cache_gb": f"last-level cache: {cal.llc_source}",
-        "cache_bw_gbps": (f"measured: {w.cache_bw_bytes_per_s / 1e9:.1f} GB/s {by} (stream triad, 3 arrays "
-                          f"totalling {_mib(cal.cache_working_set_bytes)} = {CACHE_WORKING_SET_LLC} x the last-level "
-                          f"cache; {thr}, median of {s.repeats}) {on}"),
+        "cache_gb": (f"measured {by}: stream triad at working sets "
+                     + ", ".join(f"{_mib(ws)} {bw / 1e9:.0f}" for ws, bw in w.cache_curve)
+                     + f" GB/s (DRAM {w.dram_bw_bytes_per_s / 1e9:.0f}); the largest still above the geometric "
+                       f"midpoint of the fastest and DRAM ({_mib(w.cache_bytes)}) is the cache this process gets "
+                       f"(the OS reports {cal.llc_source}; {thr}, median of {s.repeats}) {on}"),
+        "cache_bw_gbps": (f"measured: {w.cache_bw_bytes_per_s / 1e9:.1f} GB/s {by} (stream triad, median over the "
+                          f"working sets up to the effective cache; {thr}, median of {s.repeats}) {on}"),
         "mem_capacity_gb": f"os.sysconf: {cal.memory_bytes / 1e9:.1f} GB of physical memory",
         "op_overhead_us": (f"measured: {ov.per_op_s * 1e6:.2f} us per step-graph operator {by}: the real path's "
                            f"forward (real/model.py at hidden {ov.hidden}, compute negligible, {ov.context} cached "
@@ -323,7 +356,7 @@ def _device(name: str, w: WorkerMeasurement, cal: Calibration, description: str)
         cache_op_overhead_us=round(ov.per_op_s * 1e6, 3), token_tile=1,
         sparse_attn_efficiency=0.0, cores=w.threads, gemm_efficiency_curve=w.efficiency_curve,
         cache_gemm_efficiency_curve=w.cache_efficiency_curve,
-        cache_gb=round(cal.llc_bytes / 1e9, 6), cache_bw_gbps=round(w.cache_bw_bytes_per_s / 1e9, 3),
+        cache_gb=round(w.cache_bytes / 1e9, 6), cache_bw_gbps=round(w.cache_bw_bytes_per_s / 1e9, 3),
         sources=sources)
     if w.streaming is not None:
         per_op, source = streaming_overhead(device, w.streaming, thr, s, by, on)
@@ -339,7 +372,7 @@ def _device(name: str, w: WorkerMeasurement, cal: Calibration, description: str)
 def streaming_overhead(device: Device, probe, thr: str, settings: Settings, by: str, on: str) -> tuple[float, str]:
     """Fixed seconds per operator launch of a model whose weights stream from DRAM: the streaming
     probe's step minus what the model prices for it without fixed costs, over its launches (mean of
-    the one-token and the two-token masked step). Small operators between weight streams find their
+    the one-token and the masked verification step). Small operators between weight streams find their
     data evicted, so they cost more than in the cache-resident probe."""
     from sim.closed_form import step_seconds
     from sim.step_graph import build_step_graph
@@ -349,12 +382,12 @@ def streaming_overhead(device: Device, probe, thr: str, settings: Settings, by: 
     spec = probe.spec
     launches = sum(op.launches * op.count for op in build_step_graph(spec, 1, probe.context).ops)
     rest = [(t - float(step_seconds(spec, platform, bare.name, q, probe.context))) / launches
-            for t, q in ((probe.unmasked_s, 1), (probe.masked_s, 2))]
+            for t, q in ((probe.unmasked_s, 1), (probe.masked_s, probe.masked_tokens))]
     per_op = max(sum(rest) / len(rest), 0.0)
     source = (f"measured: {per_op * 1e6:.2f} us per step-graph operator {by}: a random-weight decoder larger than "
               f"the last-level cache ({spec.n_layers} layers, hidden {spec.hidden}, {spec.weight_bytes() / 1e6:.0f} MB "
               f"of fp32 weights) takes {probe.unmasked_s * 1e3:.2f} ms for one token and {probe.masked_s * 1e3:.2f} ms "
-              f"for two under a tree mask; minus the model's price of its GEMMs and memory traffic (the DRAM GEMM "
+              f"for {probe.masked_tokens} under a tree mask; minus the model's price of its GEMMs and memory traffic (the DRAM GEMM "
               f"curve), the rest over its {launches} operators ({thr}, median of {settings.overhead_repeats}) {on}. "
               f"Models that fit the cache use cache_op_overhead_us")
     return per_op, source

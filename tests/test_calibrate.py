@@ -230,3 +230,22 @@ def test_strategies_price_the_host_costs_in_closed_form_and_plan(method, knobs, 
         out[name] = est.step_s
     host_s = 1e-6 * (40.0 + 7.0 * passes + 2.0 * nodes)
     assert out["costly"] - out["plain"] == pytest.approx(host_s, rel=1e-9)
+
+
+def test_a_draft_that_fits_alone_but_not_with_its_target_is_priced_from_dram():
+    from sim.acceptance import AcceptanceModel
+    from sim.closed_form import step_seconds as step
+    from sim.model_spec import load_hf_config  # noqa: F401  (draft given by spec below)
+    from sim.strategies.base import Problem, co_resident
+    from sim.strategies.chain import draft_seconds
+
+    plat = _cached_cpu(0.032)
+    acc = AcceptanceModel(name="a", source="test", draft_alpha=0.6)
+    small_target = Problem(model=SMALL, platform=plat, acceptance=acc, context=64)
+    large_target = Problem(model=LARGE, platform=plat, acceptance=acc, context=64)
+    assert co_resident(small_target, "cpu", SMALL, SMALL) and not co_resident(large_target, "cpu", LARGE, SMALL)
+    alone = float(step(SMALL, plat, "cpu", 1, 64))                      # fits: resident
+    assert draft_seconds(small_target, SMALL, "cpu", 1) == pytest.approx(alone)
+    assert draft_seconds(large_target, SMALL, "cpu", 1) == pytest.approx(float(step(SMALL, plat, "cpu", 1, 64,
+                                                                                   resident=False)))
+    assert draft_seconds(large_target, SMALL, "cpu", 1) > alone

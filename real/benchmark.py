@@ -1,8 +1,8 @@
 """Compare decode methods in one run: same prompts, interleaved repeats, medians.
 
 ``hetspec run --compare ar,medusa,draft-tree --preset small`` calls :func:`compare`. Each repeat
-runs every method once over all prompts, in an order rotated from repeat to repeat, so slow drifts
-of the shared machine (other processes, thermal state) hit every method alike; the reported
+decodes every prompt with every method in turn (order rotated by prompt and repeat), so drifts of
+the shared machine's load (other processes, thermal state) hit every method alike; the reported
 throughput of a method is the median over repeats, and its speedup is the ratio of medians against
 the first method listed.
 """
@@ -12,9 +12,13 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
+import torch
+
 from hwmodels.errors import HetSpecError
-from real.run import (RunRequest, RunResult, evaluation_prompts, load_models, request_config, run_prompts,
-                      torch_threads)
+from real.decode import decoder
+from real.decode.common import Clock
+from real.run import (RunRequest, RunResult, config_summary, evaluation_prompts, load_models, request_config,
+                      run_prompts, torch_threads)
 
 
 @dataclass(frozen=True)
@@ -96,20 +100,38 @@ def phase_breakdown(run: RunResult) -> dict[str, float]:
 
 
 def compare(requests: list[RunRequest], repeats: int = 3, progress: bool = True) -> Comparison:
-    """Time every request's method on the same evaluation prompts, ``repeats`` interleaved times."""
+    """Time every request's method on the same evaluation prompts, ``repeats`` interleaved times.
+
+    Interleaving is per prompt: each prompt is decoded by every method in turn (order rotated by
+    prompt and repeat) before the next prompt, so a change in the machine's load within a repeat
+    hits all methods alike. A repeat's throughput of a method is its tokens over its decode seconds
+    on all prompts.
+    """
     if repeats < 1:
         raise HetSpecError(f"--repeats must be >= 1, got {repeats}")
     first = requests[0]
     models = load_models(first.preset, progress)
     prompts = evaluation_prompts(models, first)
     configs = [request_config(r, models) for r in requests]
+    decoders = [decoder(r.method) for r in requests]
+    n = len(requests)
     runs: list[list[RunResult]] = [[] for _ in requests]
     with torch_threads(first.threads):
+        for i in range(n):   # untimed warm-up of every method
+            run_prompts(models, requests[i].method, configs[i], prompts[:1], first.max_new_tokens,
+                        seed=first.seed, warmup=True)
         for rep in range(repeats):
-            order = [(rep + i) % len(requests) for i in range(len(requests))]
-            for i in order:
-                runs[i].append(run_prompts(models, requests[i].method, configs[i], prompts,
-                                           first.max_new_tokens, seed=first.seed, warmup=rep == 0))
+            clocks = [Clock() for _ in requests]
+            results: list[list] = [[] for _ in requests]
+            for j, prompt in enumerate(prompts):
+                for k in range(n):
+                    i = (rep + j + k) % n
+                    results[i].append(decoders[i].generate(
+                        models, prompt, first.max_new_tokens, configs[i], clocks[i],
+                        torch.Generator().manual_seed(first.seed + j)))
+            for i in range(n):
+                runs[i].append(RunResult(method=requests[i].method, config=config_summary(configs[i]),
+                                         results=tuple(results[i]), records=tuple(clocks[i].records)))
     timings = []
     for request, results in zip(requests, runs):
         last = sorted(results, key=lambda r: r.tokens_per_s)[len(results) // 2]   # the median repeat

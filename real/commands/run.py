@@ -23,7 +23,7 @@ def register(subparsers) -> None:
     p.add_argument("--preset", default="tiny", help="demo model preset: tiny or small (default tiny)")
     p.add_argument("--width", type=int, default=None,
                    help="medusa: tokens verified per step (greedy tree from measured head accuracies); "
-                        "draft-tree: max tree tokens (default 16)")
+                        "draft-tree: max tree tokens (default 8 for both)")
     p.add_argument("--depth", type=int, default=None, help="medusa / draft-tree: max tree depth")
     p.add_argument("--gamma", type=int, default=None, help="chain: draft tokens per step (default 4)")
     p.add_argument("--tree", dest="tree_file", default=None, metavar="FILE",

@@ -45,11 +45,13 @@ DEFAULT_ALPHA0 = 0.01
 #: confidence of 3-5 tokens in empirical observations").
 ALPHA_DECAY_ON_SUCCESS = 0.5
 #: Tree budget (tokens verified per step, root included) and depth cap. LLMCad gives neither
-#: ("up to tens of branches"); 16 tokens is the verification width at which a CPU verify pass on the
-#: demo models still costs about as much as a single-token pass (measured: docs/decode-methods.md),
-#: and a depth cap of 8 keeps one round from drafting past what the draft's agreement (≈0.6-0.8 per
-#: token) makes likely to survive (0.8^8 ≈ 0.17).
-DEFAULT_MAX_TOKENS = 16
+#: ("up to tens of branches"; its verifier streams weights from storage, so a wider tree costs it
+#: almost nothing). On a CPU verifier a wider tree costs compute: on the small demo models, one
+#: thread, budgets 6/8/12/16 gave 1.67/1.73/1.65/1.61x over ar (tokens/step 3.34/3.73/3.76/3.76:
+#: above 8 the fallback, not the budget, ends most rounds) — docs/decode-methods.md. The depth cap
+#: keeps a round from drafting far past what the draft's agreement (~0.84 per token on small) makes
+#: likely to survive (0.84^8 ~ 0.25).
+DEFAULT_MAX_TOKENS = 8
 DEFAULT_MAX_DEPTH = 8
 
 

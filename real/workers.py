@@ -41,6 +41,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from hwmodels.errors import HetSpecError
@@ -66,8 +67,11 @@ class Worker:
         return self.device.startswith("cuda")
 
 
+@lru_cache(maxsize=1)
 def allowed_cores() -> tuple[int, ...]:
-    """Cores this process may run on (its affinity mask; all CPUs where the OS has no such call)."""
+    """Cores this process may run on: the affinity mask as the process started (all CPUs where the OS has
+    no such call). Read once: afterwards the calling thread may itself be pinned to one worker's core,
+    and Linux reports the calling thread's mask."""
     if hasattr(os, "sched_getaffinity"):
         return tuple(sorted(os.sched_getaffinity(0)))
     return tuple(range(os.cpu_count() or 1))

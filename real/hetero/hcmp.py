@@ -63,22 +63,21 @@ class HcmpConfig:
 class HcmpRuntime:
     """What a run of ``hcmp`` keeps between prompts: the workers and the target cut once."""
 
-    def __init__(self, models, config: HcmpConfig, session: WorkerSession | None = None):
-        """``session``: workers already started (e.g. one session for a sweep over ratios); else its own."""
+    def __init__(self, models, config: HcmpConfig, session: WorkerSession | None = None,
+                 split: SplitTarget | None = None):
+        """``session``: workers already started, in :meth:`SplitTarget.session_order`; ``split``: the target
+        already cut at ``config.ratio`` (a sweep cuts each ratio once). Otherwise both are made here."""
         require(models, "heads", NAME)
         self.models = models
         self.target = models.target
         self.workers = parse_workers(config.workers, 2)
-        if session is not None and session.workers[:2] != self.workers:
-            raise HetSpecError(f"hcmp: the session's workers are not {','.join(config.workers)}")
+        self.split = split or SplitTarget(models.target, models.heads, config.ratio,
+                                          (self.workers[0].device, self.workers[1].device), config.separate_buffers)
+        order = self.split.session_order(self.workers)
+        if session is not None and session.workers[:2] != order:
+            raise HetSpecError(f"hcmp: the session's workers are not {','.join(w.name for w in order)}")
         self._owns_session = session is None
-        self.session = session or WorkerSession(self.workers)
-        try:
-            self.split = SplitTarget(models.target, models.heads, config.ratio,
-                                     (self.workers[0].device, self.workers[1].device), config.separate_buffers)
-        except BaseException:
-            self.close()
-            raise
+        self.session = session or WorkerSession(order)
 
     def close(self) -> None:
         if self._owns_session:
@@ -91,11 +90,13 @@ class HcmpRuntime:
         self.close()
 
 
-def prepare(models, config: HcmpConfig, session: WorkerSession | None = None) -> HcmpRuntime:
-    return HcmpRuntime(models, config, session)
+def prepare(models, config: HcmpConfig, session: WorkerSession | None = None,
+            split: SplitTarget | None = None) -> HcmpRuntime:
+    return HcmpRuntime(models, config, session, split)
 
 
 def _record_spans(clock: Clock, runtime: HcmpRuntime, step: int, phase: str, spans) -> None:
+    """Each side's ``(group, start, end)`` spans as trace records of that side's worker."""
     for side, side_spans in enumerate(spans):
         for op, t0, t1 in side_spans or ():
             record(clock, runtime.workers[side].name, step, phase, t0 - clock.t0, t1 - clock.t0, op=op)

@@ -87,7 +87,9 @@ def main_worker(method: str, config) -> str:
     """The worker whose trace row carries each step's token counts (the verifier / primary / sender)."""
     if method == "dovetail":
         return config.workers[1]
-    if method in ("hcmp", "alspec"):
+    if method == "hcmp":   # at ratio 0 the secondary runs the whole step
+        return config.workers[1] if config.ratio <= 0.0 else config.workers[0]
+    if method == "alspec":
         return config.workers[0]
     return "cpu"
 

@@ -167,6 +167,9 @@ class SplitTarget:
         self.eps = self.spec.norm_eps
         # ratio 0 or 1: the unsplit model on one side (side 1 at 0, side 0 at 1)
         self.endpoint: int | None = 0 if ratio >= 1.0 else (1 if ratio <= 0.0 else None)
+        #: index in the worker session of side 0 and side 1: at ratio 0 the session runs the secondary on
+        #: the calling thread (:meth:`session_order`), so the whole step stays on that worker, no hand-off
+        self.session_index = (1, 0) if self.endpoint == 1 else (0, 1)
         if self.endpoint is not None:
             dev = self.devices[self.endpoint]
             self.full = target if _device_of(target) == dev else _moved(target, dev)
@@ -213,6 +216,11 @@ class SplitTarget:
         in_n, post_n = self._both(layer.input_layernorm.weight), self._both(layer.post_attention_layernorm.weight)
         return tuple(LayerSlices(in_n[s], qkv_s[s], o_s[s], gu_s[s], post_n[s], down_s[s]) for s in (0, 1))
 
+    def session_order(self, workers):
+        """The order to start a :class:`~real.workers.WorkerSession` of (primary, secondary) ``workers`` in:
+        the worker that runs the unsplit step at ratio 0 or 1 first (on the calling thread)."""
+        return tuple(workers[i] for i in ((1, 0) if self.endpoint == 1 else (0, 1)))
+
     # ------------------------------------------------------------------ cache
     @property
     def cache_side(self) -> int:
@@ -246,7 +254,7 @@ class SplitTarget:
                 out = model(tokens.to(dev), cache, positions=positions.to(dev), tree_mask=tree_mask.to(dev),
                             return_hidden=True)
                 return out, [("forward", t0, time.perf_counter())] if trace else None
-            (logits, hidden), spans = session.run(side, whole)
+            (logits, hidden), spans = session.run(self.session_index[side], whole)
             return logits.to(self.devices[0]), hidden.to(self.devices[0]), (spans, None) if side == 0 else (None, spans)
         if cache.pending:
             raise HetSpecError("hcmp: the split step verifies from a committed cache (no pending tokens)")
@@ -383,7 +391,7 @@ class SplitTarget:
                 t0 = time.perf_counter()
                 out = heads(hidden_row.to(dev).view(1, 1, -1))[:, 0, 0]
                 return out, [("heads", t0, time.perf_counter())] if trace else None
-            logits, spans = session.run(side, whole)
+            logits, spans = session.run(self.session_index[side], whole)
             return logits.to(self.devices[0]), (spans, None) if side == 0 else (None, spans)
         run = self._head_run
         if run is None:

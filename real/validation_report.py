@@ -177,6 +177,10 @@ def markdown(doc: dict) -> str:
         for r in doc["random_weight"]:
             lines.append(f"| {r['model']} (random-weight timing run) | {r['weight_mb']:.0f} | {r['tokens']} | "
                          f"{r['pred_ms']:.2f} | {r['meas_ms']:.2f} | {_spct(r['error_signed'])} |")
+    if doc.get("hetero"):   # issue 7's section (real/validation_hetero.py)
+        from real.hetero.validation_report import markdown as hetero_markdown
+
+        lines += [""] + hetero_markdown(doc["hetero"])
     lines += ["", "## Host platform as priced", "", "```json", json.dumps(plat["device_fields"], indent=1), "```", ""]
     return "\n".join(lines)
 

@@ -22,6 +22,11 @@ def register(subparsers) -> None:
     p.add_argument("--device", default="cpu",
                    help="device of the platform to run on: cpu (all threads, default) or a single-thread worker "
                         "cpu0, cpu1, ... (steadier on a machine shared with other jobs)")
+    p.add_argument("--hetero", action="store_true",
+                   help="add the heterogeneous section (issue 7): hcmp ratio sweep with its regret, dovetail "
+                        "placements, alspec hit rates, weight streaming")
+    p.add_argument("--hetero-only", action="store_true",
+                   help="run only the heterogeneous section (writes hetero.md, hetero.json and its plots)")
     p.add_argument("--json", action="store_true",
                    help="print the acceptance check (per method: median errors, best configs, regret) as JSON")
     p.set_defaults(func=handle)
@@ -35,13 +40,17 @@ def handle(args: argparse.Namespace) -> int:
     from real.validate import DEFAULT_OUT, acceptance_check, validate
 
     out = args.out or DEFAULT_OUT
-    parts = ["hetspec validate"] + (["--quick"] if args.quick else []) + \
+    if args.hetero_only:
+        return _hetero_only(args, out)
+    parts = ["hetspec validate"] + (["--quick"] if args.quick else []) + (["--hetero"] if args.hetero else []) + \
         ([f"--preset {args.preset}"] if args.preset else []) + \
         ([f"--platform {args.platform}"] if args.platform != "host" else []) + \
         ([f"--device {args.device}"] if args.device != "cpu" else []) + [f"--out {out}"]
     doc = validate(out, preset=args.preset, quick=args.quick, device=args.device, platform=args.platform,
-                   progress=True, command=" ".join(parts))
+                   progress=True, command=" ".join(parts), hetero=args.hetero)
     check = acceptance_check(doc)
+    if doc.get("hetero"):
+        check["hcmp_ratio_regret"] = doc["hetero"]["hcmp"]["regret"]
     check["report"] = f"{out}/report.md"
     if args.json:
         print(json.dumps(check, indent=2))
@@ -52,6 +61,32 @@ def handle(args: argparse.Namespace) -> int:
               f"{_pct(m['median_tokens_per_s_error'])}, regret {_pct(m['regret'])} "
               f"(predicted best {m['predicted_best']}, measured best {m['measured_best']})"
               f"{'' if m['passes'] else '  <- misses the target'}")
+    return 0
+
+
+def _hetero_only(args: argparse.Namespace, out: str) -> int:
+    """``--hetero-only``: the heterogeneous section on its own."""
+    from real.validation_hetero import MARKDOWN_FILE, validate_hetero_only
+
+    parts = ["hetspec validate --hetero-only"] + (["--quick"] if args.quick else []) + \
+        ([f"--preset {args.preset}"] if args.preset else []) + \
+        ([f"--platform {args.platform}"] if args.platform != "host" else []) + [f"--out {out}"]
+    doc = validate_hetero_only(out, preset=args.preset, quick=args.quick, platform=args.platform, progress=True,
+                               command=" ".join(parts))
+    h, d = doc["hcmp"], doc["dovetail"]
+    summary = {"report": f"{out}/{MARKDOWN_FILE}", "hcmp_regret": h["regret"],
+               "hcmp_predicted_best_ratio": h["predicted_best_ratio"], "hcmp_measured_best_ratio": h["measured_best_ratio"],
+               "dovetail_regret": d.get("regret"), "dovetail_predicted_best": d.get("predicted_best"),
+               "dovetail_measured_best": d.get("measured_best")}
+    if args.json:
+        print(json.dumps(summary, indent=2))
+        return 0
+    print(f"\nreport: {summary['report']} (plots and hetero.json next to it)")
+    print(f"  hcmp      predicted best r={h['predicted_best_ratio']}, measured best r={h['measured_best_ratio']}, "
+          f"regret {_pct(h['regret'])}")
+    if d.get("regret") is not None:
+        print(f"  dovetail  predicted best {d['predicted_best']}, measured best {d['measured_best']}, "
+              f"regret {_pct(d['regret'])}")
     return 0
 
 

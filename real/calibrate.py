@@ -556,6 +556,22 @@ def calibration_age_days(platform_path: str | Path) -> float | None:
     return (time.time() - p.stat().st_mtime) / 86400.0
 
 
+def busy_warnings(cal: Calibration) -> list[str]:
+    """Signs that the machine was busy while calibrating: all threads measuring slower than one (a
+    multi-threaded operator waits for its other threads whenever the scheduler takes their cores)."""
+    whole, one = cal.all_threads, cal.one_thread
+    if whole.threads == one.threads:
+        return []
+    out = []
+    for label, a, b in (("GEMM peak", whole.peak_flops_per_s, one.peak_flops_per_s),
+                        ("cache bandwidth", whole.cache_bw_bytes_per_s, one.cache_bw_bytes_per_s),
+                        ("fixed cost per operator", one.overhead.per_op_s, whole.overhead.per_op_s)):
+        if a < 0.5 * b:
+            out.append(f"warning: {label} with {whole.threads} threads is less than half of one thread's: the machine "
+                       "looks busy; calibrate again when it is idle (or use the single-thread workers cpu0, cpu1, ...)")
+    return out
+
+
 def summary_lines(platform: Platform, cal: Calibration) -> list[str]:
     """What the command prints: the key numbers of ``cpu`` and one worker."""
     cpu, w0 = platform.device("cpu"), platform.device("cpu0") if "cpu0" in platform.devices else None
@@ -572,7 +588,7 @@ def summary_lines(platform: Platform, cal: Calibration) -> list[str]:
         lines.append(f"        GEMM efficiency by M: {curve}")
     lines.append(f"  contention: two single-thread workers streaming together get "
                  f"{dom.contention_efficiency:.2f} of {dom.bw_gbps:.1f} GB/s")
-    return lines
+    return lines + busy_warnings(cal)
 
 
 # ---------------------------------------------------------------------------- for notebooks

@@ -56,6 +56,7 @@ class HeteroSettings:
     alspec_windows: tuple[int, ...]
     alspec_prompts: int
     stream_prompts: int
+    all_core_placements: bool = True   # dovetail placements with ``cpu`` (all cores) as drafter or verifier
     label: str = "quick"
 
 
@@ -87,12 +88,12 @@ def default_pair() -> tuple[str, str]:
     return f"cpu{cores[0]}", f"cpu{cores[1]}"
 
 
-def placements(pair: tuple[str, str]) -> tuple[tuple[str, str], ...]:
-    """(drafter, verifier) placements compared for dovetail."""
+def placements(pair: tuple[str, str], all_cores: bool = True) -> tuple[tuple[str, str], ...]:
+    """(drafter, verifier) placements compared for dovetail (``all_cores``: also with ``cpu`` = every core)."""
     a, b = pair
     if a.startswith("cuda"):
         return ((a, b), (b, a), (a, a), (b, b))
-    return ((a, b), (b, a), (a, a), ("cpu", "cpu"), (a, "cpu"), ("cpu", a))
+    return ((a, b), (b, a), (a, a)) + ((("cpu", "cpu"), (a, "cpu"), ("cpu", a)) if all_cores else ())
 
 
 def platform_device(platform, worker: str) -> str | None:
@@ -239,7 +240,7 @@ def dovetail_placements(models, platform, ctx, settings: HeteroSettings, pair: t
     from sim.strategies import get_strategy
     from sim.strategies.base import Problem, StrategyConfig
 
-    places = placements(pair)
+    places = placements(pair, settings.all_core_placements)
     configs = [DovetailConfig(width=settings.dovetail_width, depth=settings.dovetail_depth,
                               top_k=settings.dovetail_top_k, workers=p) for p in places]
     # tokens per round, measured on calibration prompts (placement does not change them: greedy, lossless)

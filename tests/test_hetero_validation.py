@@ -1,0 +1,142 @@
+"""The heterogeneous validation section on the tiny demo models and a synthetic two-worker platform, and
+the simulator's hcmp / dovetail strategies pointed at a host's workers."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from hwmodels.platform import Device, Link, MemoryDomain, Platform
+from real.workers import allowed_cores
+
+pytestmark = pytest.mark.skipif(len(allowed_cores()) < 2, reason="two CPU workers need two cores")
+
+
+def _device(name: str, threads: int, host_costs=None) -> Device:
+    return Device(name=name, kind="cpu", peak_tflops={"fp32": 0.05 * threads}, mem_bw_gbps=20.0, mem_capacity_gb=8.0,
+                  bw_efficiency=1.0, compute_efficiency=1.0, op_overhead_us=8.0, token_tile=1,
+                  sparse_attn_efficiency=0.0, cores=threads, host_costs_us=host_costs or {})
+
+
+def host_like(host_costs=None) -> Platform:
+    """A host platform shaped like ``hetspec calibrate``'s (cpu, cpu0, cpu1, one DRAM, a unified link)."""
+    devices = {"cpu": _device("cpu", 2, host_costs), "cpu0": _device("cpu0", 1, host_costs),
+               "cpu1": _device("cpu1", 1, host_costs)}
+    domain = MemoryDomain(name="dram", devices=tuple(devices), bw_gbps=30.0, capacity_gb=16.0, contention_efficiency=0.8)
+    link = Link(name="cpu0-cpu1", kind="unified", src="cpu0", dst="cpu1", bw_gbps=30.0, latency_us=10.0, efficiency=1.0)
+    return Platform(name="host", description="synthetic host for tests", devices=devices, links=(link,),
+                    memory_domains=(domain,))
+
+
+def test_the_section_end_to_end(tiny_demo, tmp_path):
+    import torch
+
+    from real.acceptance import measure_profile
+    from real.corpus import prompts as corpus_prompts
+    from real.validation_hetero import QUICK, validate_hetero
+    from real.validation_predict import PredictionContext
+
+    settings = replace(QUICK, eval_prompts=1, prompt_tokens=32, max_new_tokens=12, repeats=1, ratios=(0.0, 0.5, 1.0),
+                       hcmp_width=6, dovetail_width=6, dovetail_depth=2, dovetail_top_k=3, tau_prompts=1,
+                       alspec_lambdas=(0.0, 0.3), alspec_windows=(4,), alspec_prompts=1, stream_prompts=1,
+                       all_core_placements=False, label="test")
+    calib = [list(p) for p in corpus_prompts(tiny_demo.tokenizer, "calibration", 2, 32, seed=0)]
+    with torch.inference_mode():
+        profile = measure_profile(tiny_demo, calib, 12, name="t", source="test")
+    ctx = PredictionContext(target=tiny_demo.target.spec, draft_config=str(tiny_demo.folder / "draft" / "config.json"),
+                            medusa_heads=tiny_demo.heads.n_heads, platform=host_like(), device="cpu", context=40,
+                            profile=profile)
+    cores = allowed_cores()
+    pair = (f"cpu{cores[0]}", f"cpu{cores[1]}")
+    platform = host_like() if pair == ("cpu0", "cpu1") else _renamed(host_like(), pair)
+    doc = validate_hetero(tiny_demo, platform, ctx, tmp_path, settings, progress=False, pair=pair)
+
+    h = doc["hcmp"]
+    assert h["ratios"] == [0.0, 0.5, 1.0] and not h["missing"]
+    assert h["same_tokens_at_every_ratio"]
+    assert all(math.isfinite(x) and x > 0 for x in h["pred_step_ms"] + h["meas_step_ms"])
+    assert 0.0 <= h["regret"] < 1.0 and h["predicted_best_ratio"] in h["ratios"]
+    assert h["pred_step_ms"][0] == pytest.approx(h["pred_step_ms"][2])        # identical workers: symmetric ends
+    assert h["sync_s_barrier"] > 0 and h["sync_s_calibrated"] == pytest.approx(10e-6)
+    d = doc["dovetail"]
+    assert [r["label"] for r in d["placements"]] == [f"{pair[0]} -> {pair[1]}", f"{pair[1]} -> {pair[0]}",
+                                                     f"{pair[0]} -> {pair[0]}"]
+    assert all(r["pred_step_ms"] > 0 and r["meas_step_ms"] > 0 for r in d["placements"])
+    assert d["predicted_best"] in {r["label"] for r in d["placements"]}
+    a = doc["alspec"]["rows"]
+    exact = next(r for r in a if r["lambda"] == 0.0)
+    assert exact["hit_rate"] == 0.0 and exact["agreement_positionwise"] == 1.0
+    s = doc["streaming"]["rows"]
+    assert {r["resident"] for r in s} == {"all", "none"} and all(r["same_tokens_as_resident"] for r in s)
+    assert next(r for r in s if r["resident"] == "none")["loaded_mb"] > 0
+    for name in ("hetero_ratio.png", "hetero_placement.png", "hetero_alspec.png", "hetero.md", "hetero.json"):
+        assert (tmp_path / name).stat().st_size > 0
+    text = (tmp_path / "hetero.md").read_text()
+    assert "regret" in text and "hcmp: partition ratio sweep" in text
+
+
+def _renamed(platform: Platform, pair) -> Platform:
+    """The synthetic host with its workers named after this process's first two cores."""
+    rename = {"cpu0": pair[0], "cpu1": pair[1]}
+    devices = {rename.get(k, k): replace(v, name=rename.get(k, k)) for k, v in platform.devices.items()}
+    link = replace(platform.links[0], name=f"{pair[0]}-{pair[1]}", src=pair[0], dst=pair[1])
+    domain = replace(platform.memory_domains[0], devices=tuple(devices))
+    return replace(platform, devices=devices, links=(link,), memory_domains=(domain,))
+
+
+def test_hcmp_prices_the_medusa_loop_at_every_ratio():
+    from sim.acceptance import AcceptanceModel
+    from sim.model_spec import get_model
+    from sim.strategies import get_strategy
+    from sim.strategies.base import Problem, StrategyConfig
+    from sim.tree import TokenTree
+
+    acc = ((0.6, 0.1), (0.4, 0.1))
+    tree = TokenTree.greedy(acc, 6)
+    costs = {"medusa_step": 100.0, "medusa_node": 10.0}
+    strategy = get_strategy("hcmp")
+
+    def steps(platform):
+        problem = Problem(model=get_model("tinyllama-1.1b"), platform=platform, dtype="fp32",
+                          acceptance=AcceptanceModel(name="a", source="t", medusa_accuracy=acc), context=64)
+        cfg = strategy.resolve(problem, StrategyConfig(method="hcmp").with_knobs(
+            device="cpu0", secondary="cpu1", tree=tree, tree_width=tree.size, partition_ratio=0.5))
+        return strategy.estimate_ratios(problem, cfg, np.array([0.0, 0.5, 1.0])), strategy.estimate(problem, cfg)
+
+    bare, _ = steps(host_like())
+    with_host, est = steps(host_like(costs))
+    host_s = 1e-6 * (100.0 + 10.0 * tree.size)
+    assert np.allclose(with_host - bare, host_s)                 # the same loop cost at the ends and inside
+    assert est.breakdown["host"] == pytest.approx(host_s)
+
+
+def test_dovetail_takes_a_draft_config_path(tiny_demo):
+    from sim.model_spec import get_model
+    from sim.strategies import get_strategy
+    from sim.strategies.base import Problem, StrategyConfig
+
+    path = str(tiny_demo.folder / "draft" / "config.json")
+    problem = Problem(model=get_model(str(tiny_demo.folder / "target" / "config.json")), platform=host_like(),
+                      context=48)
+    strategy = get_strategy("dovetail")
+    cfg = strategy.resolve(problem, StrategyConfig(method="dovetail").with_knobs(
+        device="cpu1", draft_device="cpu0", draft_model=path, tree_width=6, draft_depth=2, top_k=3,
+        draft_dtype="fp32", tau=2.0))
+    est = strategy.estimate(problem, cfg)
+    assert est.tokens_per_step == 2.0 and est.breakdown["transfer"] > 0 and est.breakdown["draft"] > 0
+    same = strategy.estimate(problem, strategy.resolve(problem, replace(cfg, draft_device="cpu1")))
+    assert same.breakdown["transfer"] == 0.0
+
+
+def test_added_worker_links_and_barrier_priced_syncs():
+    from real.validation_hetero import platform_device, with_sync_latency, with_worker_links
+
+    plat = with_worker_links(host_like())
+    assert plat.has_link("cpu", "cpu0", "unified") and plat.link("cpu", "cpu1").latency_us == 10.0
+    assert len(plat.links) == 3
+    synced = with_sync_latency(host_like(), "cpu0", "cpu1", 25e-6)
+    assert synced.link("cpu0", "cpu1").latency_us == pytest.approx(25.0)
+    assert platform_device(host_like(), "cuda:0") is None and platform_device(host_like(), "cpu1") == "cpu1"

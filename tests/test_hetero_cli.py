@@ -13,7 +13,8 @@ from real.workers import allowed_cores
 
 CORES = allowed_cores()
 WORKERS = f"cpu{CORES[0]},cpu{CORES[-1]}" if len(CORES) > 1 else f"cpu,cpu{CORES[0]}"
-COMMON = ["--preset", "tiny", "--prompts", "2", "--prompt-tokens", "32", "--max-new-tokens", "16", "--json"]
+COMMON = ["--preset", "tiny", "--prompts", "2", "--prompt-tokens", "32", "--max-new-tokens", "16", "--threads", "1",
+          "--json"]
 
 
 def _run_json(cache_dir, *args):
@@ -28,13 +29,16 @@ def ar_tokens(tiny_demo, demo_cache_dir):
 
 
 @pytest.mark.parametrize("args", [
-    ["--method", "hcmp", "--ratio", "0.3", "--width", "8", "--workers", WORKERS],
+    ["--method", "hcmp", "--ratio", "0.3", "--tree", "TREE", "--workers", WORKERS],
     ["--method", "dovetail", "--width", "6", "--depth", "3", "--workers", WORKERS],
     ["--method", "alspec", "--lambda", "0", "--window", "4", "--workers", WORKERS],
     ["--method", "draft-tree", "--memory-budget", "1.9MB"],
 ])
 def test_lossless_hetero_runs_match_ar(demo_cache_dir, ar_tokens, args, tmp_path):
     trace = tmp_path / "trace.csv"
+    if "TREE" in args:   # a fixed tree: no acceptance profile to measure first
+        (tmp_path / "tree.json").write_text("[[0], [1], [0, 0], [0, 1], [0, 0, 0]]")
+        args = [str(tmp_path / "tree.json") if a == "TREE" else a for a in args]
     out = _run_json(demo_cache_dir, *args, "--trace", str(trace))
     assert out["tokens"] == ar_tokens
     assert out["tokens_per_s"] > 0 and out["steps"] > 0

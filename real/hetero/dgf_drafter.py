@@ -301,6 +301,4 @@ def ensure_dgf(demo, force: bool = False, progress: bool = True) -> tuple[DgfDra
     drafter.requires_grad_(False)
     drafter.save(folder, key)
     (folder / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
-    for p in (drafter.embed.weight, drafter.lm_head.weight):
-        p.requires_grad_(False)
     return drafter, summary

@@ -37,7 +37,7 @@ from torch import Tensor
 
 from hwmodels.errors import HetSpecError
 from real.decode.common import Clock, DecodeResult, StepLog, check_request, prompt_tensor
-from real.workers import WorkerSession, copy_into, parse_workers, record
+from real.workers import WorkerSession, copy_into, parse_workers, record, synchronize
 from sim.tree import TokenTree
 
 NAME = "dovetail"
@@ -329,6 +329,7 @@ def _generate(rt: DovetailRuntime, prompt, max_new_tokens: int, config: Dovetail
             def verify():
                 t1 = clock.now()
                 logits, hid = target(v_block, t_cache, positions=v_pos, tree_mask=v_mask, return_hidden=True)
+                synchronize(rt.verify_dev)                           # a GPU verifier has finished when timed
                 t2 = clock.now()
                 best_ids = logits[0].argmax(-1).tolist()
                 tokens = v_block[0].tolist()

@@ -45,7 +45,7 @@ from torch import Tensor
 from hwmodels.errors import HetSpecError
 from real.hetero.layer_ops import heads_to_rows, merge_partials, partial_attention, rms_norm, rotate
 from real.model import KVCache
-from real.workers import PairBarrier, WorkerSession
+from real.workers import PairBarrier, WorkerSession, synchronize
 
 #: Synchronisation points (group names) of one split forward and of the split heads, in order.
 LAYER_GROUPS = ("qkv", "attention", "o_proj", "gate_up", "down_proj")
@@ -253,6 +253,7 @@ class SplitTarget:
                 t0 = time.perf_counter()
                 out = model(tokens.to(dev), cache, positions=positions.to(dev), tree_mask=tree_mask.to(dev),
                             return_hidden=True)
+                synchronize(dev)
                 return out, [("forward", t0, time.perf_counter())] if trace else None
             (logits, hidden), spans = session.run(self.session_index[side], whole)
             return logits.to(self.devices[0]), hidden.to(self.devices[0]), (spans, None) if side == 0 else (None, spans)
@@ -265,12 +266,13 @@ class SplitTarget:
         run.barrier = PairBarrier()
         run.cache, run.start = cache, start
         run.tokens = [tokens.to(d) for d in self.devices]
-        pos = positions.to(self.rope[0][0].device)
-        run.cos = [self.rope[0][s][pos].view(1, 1, q, -1) for s in (0, 1)]
-        run.sin = [self.rope[1][s][pos].view(1, 1, q, -1) for s in (0, 1)]
+        pos = [positions.to(self.rope[0][s].device) for s in (0, 1)]
+        run.cos = [self.rope[0][s][pos[s]].view(1, 1, q, -1) for s in (0, 1)]
+        run.sin = [self.rope[1][s][pos[s]].view(1, 1, q, -1) for s in (0, 1)]
         run.mask = tree_mask.to(device=self.devices[1], dtype=torch.bool)
         run.trace = [[], []] if trace else [None, None]
         self._both_sides(session, self._program, run)
+        synchronize(self.devices[0])       # a GPU side's kernels have finished when the step is timed
         cache.pending += q
         return run.logits.view(0), run.hidden, tuple(run.trace)
 
@@ -390,6 +392,7 @@ class SplitTarget:
             def whole():
                 t0 = time.perf_counter()
                 out = heads(hidden_row.to(dev).view(1, 1, -1))[:, 0, 0]
+                synchronize(dev)
                 return out, [("heads", t0, time.perf_counter())] if trace else None
             logits, spans = session.run(self.session_index[side], whole)
             return logits.to(self.devices[0]), (spans, None) if side == 0 else (None, spans)
@@ -401,6 +404,7 @@ class SplitTarget:
         run.row.view(0).copy_(hidden_row.view(1, 1, -1))
         run.row.publish(0)
         self._both_sides(session, self._heads_program, run)
+        synchronize(self.devices[0])
         return run.logits.view(0)[:, 0], tuple(run.trace)
 
     def _heads_program(self, s: int, run: _HeadRun) -> None:

@@ -46,7 +46,6 @@ from torch import nn
 
 from hwmodels.errors import HetSpecError
 from real.checkpoint import check_shapes
-from real.hetero.request import parse_bytes  # noqa: F401  (re-exported: sizes of --memory-budget)
 from real.model import DecoderLayer, Transformer, rope_tables
 from sim.model_spec import load_hf_config
 

@@ -179,7 +179,7 @@ def _random_weight(settings: Settings, platform, device: str, threads: int, prog
 
 def validate(out: str | Path = DEFAULT_OUT, preset: str | None = None, quick: bool = False, device: str = "cpu",
              platform: str = "host", progress: bool = True, command: str = "hetspec validate",
-             settings: Settings | None = None, grid=None, hetero: bool = False) -> dict:
+             settings: Settings | None = None, grid=None, hetero: bool = False, hetero_settings=None) -> dict:
     """Run the whole validation; write ``results.json``, the plots and ``report.md`` into ``out``.
 
     ``grid``: the :class:`~real.validation_grid.GridPoint` s to run (default: the whole grid).
@@ -278,9 +278,9 @@ def validate(out: str | Path = DEFAULT_OUT, preset: str | None = None, quick: bo
         "random_weight": random_rows,
     }
     if hetero:   # issue 7: hcmp ratio sweep, dovetail placements, alspec, streaming (real/validation_hetero.py)
-        from real.validation_hetero import settings_for as hetero_settings, validate_hetero
+        from real.validation_hetero import settings_for as default_hetero, validate_hetero
 
-        doc["hetero"] = validate_hetero(models, host, ctx, out, hetero_settings(quick), progress)
+        doc["hetero"] = validate_hetero(models, host, ctx, out, hetero_settings or default_hetero(quick), progress)
     write_report(doc, out)
     return doc
 

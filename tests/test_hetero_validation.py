@@ -43,27 +43,38 @@ def host_like(host_costs=None) -> Platform:
                     memory_domains=(domain,))
 
 
+def _mini_settings():
+    from real.validation_hetero import QUICK
+
+    return replace(QUICK, eval_prompts=1, prompt_tokens=32, max_new_tokens=12, repeats=1, ratios=(0.0, 0.5, 1.0),
+                   hcmp_width=6, dovetail_width=6, dovetail_depth=2, dovetail_top_k=3, tau_prompts=1,
+                   alspec_lambdas=(0.0, 0.3), alspec_windows=(4,), alspec_prompts=1, stream_prompts=1,
+                   all_core_placements=False, label="test")
+
+
+def _pair_and_platform(host_costs=None):
+    cores = allowed_cores()
+    pair = (f"cpu{cores[0]}", f"cpu{cores[1]}")
+    platform = host_like(host_costs) if pair == ("cpu0", "cpu1") else _renamed(host_like(host_costs), pair)
+    return pair, platform
+
+
 def test_the_section_end_to_end(tiny_demo, tmp_path):
     import torch
 
     from real.acceptance import measure_profile
     from real.corpus import prompts as corpus_prompts
-    from real.validation_hetero import QUICK, validate_hetero
+    from real.validation_hetero import validate_hetero
     from real.validation_predict import PredictionContext
 
-    settings = replace(QUICK, eval_prompts=1, prompt_tokens=32, max_new_tokens=12, repeats=1, ratios=(0.0, 0.5, 1.0),
-                       hcmp_width=6, dovetail_width=6, dovetail_depth=2, dovetail_top_k=3, tau_prompts=1,
-                       alspec_lambdas=(0.0, 0.3), alspec_windows=(4,), alspec_prompts=1, stream_prompts=1,
-                       all_core_placements=False, label="test")
+    settings = _mini_settings()
     calib = [list(p) for p in corpus_prompts(tiny_demo.tokenizer, "calibration", 2, 32, seed=0)]
     with torch.inference_mode():
         profile = measure_profile(tiny_demo, calib, 12, name="t", source="test")
     ctx = PredictionContext(target=tiny_demo.target.spec, draft_config=str(tiny_demo.folder / "draft" / "config.json"),
                             medusa_heads=tiny_demo.heads.n_heads, platform=host_like(), device="cpu", context=40,
                             profile=profile)
-    cores = allowed_cores()
-    pair = (f"cpu{cores[0]}", f"cpu{cores[1]}")
-    platform = host_like() if pair == ("cpu0", "cpu1") else _renamed(host_like(), pair)
+    pair, platform = _pair_and_platform()
     doc = validate_hetero(tiny_demo, platform, ctx, tmp_path, settings, progress=False, pair=pair)
 
     h = doc["hcmp"]
@@ -152,3 +163,25 @@ def test_added_worker_links_and_barrier_priced_syncs():
     synced = with_sync_latency(host_like(), "cpu0", "cpu1", 25e-6)
     assert synced.link("cpu0", "cpu1").latency_us == pytest.approx(25.0)
     assert platform_device(host_like(), "cuda:0") is None and platform_device(host_like(), "cpu1") == "cpu1"
+
+
+def test_validate_with_the_hetero_section(tiny_demo, tmp_path, monkeypatch):
+    import json
+
+    from hwmodels.loader import write_platform_file
+    from real.validate import QUICK, validate
+    from real.validation_grid import GridPoint
+
+    _, platform = _pair_and_platform()
+    write_platform_file(platform, tmp_path / "platforms" / "host.toml")
+    monkeypatch.setenv("HETSPEC_PLATFORMS_DIR", str(tmp_path / "platforms"))
+    settings = replace(QUICK, calibration_prompts=2, eval_prompts=1, prompt_tokens=32, max_new_tokens=12, repeats=1,
+                       random_models=())
+    out = tmp_path / "report"
+    validate(out, preset="tiny", progress=False, settings=settings, grid=(GridPoint("ar"),), command="test",
+             hetero=True, hetero_settings=_mini_settings())
+    report = (out / "report.md").read_text()
+    assert "## Heterogeneous execution (issue 7)" in report and "hcmp: partition ratio sweep" in report
+    saved = json.loads((out / "results.json").read_text())
+    assert 0.0 <= saved["hetero"]["hcmp"]["regret"] < 1.0
+    assert (out / "hetero_ratio.png").stat().st_size > 0

@@ -159,3 +159,33 @@ def test_hcmp_config_errors():
 def test_column_cut():
     assert [column_cut(10, r) for r in (0.0, 0.24, 0.26, 1.0)] == [0, 2, 3, 10]
     assert np.all(np.diff([column_cut(128, r) for r in np.linspace(0, 1, 11)]) >= 0)
+
+
+def test_an_error_on_one_worker_surfaces_and_neither_hangs(monkeypatch):
+    model, heads = small_model()
+    split = SplitTarget(model, heads, 0.5, ("cpu", "cpu"))
+    original = SplitTarget._program
+
+    def failing(self, side, run):
+        if side == 1:
+            raise RuntimeError("secondary failed")
+        original(self, side, run)
+
+    monkeypatch.setattr(SplitTarget, "_program", failing)
+    tree = TREES["chain"]
+    with torch.inference_mode(), WorkerSession(parse_workers(WORKERS)) as session:
+        cache = split.new_cache(32)
+        with pytest.raises(RuntimeError, match="secondary failed"):
+            split.forward(session, torch.zeros(1, tree.size, dtype=torch.long), cache, torch.arange(tree.size),
+                          torch.from_numpy(tree.attention_mask()))
+        monkeypatch.setattr(SplitTarget, "_program", original)
+        cache.discard()
+        logits, _, _ = split.forward(session, torch.zeros(1, tree.size, dtype=torch.long), cache,
+                                     torch.arange(tree.size), torch.from_numpy(tree.attention_mask()))
+        assert torch.isfinite(logits).all()                       # the workers recover for the next step
+    with pytest.raises(HetSpecError, match="no pending tokens"):
+        with WorkerSession(parse_workers(WORKERS)) as session:
+            cache = split.new_cache(32)
+            cache.pending = 1
+            split.forward(session, torch.zeros(1, 2, dtype=torch.long), cache, torch.arange(2),
+                          torch.ones(2, 2, dtype=torch.bool))

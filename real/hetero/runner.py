@@ -24,8 +24,6 @@ from real.run_request import RunRequest, check_trace_path, load_tree_file
 from sim.trace import write_trace
 from sim.tree import TokenTree
 
-#: Tokens of the untimed warm-up decode (real.run.WARMUP_TOKENS: every code path once).
-WARMUP_TOKENS = 8
 
 
 def uses_hetero_runner(request: RunRequest) -> bool:
@@ -68,7 +66,7 @@ def build_config(request: RunRequest, head_accuracy=None, trace_ops: bool = Fals
 def run_runtime(runtime, method: str, config, prompts, max_new_tokens: int, worker: str, warmup: bool = True,
                 on_clock=None):
     """Decode ``prompts`` with a prepared runtime (or plain models): warm-up, then one shared clock."""
-    from real.run import RunResult, config_summary
+    from real.run import WARMUP_TOKENS, RunResult, config_summary
 
     dec = decoder(method)
     prompts = [list(p) for p in prompts]

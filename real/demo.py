@@ -36,6 +36,7 @@ from real.model import Transformer
 from real.tokenizer import BPETokenizer, train_tokenizer
 from real.train_eval import greedy_agreement, head_topk_accuracy, perplexity, rank_accuracies
 from real.train_generate import greedy_continuations
+from real.train_timing import ForwardTime, forward_times, heads_time
 from real.training import (
     TrainConfig,
     bf16_supported,
@@ -244,9 +245,17 @@ def _train_into(recipe: DemoRecipe, work: Path, progress: bool) -> dict:
         if progress:
             tqdm.write(f"[train-demo {recipe.name}] {msg}", file=sys.stderr)
 
+    cpu_times: dict[str, float] = {}
+    cpu_start = cpu_mark = time.process_time()
+
     def mark(name: str, since: float) -> float:
-        now = time.perf_counter()
+        # wall time, and CPU time of all this process's threads (about 2x the wall time on an
+        # idle 2-core machine; on a busy one the wall time grows while the CPU time does not)
+        nonlocal cpu_mark
+        now, cpu = time.perf_counter(), time.process_time()
         timings[name] = round(now - since, 2)
+        cpu_times[name] = round(cpu - cpu_mark, 2)
+        cpu_mark = cpu
         return now
 
     t = time.perf_counter()
@@ -324,7 +333,9 @@ def _train_into(recipe: DemoRecipe, work: Path, progress: bool) -> dict:
     }
     mark("evaluate_s", t)
     timings["total_s"] = round(time.perf_counter() - t_start, 2)
+    cpu_times["total_s"] = round(time.process_time() - cpu_start, 2)
     summary["train_time_s"] = timings
+    summary["train_cpu_time_s"] = cpu_times
     # Wall times depend on what else runs: record the machine and its load around the run.
     summary["host"] = {"cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
                        "load_avg_1min_start": round(load_start, 2),
@@ -368,13 +379,24 @@ def summary_markdown(s: dict) -> str:
               "|---|" + "---:|" * len(s["medusa_rank_accuracy"][0])]
     for k, row in enumerate(s["medusa_rank_accuracy"], start=1):
         lines.append(f"| {k} | " + " | ".join(f"{v:.3f}" for v in row) + " |")
-    lines += ["", "Training time (s): " + ", ".join(f"{k.removesuffix('_s')} {v:.1f}" for k, v in tt.items())]
+    lines += ["", "Training wall time (s): " + ", ".join(f"{k.removesuffix('_s')} {v:.1f}" for k, v in tt.items())]
+    if "train_cpu_time_s" in s:
+        lines.append("Training CPU time, all threads (s): "
+                     + ", ".join(f"{k.removesuffix('_s')} {v:.1f}" for k, v in s["train_cpu_time_s"].items()))
     if "host" in s:
         h = s["host"]
         lines.append(f"Host: {h['cpus']} CPUs, {h['torch_threads']} torch threads, 1-minute load average "
                      f"{h['load_avg_1min_start']} at the start and {h['load_avg_1min_end']} at the end.")
     lines.append("")
     return "\n".join(lines)
+
+
+def demo_forward_times(demo: DemoModels, repeats: int = 200) -> list[ForwardTime]:
+    """Forward times of the target and the draft at q = 1, 16, 64 over a 128-token cache, and of
+    the Medusa heads on one hidden state (see :mod:`real.train_timing`)."""
+    return (forward_times(demo.target, name="target", repeats=repeats)
+            + forward_times(demo.draft, name="draft", repeats=repeats)
+            + [heads_time(demo.heads, repeats=repeats)])
 
 
 def with_steps(recipe: DemoRecipe, scale: float, name: str | None = None) -> DemoRecipe:

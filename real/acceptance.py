@@ -158,7 +158,7 @@ def measure_profile(models, prompts: list[list[int]], max_new_tokens: int, name:
         edges = np.linspace(0.0, 1.0, CONFIDENCE_BINS + 1)
         which = np.minimum((conf * CONFIDENCE_BINS).astype(int), CONFIDENCE_BINS - 1)
         bins = tuple(
-            ConfidenceBin(lo=float(edges[b]), hi=float(edges[b + 1]),
+            ConfidenceBin(lo=round(float(edges[b]), 9), hi=round(float(edges[b + 1]), 9),
                           accept_rate=float(hit[which == b].mean()) if np.any(which == b) else 0.0,
                           count=int(np.sum(which == b)))
             for b in range(CONFIDENCE_BINS))

@@ -33,9 +33,8 @@ from sim.tree import TokenTree
 WARMUP_TOKENS = 8
 #: Medusa's tree when ``--width`` and ``--tree`` are not given: the greedy tree of this many tokens
 #: from the measured head accuracies. Measured on the small demo models, one thread: widths
-#: 4/6/8/12/16 gave 1.60/1.65/1.61/1.57/1.49x over ar, 6/8/12 in a second run 1.53/1.62/1.47x
-#: (docs/decode-methods.md). The paper's 64-token tree suits a GPU, where 64 tokens cost about one
-#: token's pass; on this CPU the verify pass grows with the width (width 24: 0.94x, 32: 0.83x).
+#: 6/8/12 gave 1.80/1.75/1.61x over ar (docs/decode-methods.md). The paper's 64-token tree suits a
+#: GPU, where 64 tokens cost about one token's pass; on this CPU the verify pass grows with the width.
 DEFAULT_MEDUSA_WIDTH = 8
 #: Calibration run used when ``medusa --width`` needs head accuracies and none are cached.
 PROFILE_PROMPTS = 8

@@ -25,7 +25,7 @@ def register(subparsers) -> None:
                    help="medusa: tokens verified per step (greedy tree from measured head accuracies); "
                         "draft-tree: max tree tokens (default 8 for both)")
     p.add_argument("--depth", type=int, default=None, help="medusa / draft-tree: max tree depth")
-    p.add_argument("--gamma", type=int, default=None, help="chain: draft tokens per step (default 4)")
+    p.add_argument("--gamma", type=int, default=None, help="chain: draft tokens per step (default 3)")
     p.add_argument("--tree", dest="tree_file", default=None, metavar="FILE",
                    help='medusa: JSON file of choice paths, e.g. [[0], [0, 0], [1]]')
     p.add_argument("--temperature", type=float, default=0.0,

@@ -25,9 +25,10 @@ from real.speculative_sampling import speculative_sample
 
 NAME = "chain"
 
-#: Default draft length. Dovetail finds few draft tokens best when the verifier is a CPU
-#: (§II: T_V(γ)/T_T rises sharply with γ); 4 is Leviathan et al.'s mid-range choice (γ ∈ {3, 5, 7}).
-DEFAULT_GAMMA = 4
+#: Default draft length. Dovetail §II: with a CPU verifier few draft tokens are best (T_V(γ)/T_T
+#: rises sharply with γ). Measured on the small demo models, one thread: γ = 2/3/4 gave
+#: 1.36/1.69/1.62x over ar (docs/decode-methods.md).
+DEFAULT_GAMMA = 3
 
 
 @dataclass(frozen=True)

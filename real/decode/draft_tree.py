@@ -47,8 +47,8 @@ ALPHA_DECAY_ON_SUCCESS = 0.5
 #: Tree budget (tokens verified per step, root included) and depth cap. LLMCad gives neither
 #: ("up to tens of branches"; its verifier streams weights from storage, so a wider tree costs it
 #: almost nothing). On a CPU verifier a wider tree costs compute: on the small demo models, one
-#: thread, budgets 6/8/12/16 gave 1.67/1.73/1.65/1.61x over ar (tokens/step 3.34/3.73/3.76/3.76:
-#: above 8 the fallback, not the budget, ends most rounds) — docs/decode-methods.md. The depth cap
+#: thread, budgets 6/8/12/16 gave 1.64/1.86/1.77/1.79x over ar (tokens/step 3.86/4.25/4.50/4.50:
+#: above 12 the fallback, not the budget, ends the rounds) — docs/decode-methods.md. The depth cap
 #: keeps a round from drafting far past what the draft's agreement (~0.84 per token on small) makes
 #: likely to survive (0.84^8 ~ 0.25).
 DEFAULT_MAX_TOKENS = 8

@@ -10,7 +10,6 @@ file) load the same way. Shapes are checked against the config before any tensor
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -183,11 +182,3 @@ def load_model(folder: str | Path, dtype: str | torch.dtype = torch.float32,
     cos, sin = rope_tables(spec, spec.max_position)
     model.rope_cos, model.rope_sin = cos.to(device), sin.to(device)
     return model.eval()
-
-
-def model_bytes(model: torch.nn.Module) -> int:
-    """Bytes of a module's parameters (tied tensors counted once)."""
-    seen = {}
-    for p in model.parameters():
-        seen[p.data_ptr()] = p.numel() * p.element_size()
-    return int(math.fsum(seen.values()))

@@ -150,3 +150,78 @@ def test_cli_bad_preset_is_one_line_exit_2(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip() == "hetspec: error: unknown demo preset 'huge'; valid: small, tiny"
     assert not (tmp_path / "demo").exists()
+
+
+# ---------------------------------------------------------------------- metrics and schedule
+def _random_target():
+    from real.model import Transformer
+    from sim.model_spec import ModelSpec
+
+    torch.manual_seed(0)
+    spec = ModelSpec("metric-test", n_layers=1, hidden=32, intermediate=64, n_heads=4, n_kv_heads=2, vocab=40,
+                     dtype="fp32", max_position=128)
+    return Transformer(spec).eval().requires_grad_(False)
+
+
+def test_greedy_agreement_of_the_target_with_itself_is_one():
+    from real.train_eval import greedy_agreement
+    from real.train_generate import greedy_continuations
+
+    target = _random_target()
+    data = greedy_continuations(target, torch.randint(0, 40, (4, 6)).tolist(), 10)
+    assert greedy_agreement(target, data) == 1.0
+    other = _random_target()
+    with torch.no_grad():
+        other.lm_head.weight.neg_()                                   # argmax becomes the argmin
+    assert greedy_agreement(other, data) < 0.5
+
+
+def test_untrained_head_k_accuracy_is_the_lm_head_prediction_shifted():
+    from real.medusa_heads import MedusaHeads
+    from real.train_eval import head_topk_accuracy, rank_accuracies
+    from real.train_generate import greedy_continuations
+
+    target = _random_target()
+    data = greedy_continuations(target, torch.randint(0, 40, (6, 5)).tolist(), 12)
+    acc = head_topk_accuracy(MedusaHeads.from_target(target, 2), data, top_k=3)
+    p, length = data.prompt_len, data.tokens.shape[1]
+    with torch.inference_mode():
+        top = target.lm_head(data.hidden).topk(3, dim=-1).indices     # [n, L-1, 3]
+    for k in (1, 2):
+        ts = [t for t in range(p - 1, length - 2) if t + k + 1 < length]
+        hits = [[int(data.tokens[r, t + k + 1]) in top[r, t, :i].tolist() for r in range(6) for t in ts]
+                for i in (1, 2, 3)]
+        assert acc[k - 1] == pytest.approx([sum(h) / len(h) for h in hits])
+    ranks = rank_accuracies(acc)
+    assert ranks[0][0] == acc[0][0] and ranks[0][1] == pytest.approx(acc[0][1] - acc[0][0])
+
+
+def test_perplexity_of_a_uniform_model_is_the_vocabulary_size():
+    from real.train_eval import perplexity
+
+    target = _random_target()
+    with torch.no_grad():
+        target.lm_head.weight.zero_()                                 # every logit 0: uniform
+    stream = torch.randint(0, 40, (1000,))
+    assert perplexity(target, stream, seq_len=32, max_windows=5) == pytest.approx(40.0, rel=1e-5)
+
+
+def test_lr_schedule_warmup_then_cosine_to_the_floor():
+    from real.training import TrainConfig, lr_at
+
+    cfg = TrainConfig(steps=100, batch=1, seq_len=8, lr=1e-3, warmup_steps=10, min_lr_ratio=0.1)
+    assert lr_at(0, cfg) == pytest.approx(1e-4)
+    assert lr_at(9, cfg) == pytest.approx(1e-3)
+    assert lr_at(10, cfg) == pytest.approx(1e-3)
+    assert lr_at(55, cfg) == pytest.approx(0.55e-3)                   # half way: midpoint of peak and floor
+    assert lr_at(100, cfg) == pytest.approx(1e-4)
+    assert all(lr_at(s, cfg) >= lr_at(s + 1, cfg) for s in range(10, 100))
+
+
+def test_forward_times_are_positive_medians(tiny_demo):
+    from real.demo import demo_forward_times
+
+    times = demo_forward_times(tiny_demo, repeats=5)
+    assert [(t.model, t.q) for t in times] == [("target", 1), ("target", 16), ("target", 64), ("draft", 1),
+                                               ("draft", 16), ("draft", 64), ("medusa-heads", 1)]
+    assert all(t.median_ms > 0 for t in times)

@@ -79,6 +79,7 @@ _DEVICE_NUMBERS = {
     "cache_gb": (False, "pos"),
     "cache_bw_gbps": (False, "pos"),
     "cache_op_overhead_us": (False, "nonneg"),
+    "cache_rewarm": (False, "unit"),
 }
 #: Optional ``[[tokens, efficiency], ...]`` fields of a device.
 _DEVICE_CURVES = ("gemm_efficiency_curve", "cache_gemm_efficiency_curve")

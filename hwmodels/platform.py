@@ -44,6 +44,9 @@ class Device:
     ``cache_gemm_efficiency_curve`` (GEMM rates measured with the weights in the cache) when given,
     and with ``cache_op_overhead_us`` per operator launch when given (small operators of a resident
     model find their data in the cache; a model streaming its weights evicts it between them).
+    ``cache_rewarm`` (fraction in [0, 1], default 1): how much of the cold-to-warm gap a small model
+    recovers on each pass after a larger one evicted it from the cache (1 = fully warm from its second
+    pass, as an LRU cache would; a cache shared with busy neighbours re-warms more slowly).
     Without these fields nothing is resident (every preset taken from datasheets and papers).
 
     Optional ``host_costs_us`` (host calibration writes it): host-side work of HetSpec's real decode
@@ -69,6 +72,7 @@ class Device:
     cache_bw_gbps: float | None = None
     cache_gemm_efficiency_curve: tuple[tuple[int, float], ...] | None = None
     cache_op_overhead_us: float | None = None
+    cache_rewarm: float | None = None
     host_costs_us: Mapping[str, float] = field(default_factory=dict)
     description: str = ""
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)

@@ -33,21 +33,47 @@ MAX_GAMMA = 8
 TOKEN_ID_BYTES = 8
 
 
-def draft_seconds(problem: Problem, draft: ModelSpec, device: str, gamma: int) -> float:
-    """Seconds of ``gamma`` one-token forwards of ``draft`` with the cache growing from the context
-    (cache-resident only if the draft and the target fit the device's cache together)."""
-    if gamma <= 0:
+def draft_pass_resident(problem: Problem, draft: ModelSpec, device: str, j: int) -> bool:
+    """Whether draft pass ``j`` (0-based) of a round finds the draft's weights in ``device``'s cache.
+
+    Both models fit the cache together: every pass. The draft fits alone but not with the target:
+    the target's verification streams its weights through the cache and evicts the draft, so the
+    round's first pass reads the draft from DRAM and the following ones find it in the cache (LRU).
+    Otherwise no pass.
+    """
+    if co_resident(problem, device, problem.model, draft):
+        return True
+    return j > 0 and co_resident(problem, device, draft)
+
+
+def rewarm_seconds(problem: Problem, draft: ModelSpec, device: str, j: int) -> float:
+    """Extra seconds of draft pass ``j`` while the cache re-warms: after the target evicted the draft, a
+    pass priced resident (:func:`draft_pass_resident`) still costs ``1 - cache_rewarm`` of the gap
+    between its cold and its warm time (the device's measured ``cache_rewarm``; 1, no extra, by default)."""
+    dev = problem.platform.device(device)
+    if j == 0 or dev.cache_rewarm is None or dev.cache_rewarm >= 1.0 or co_resident(problem, device, problem.model, draft) \
+            or not draft_pass_resident(problem, draft, device, j):
         return 0.0
-    resident = co_resident(problem, device, problem.model, draft)
-    contexts = problem.context + np.arange(gamma)
-    total = 0.0
-    if contexts[0] == 0:
-        total += float(step_seconds(draft, problem.platform, device, 1, 0, problem.batch, resident=resident))
-        contexts = contexts[1:]
-    if contexts.size:
-        total += float(step_seconds(draft, problem.platform, device, 1, contexts, problem.batch,
-                                    resident=resident).sum())
-    return total
+    cold = float(step_seconds(draft, problem.platform, device, 1, problem.context + j, problem.batch, resident=False))
+    warm = float(step_seconds(draft, problem.platform, device, 1, problem.context + j, problem.batch, resident=True))
+    return (1.0 - dev.cache_rewarm) * max(cold - warm, 0.0)
+
+
+def draft_pass_seconds(problem: Problem, draft: ModelSpec, device: str, passes: int) -> np.ndarray:
+    """Seconds of each of ``passes`` one-token forwards of ``draft``, the cache growing from the
+    context, each cold or cache-resident as :func:`draft_pass_resident` says (plus the re-warming,
+    :func:`rewarm_seconds`)."""
+    out = np.zeros(max(passes, 0))
+    for j in range(max(passes, 0)):
+        out[j] = float(step_seconds(draft, problem.platform, device, 1, problem.context + j, problem.batch,
+                                    resident=draft_pass_resident(problem, draft, device, j)))
+        out[j] += rewarm_seconds(problem, draft, device, j)
+    return out
+
+
+def draft_seconds(problem: Problem, draft: ModelSpec, device: str, gamma: int) -> float:
+    """Seconds of ``gamma`` one-token forwards of ``draft`` (see :func:`draft_pass_seconds`)."""
+    return float(draft_pass_seconds(problem, draft, device, gamma).sum())
 
 
 class ChainStrategy(Strategy):
@@ -123,13 +149,7 @@ class ChainStrategy(Strategy):
         for i, c in enumerate(configs):
             key = (c.draft_model, c.draft_device)
             if key not in draft_cum:
-                per_pass = [draft_seconds(problem, self._draft(c), c.draft_device, 1)] if problem.context == 0 else []
-                contexts = problem.context + np.arange(len(per_pass), g_max)
-                if contexts.size:
-                    per_pass += list(step_seconds(self._draft(c), problem.platform, c.draft_device, 1, contexts,
-                                                  problem.batch,
-                                                  resident=co_resident(problem, c.draft_device, problem.model,
-                                                                       self._draft(c))))
+                per_pass = draft_pass_seconds(problem, self._draft(c), c.draft_device, g_max)
                 draft_cum[key] = np.concatenate([[0.0], np.cumsum(per_pass)])
             if (c.device, c.draft_model) not in verify:
                 verify[(c.device, c.draft_model)] = np.concatenate([[0.0], step_seconds(
@@ -151,7 +171,10 @@ class ChainStrategy(Strategy):
             graph = build_step_graph(draft, 1, problem.context + j, problem.batch)
             deps = (tasks[-1].name,) if tasks else ()
             tasks += graph_tasks(graph, platform, config.draft_device, f"draft{j}", "draft", deps, per_layer,
-                                 resident=co_resident(problem, config.draft_device, problem.model, draft))
+                                 resident=draft_pass_resident(problem, draft, config.draft_device, j))
+            rewarm = rewarm_seconds(problem, draft, config.draft_device, j)
+            if rewarm > 0:
+                tasks.append(delay_task(f"draft{j}/rewarm", rewarm, "draft", (tasks[-1].name,), config.draft_device))
         if config.draft_device != config.device:
             tasks.append(transfer_task(platform, config.draft_device, config.device,
                                        TOKEN_ID_BYTES * gamma * problem.batch, "to_target", deps=(tasks[-1].name,)))

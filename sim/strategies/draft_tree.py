@@ -63,6 +63,7 @@ from sim.plan import StepPlan, Task, delay_task, graph_tasks
 from sim.step_graph import build_step_graph
 from sim.strategies.base import (DEFAULT_DRAFT_MODEL, Estimate, Knob, Problem, Strategy, StrategyConfig, co_resident,
                                  host_seconds)
+from sim.strategies.chain import draft_pass_resident, rewarm_seconds
 from sim.tree import TokenTree
 from sim.tree_search import greedy_trees
 
@@ -411,7 +412,10 @@ class DraftTreeStrategy(Strategy):
             graph = build_step_graph(draft, 1, problem.context + j, problem.batch)
             deps = (tasks[-1].name,) if tasks else ()
             tasks += graph_tasks(graph, platform, config.draft_device, f"draft{j}", "draft", deps, per_layer,
-                                 resident=co_resident(problem, config.draft_device, problem.model, draft))
+                                 resident=draft_pass_resident(problem, draft, config.draft_device, j))
+            rewarm = rewarm_seconds(problem, draft, config.draft_device, j)
+            if rewarm > 0:
+                tasks.append(delay_task(f"draft{j}/rewarm", rewarm, "draft", (tasks[-1].name,), config.draft_device))
         last_draft = tasks[-1].name
         deps_verify = [last_draft]
         if link is not None:
@@ -450,18 +454,9 @@ class DraftTreeStrategy(Strategy):
 def _draft_pass_seconds(problem: Problem, draft: ModelSpec, device: str, passes: int) -> np.ndarray:
     """Seconds of each of ``passes`` one-token draft forwards, the cache growing from the context
     (the tree decoder feeds one tree token per pass); as :func:`sim.strategies.chain.draft_seconds`."""
-    if passes <= 0:
-        return np.zeros(0)
-    resident = co_resident(problem, device, problem.model, draft)   # the target evicts it otherwise
-    contexts = problem.context + np.arange(passes)
-    out = []
-    if contexts[0] == 0:
-        out.append(float(step_seconds(draft, problem.platform, device, 1, 0, problem.batch, resident=resident)))
-        contexts = contexts[1:]
-    if contexts.size:
-        out += list(np.atleast_1d(step_seconds(draft, problem.platform, device, 1, contexts, problem.batch,
-                                               resident=resident)))
-    return np.asarray(out, dtype=float)
+    from sim.strategies.chain import draft_pass_seconds
+
+    return draft_pass_seconds(problem, draft, device, passes)
 
 
 def _sample_tokens(tree: TokenTree, p: Sequence[float], rng: np.random.Generator) -> int:

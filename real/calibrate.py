@@ -360,9 +360,16 @@ def _device(name: str, w: WorkerMeasurement, cal: Calibration, description: str)
         sources=sources)
     if w.streaming is not None:
         per_op, source = streaming_overhead(device, w.streaming, thr, s, by, on)
-        device = replace(device, op_overhead_us=round(per_op * 1e6, 3),
+        probe = w.streaming
+        rewarm_source = (f"measured {by}: a draft-sized random model (10 MB of weights) takes "
+                         f"{probe.draft_warm_s * 1e3:.3f} ms per pass in a loop of its own, "
+                         f"{probe.draft_cold_s * 1e3:.3f} ms for its first pass after a step of the streaming probe "
+                         f"({probe.spec.weight_bytes() / 1e6:.0f} MB) and {probe.draft_later_s * 1e3:.3f} ms on average for "
+                         f"the next ones: it recovers {probe.rewarm:.2f} of the cold-to-warm gap ({thr}, median of "
+                         f"{s.overhead_repeats}) {on}")
+        device = replace(device, op_overhead_us=round(per_op * 1e6, 3), cache_rewarm=round(probe.rewarm, 4),
                          sources={**device.sources, "op_overhead_us": source,
-                                  "cache_op_overhead_us": sources["op_overhead_us"]})
+                                  "cache_op_overhead_us": sources["op_overhead_us"], "cache_rewarm": rewarm_source})
     if not w.loops:
         return device
     costs, cost_sources = fit_host_costs(device, w.loops, s, by, on)
@@ -371,24 +378,22 @@ def _device(name: str, w: WorkerMeasurement, cal: Calibration, description: str)
 
 def streaming_overhead(device: Device, probe, thr: str, settings: Settings, by: str, on: str) -> tuple[float, str]:
     """Fixed seconds per operator launch of a model whose weights stream from DRAM: the streaming
-    probe's step minus what the model prices for it without fixed costs, over its launches (mean of
-    the one-token and the masked verification step). Small operators between weight streams find their
-    data evicted, so they cost more than in the cache-resident probe."""
-    from sim.closed_form import step_seconds
+    probe's step minus the same step's GEMMs run alone (interleaved with it, so both see the same
+    state of the machine), over the step's launches (mean of the one-token and the masked
+    verification step). Small operators between weight streams find their data evicted, so they cost
+    more than in the cache-resident probe; the GEMMs themselves are priced by the DRAM GEMM curve."""
     from sim.step_graph import build_step_graph
 
-    bare = replace(device, op_overhead_us=0.0, cache_op_overhead_us=0.0)
-    platform = Platform(name="probe", description="", devices={bare.name: bare})
     spec = probe.spec
     launches = sum(op.launches * op.count for op in build_step_graph(spec, 1, probe.context).ops)
-    rest = [(t - float(step_seconds(spec, platform, bare.name, q, probe.context))) / launches
-            for t, q in ((probe.unmasked_s, 1), (probe.masked_s, probe.masked_tokens))]
+    rest = [(t - g) / launches for t, g in ((probe.unmasked_s, probe.gemm_unmasked_s),
+                                             (probe.masked_s, probe.gemm_masked_s))]
     per_op = max(sum(rest) / len(rest), 0.0)
     source = (f"measured: {per_op * 1e6:.2f} us per step-graph operator {by}: a random-weight decoder larger than "
               f"the last-level cache ({spec.n_layers} layers, hidden {spec.hidden}, {spec.weight_bytes() / 1e6:.0f} MB "
               f"of fp32 weights) takes {probe.unmasked_s * 1e3:.2f} ms for one token and {probe.masked_s * 1e3:.2f} ms "
-              f"for {probe.masked_tokens} under a tree mask; minus the model's price of its GEMMs and memory traffic (the DRAM GEMM "
-              f"curve), the rest over its {launches} operators ({thr}, median of {settings.overhead_repeats}) {on}. "
+              f"for {probe.masked_tokens} under a tree mask, its GEMMs alone {probe.gemm_unmasked_s * 1e3:.2f} and "
+              f"{probe.gemm_masked_s * 1e3:.2f} ms; the rest over its {launches} operators ({thr}, median of {settings.overhead_repeats}) {on}. "
               f"Models that fit the cache use cache_op_overhead_us")
     return per_op, source
 
@@ -407,11 +412,12 @@ def _model_price(device: Device, sample, context: int) -> float:
     from sim.strategies.base import Problem
     from sim.strategies.medusa import heads_seconds
 
-    spec = probe_models().target.spec
+    models = probe_models()
+    spec, draft = models.target.spec, models.draft.spec
     platform = Platform(name="probe", description="", devices={device.name: device})
     q = max(int(round(sample.nodes)), 1)
     price = float(step_seconds(spec, platform, device.name, q, context))
-    price += sample.passes * float(step_seconds(spec, platform, device.name, 1, context))
+    price += sample.passes * float(step_seconds(draft, platform, device.name, 1, context))
     if sample.heads:
         price += heads_seconds(Problem(model=spec, platform=platform), device.name, 1, sample.heads, batched=True)
     return price
@@ -451,8 +457,8 @@ def fit_host_costs(device: Device, loops, settings: Settings, by: str, on: str) 
             key = f"{method}_{term}"
             costs[key] = round(value * 1e6, 3)
             sources[f"host_costs_us.{key}"] = (
-                f"measured {by}: HetSpec's {method} decode loop (real/decode) on {REFERENCE_LAYERS}-layer probe "
-                f"models (hidden {PROBE_HIDDEN}, the target as its own draft; configs {knobs}) costs "
+                f"measured {by}: HetSpec's {method} decode loop (real/decode) on probe models (hidden {PROBE_HIDDEN}: "
+                f"a {REFERENCE_LAYERS}-layer target, a 1-layer draft; configs {knobs}) costs "
                 + ", ".join(f"{1e6 * s.step_s:.1f}" for s in rows)
                 + " us per step; minus the model's price of its forwards and heads, the rest ("
                 + ", ".join(f"{1e6 * r:.1f}" for r in residual)

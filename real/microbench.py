@@ -330,7 +330,7 @@ class LoopSample:
 
 #: Probe decode runs: prompt and new tokens per run.
 LOOP_PROMPT_TOKENS = 48
-LOOP_NEW_TOKENS = 40
+LOOP_NEW_TOKENS = 96
 #: Logit scale of the probe's LM head: makes its predictions confident (top-1 probability near 1),
 #: so draft-tree rounds grow instead of falling back after one token, as a trained draft's do.
 PROBE_LOGIT_SCALE = 40.0
@@ -341,16 +341,18 @@ PROBE_MEDUSA_HEADS = 3
 
 
 def probe_models():
-    """A ``REFERENCE_LAYERS``-deep probe target with a confident LM head, used as its own draft (so
-    every proposal is accepted and draft trees grow), and untrained Medusa heads on it."""
+    """A ``REFERENCE_LAYERS``-deep probe target, a one-layer probe draft (drafts are shallower than
+    their targets), both with a confident LM head (so draft trees grow to their budget, as a trained
+    draft's do), and untrained Medusa heads on the target."""
     from real.decode.common import DecodeModels
     from real.medusa_heads import MedusaHeads
 
-    target = _probe_model(REFERENCE_LAYERS)
+    target, draft = _probe_model(REFERENCE_LAYERS), _probe_model(1)
     with torch.no_grad():
-        target.lm_head.weight.mul_(PROBE_LOGIT_SCALE)
+        for model in (target, draft):
+            model.lm_head.weight.mul_(PROBE_LOGIT_SCALE)
     heads = MedusaHeads.from_target(target, PROBE_MEDUSA_HEADS).eval()
-    return DecodeModels(target=target, draft=target, heads=heads)
+    return DecodeModels(target=target, draft=draft, heads=heads)
 
 
 def decode_loop_samples(threads: int, repeats: int) -> tuple[LoopSample, ...]:
@@ -397,18 +399,37 @@ class StreamingProbe:
     masked_s: float           # STREAM_MASKED_TOKENS tokens under a tree mask
     context: int
     masked_tokens: int = 4
+    gemm_unmasked_s: float = 0.0   # the same step's GEMMs alone (same weights, same order, M = 1)
+    gemm_masked_s: float = 0.0     # ... with M = masked_tokens
+    draft_cold_s: float = 0.0      # a draft-sized model's first pass right after a probe step
+    draft_later_s: float = 0.0     # its next passes (mean of the medians of passes 2..REWARM_PASSES)
+    draft_warm_s: float = 0.0      # its pass in a loop of its own
+
+    @property
+    def rewarm(self) -> float:
+        """Share of the cold-to-warm gap the draft recovers on its later passes (0..1)."""
+        gap = self.draft_cold_s - self.draft_warm_s
+        return min(max((self.draft_cold_s - self.draft_later_s) / gap, 0.0), 1.0) if gap > 0 else 1.0
 
 
-#: Layer shape of the streaming probe (a small Llama layer, grouped-query attention): its fp32
-#: weights are 25 MB per layer, so a few layers already exceed a desktop last-level cache.
-STREAM_HIDDEN = 768
-STREAM_INTERMEDIATE = 2048
-STREAM_HEADS = (12, 4)
+#: Layer shape of the streaming probe (a narrow Llama layer, grouped-query attention, 7 MB of fp32
+#: weights). The fixed cost per operator of a streaming model grows with its width (measured here:
+#: about 11-16 us at hidden 384, 20-23 us at hidden 768, 8 us in the cache), so the probe takes the
+#: narrow end, the small demo target's width: fixed costs matter most for narrow models, whose
+#: steps have the least GEMM time to hide them in; a wide model's fixed costs are then priced a
+#: little low, a few percent of its step.
+STREAM_HIDDEN = 384
+STREAM_INTERMEDIATE = 1536
+STREAM_HEADS = (6, 2)
 STREAM_VOCAB = 4096
 #: Weights of the streaming probe, in multiples of the last-level cache (each step evicts them all).
 STREAM_WEIGHTS_LLC = 4
 #: Depth cap (a machine with a huge cache would otherwise build a very deep probe).
-STREAM_MAX_LAYERS = 24
+STREAM_MAX_LAYERS = 32
+#: Draft-sized model of the re-warming measurement (2 layers, hidden 256, vocabulary 4096: 10 MB
+#: of fp32 weights read per pass, a third of a desktop last-level cache), and its passes per round.
+REWARM_DRAFT = dict(n_layers=2, hidden=256, intermediate=704, n_heads=4, n_kv_heads=2, vocab=4096)
+REWARM_PASSES = 6
 #: Tokens of the masked streaming step: a typical verification; not 2, where this CPU's GEMM
 #: kernels take a slow path for some shapes (measured: M = 2 slower per row than M = 1 or 4), which
 #: would be mistaken for fixed cost.
@@ -427,13 +448,44 @@ def streaming_probe(threads: int, repeats: int, warmup: int, llc_bytes: int) -> 
     spec = ModelSpec(name="streaming-probe", n_layers=int(layers), hidden=h, intermediate=i, n_heads=STREAM_HEADS[0],
                      n_kv_heads=STREAM_HEADS[1], vocab=STREAM_VOCAB, dtype="fp32", max_position=4 * PROBE_CONTEXT)
     model = random_transformer(spec)
+    # the step's GEMMs alone, in the forward's order: linear layers then the LM head
+    weights = [w for layer in model.model.layers for w in (
+        layer.self_attn.q_proj.weight, layer.self_attn.k_proj.weight, layer.self_attn.v_proj.weight,
+        layer.self_attn.o_proj.weight, layer.mlp.gate_proj.weight, layer.mlp.up_proj.weight,
+        layer.mlp.down_proj.weight)] + [model.lm_head.weight]
+
+    def gemms(m: int) -> Callable[[], object]:
+        xs = {w.shape[1]: torch.randn(1, m, w.shape[1]) for w in weights}
+
+        def run():
+            for w in weights:
+                F.linear(xs[w.shape[1]], w)
+        return run
+
+    draft = random_transformer(ModelSpec(name="rewarm-draft", dtype="fp32", max_position=4 * PROBE_CONTEXT,
+                                         **REWARM_DRAFT))
     with torch_threads(threads), torch.inference_mode():
-        steps = {masked: _probe_step(model, masked, STREAM_MASKED_TOKENS) for masked in (False, True)}
-        for fn in steps.values():
+        jobs = {"step1": _probe_step(model, False), "stepq": _probe_step(model, True, STREAM_MASKED_TOKENS),
+                "gemm1": gemms(1), "gemmq": gemms(STREAM_MASKED_TOKENS)}
+        for fn in jobs.values():
             median_time(fn, 1, warmup)
-        samples = {False: [], True: []}
+        # interleaved: the forward and its GEMMs alone see the same state of the machine
+        samples = {k: [] for k in jobs}
         for _ in range(repeats):
-            for masked, fn in steps.items():
-                samples[masked].append(median_time(fn, 1, 0, inner=3))
-    return StreamingProbe(spec, statistics.median(samples[False]), statistics.median(samples[True]), PROBE_CONTEXT,
-                          STREAM_MASKED_TOKENS)
+            for k, fn in jobs.items():
+                samples[k].append(median_time(fn, 1, 0, inner=3))
+        # re-warming: a round = one probe step (evicts the draft), then the draft's passes one by one
+        draft_pass = _probe_step(draft, False)
+        warm = median_time(draft_pass, repeats, 5, inner=3)
+        rounds: list[list[float]] = [[] for _ in range(REWARM_PASSES)]
+        for _ in range(repeats):
+            jobs["step1"]()
+            for j in range(REWARM_PASSES):
+                t = time.perf_counter()
+                draft_pass()
+                rounds[j].append(time.perf_counter() - t)
+    med = {k: statistics.median(v) for k, v in samples.items()}
+    later = statistics.mean(statistics.median(r) for r in rounds[1:])
+    return StreamingProbe(spec, med["step1"], med["stepq"], PROBE_CONTEXT, STREAM_MASKED_TOKENS,
+                          gemm_unmasked_s=med["gemm1"], gemm_masked_s=med["gemmq"],
+                          draft_cold_s=statistics.median(rounds[0]), draft_later_s=later, draft_warm_s=warm)

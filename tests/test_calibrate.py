@@ -249,3 +249,35 @@ def test_a_draft_that_fits_alone_but_not_with_its_target_is_priced_from_dram():
     assert draft_seconds(large_target, SMALL, "cpu", 1) == pytest.approx(float(step(SMALL, plat, "cpu", 1, 64,
                                                                                    resident=False)))
     assert draft_seconds(large_target, SMALL, "cpu", 1) > alone
+    # the target evicts the draft once per round: the first pass is cold, the following ones warm (LRU)
+    assert draft_seconds(large_target, SMALL, "cpu", 3) == pytest.approx(
+        float(step(SMALL, plat, "cpu", 1, 64, resident=False)) + float(step(SMALL, plat, "cpu", 1, 65))
+        + float(step(SMALL, plat, "cpu", 1, 66)))
+
+
+def test_partial_rewarming_prices_the_later_draft_passes_between_warm_and_cold():
+    from sim.acceptance import AcceptanceModel
+    from sim.closed_form import step_seconds as step
+    from sim.strategies import get_strategy
+    from sim.strategies.base import Problem, StrategyConfig
+    from sim.strategies.chain import draft_seconds
+
+    base = _cached_cpu(0.032)
+    plat = replace(base, devices={"cpu": replace(base.device("cpu"), cache_rewarm=0.5)})
+    acc = AcceptanceModel(name="a", source="test", draft_alpha=0.6)
+    problem = Problem(model=LARGE, platform=plat, acceptance=acc, context=64)
+    cold = [float(step(SMALL, plat, "cpu", 1, 64 + j, resident=False)) for j in range(3)]
+    warm = [float(step(SMALL, plat, "cpu", 1, 64 + j, resident=True)) for j in range(3)]
+    want = cold[0] + sum(w + 0.5 * (c - w) for c, w in zip(cold[1:], warm[1:]))
+    assert draft_seconds(problem, SMALL, "cpu", 3) == pytest.approx(want, rel=1e-9)
+    # the engine's plan carries the same re-warming (a delay after each later pass)
+    import json
+    import tempfile
+    from pathlib import Path
+
+    path = Path(tempfile.mkdtemp()) / "config.json"
+    path.write_text(json.dumps(replace(SMALL, dtype="fp32").to_hf_config()))
+    chain = get_strategy("chain")
+    config = chain.resolve(problem, StrategyConfig(method="chain").with_knobs(
+        device="cpu", draft_device="cpu", draft_model=str(path), draft_depth=3))
+    assert chain.plan(problem, config).serial_s(plat) == pytest.approx(chain.estimate(problem, config).step_s, rel=1e-9)

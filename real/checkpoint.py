@@ -33,6 +33,12 @@ TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bflo
                 "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
+def model_bytes(model: torch.nn.Module) -> int:
+    """Bytes of a module's parameters (tied tensors counted once)."""
+    seen = {p.data_ptr(): p.numel() * p.element_size() for p in model.parameters()}
+    return int(sum(seen.values()))
+
+
 def torch_dtype(dtype: str | torch.dtype) -> torch.dtype:
     if isinstance(dtype, torch.dtype):
         return dtype

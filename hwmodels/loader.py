@@ -53,11 +53,11 @@ from __future__ import annotations
 
 import math
 import os
-import tomllib
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from hwmodels.datafile import read_data_file
 from hwmodels.dtypes import DTYPE_BYTES
 from hwmodels.errors import HetSpecError, PresetError, UnknownNameError
 from hwmodels.platform import DEVICE_KINDS, LINK_KINDS, STORAGE, Device, Link, MemoryDomain, Platform
@@ -261,12 +261,7 @@ def parse_platform(data: dict, path: str) -> Platform:
 
 def load_platform_file(path: str | Path) -> Platform:
     path = Path(path)
-    if not path.exists():
-        raise HetSpecError(f"platform file {path} does not exist")
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise PresetError(str(path), "toml", f"not valid TOML ({exc})") from None
+    data = read_data_file(path, "platform file")
     platform = parse_platform(data, str(path))
     if path.parent == builtin_preset_dir() and platform.name != path.stem:
         raise PresetError(str(path), "name", f"must equal the file name {path.stem!r} (got {platform.name!r})")

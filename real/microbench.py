@@ -101,7 +101,7 @@ def gemm_rates(m_values: Sequence[int], shapes: Sequence[tuple[int, int]], threa
                 out.append(GemmPoint(m, k, n, s, 2.0 * m * k * n / s))
                 if progress:
                     progress()
-            del weights
+            weights = None      # free the pool before the next shape
     return tuple(out)
 
 

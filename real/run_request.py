@@ -6,10 +6,10 @@ Bad command-line values fail here, in milliseconds and before any model is loade
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from hwmodels.datafile import read_data_file
 from hwmodels.errors import HetSpecError
 from real.decode import check_method
 from real.decode.sampling import Sampling
@@ -95,13 +95,7 @@ class RunRequest:
 
 def load_tree_file(path: str | Path) -> TokenTree:
     """A tree from a JSON file of Medusa choice paths: ``[[0], [0, 0], [1], ...]`` or ``{"choices": [...]}``."""
-    path = Path(path)
-    if not path.exists():
-        raise HetSpecError(f"tree file {path} does not exist")
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise HetSpecError(f"tree file {path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    data = read_data_file(path, "tree file")
     choices = data.get("choices") if isinstance(data, dict) else data
     if not isinstance(choices, list) or not all(
             isinstance(c, list) and c and all(isinstance(r, int) and not isinstance(r, bool) for r in c)

@@ -30,7 +30,6 @@ literal ``alpha:<a>`` for a draft chain. :func:`load_acceptance` takes any of th
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -40,6 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hwmodels.datafile import read_data_file
 from hwmodels.errors import HetSpecError, PresetError, UnknownNameError
 from sim.acceptance_profile import FORMAT as PROFILE_FORMAT
 from sim.acceptance_profile import AcceptanceProfile, ConfidenceBin
@@ -465,11 +465,7 @@ def parse_preset(data: dict, where: str) -> AcceptanceModel:
 
 @lru_cache(maxsize=None)
 def _load_preset(path: str) -> AcceptanceModel:
-    try:
-        data = json.loads(Path(path).read_text())
-    except json.JSONDecodeError as exc:
-        raise PresetError(path, "json", f"not valid JSON ({exc.msg} at line {exc.lineno})") from None
-    model = parse_preset(data, path)
+    model = parse_preset(read_data_file(path, "acceptance preset"), path)
     if model.name != Path(path).stem:
         raise PresetError(path, "name", f"must equal the file name {Path(path).stem!r} (got {model.name!r})")
     return model
@@ -478,12 +474,7 @@ def _load_preset(path: str) -> AcceptanceModel:
 def load_acceptance_file(path: str | Path) -> AcceptanceModel:
     """A preset-format or real-path profile JSON file."""
     path = Path(path)
-    if not path.exists():
-        raise HetSpecError(f"acceptance file {path} does not exist")
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise PresetError(str(path), "json", f"not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    data = read_data_file(path, "acceptance file")
     if isinstance(data, dict) and data.get("format") == PROFILE_FORMAT:
         return from_profile(AcceptanceProfile.from_json(data, str(path)))
     if isinstance(data, dict) and data.get("format") == PRESET_FORMAT:

@@ -25,6 +25,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hwmodels.datafile import read_data_file
 from hwmodels.errors import HetSpecError, PresetError
 
 FORMAT = "hetspec-acceptance-profile/1"
@@ -136,11 +137,4 @@ class AcceptanceProfile:
 
     @classmethod
     def load(cls, path: str | Path) -> "AcceptanceProfile":
-        path = Path(path)
-        if not path.exists():
-            raise HetSpecError(f"acceptance profile {path} does not exist")
-        try:
-            data = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            raise PresetError(str(path), "json", f"not valid JSON ({exc.msg} at line {exc.lineno})") from None
-        return cls.from_json(data, str(path))
+        return cls.from_json(read_data_file(path, "acceptance profile"), str(path))

@@ -8,13 +8,13 @@ every number; any Hugging Face style ``config.json`` (Llama family or GPT-2) loa
 
 from __future__ import annotations
 
-import json
 import tomllib
 from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
+from hwmodels.datafile import read_data_file
 from hwmodels.dtypes import DTYPE_BYTES, check_dtype
 from hwmodels.errors import HetSpecError, PresetError, UnknownNameError
 
@@ -195,12 +195,7 @@ def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
     path = Path(path)
     if path.is_dir():
         path = path / "config.json"
-    if not path.exists():
-        raise HetSpecError(f"model config {path} does not exist")
-    try:
-        config = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise PresetError(str(path), "json", f"not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    config = read_data_file(path, "model config")
     if not isinstance(config, dict):
         raise PresetError(str(path), "json", "top level must be an object")
     return spec_from_hf_config(config, name or config.get("hetspec_name") or path.parent.name, str(path))

@@ -32,3 +32,17 @@ def tiny_demo(demo_cache_dir):
     from real.demo import load_demo
 
     return load_demo("tiny", progress=False)
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """One intra-op thread on the calling thread for a module (workers set their own): on a loaded
+    2-core machine every multi-threaded operator waits for a descheduled thread (milliseconds per
+    op); results do not depend on the thread count. Modules opt in with
+    ``pytestmark = pytest.mark.usefixtures("one_torch_thread")``."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

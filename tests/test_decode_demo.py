@@ -8,7 +8,6 @@ import json
 
 import numpy as np
 import pytest
-import torch
 
 from cli_runner import run_cli
 from real.acceptance import MAX_PROFILE_WIDTH, PROFILE_RANKS, measure_profile
@@ -22,19 +21,11 @@ from sim.acceptance_profile import AcceptanceProfile
 from sim.trace import read_trace, summarize
 from sim.tree import TokenTree
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 PROMPTS, PROMPT_TOKENS, NEW_TOKENS = 3, 32, 32
 #: CLI subprocesses run with one torch thread (see ``one_torch_thread``).
 ONE_THREAD_ENV = {"OMP_NUM_THREADS": "1"}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """One intra-op thread: on a loaded 2-core machine every multi-threaded operator waits for a
-    descheduled worker (milliseconds per op); results do not depend on the thread count."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

@@ -21,21 +21,13 @@ from sim.model_spec import ModelSpec
 from sim.trace import summarize
 from sim.tree import TokenTree
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 VOCAB = 61
 NEW_TOKENS = 40
 #: Scale of the random LM head: makes the random target's distributions peaked, like a trained
 #: model's, so a noisy copy of it agrees often and sometimes branches.
 SHARPEN = 6.0
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """One intra-op thread: on a loaded 2-core machine every multi-threaded operator waits for a
-    descheduled worker (milliseconds per op); results do not depend on the thread count."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def _spec(name: str, layers: int, hidden: int) -> ModelSpec:

@@ -11,20 +11,10 @@ from real.hetero.runner import agreement, run_runtime
 from real.run import run_prompts
 from real.workers import allowed_cores
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 CORES = allowed_cores()
 WORKERS = (f"cpu{CORES[0]}", f"cpu{CORES[-1]}") if len(CORES) > 1 else ("cpu", f"cpu{CORES[0]}")
-
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """One intra-op thread on the calling thread (workers set their own): on a loaded 2-core machine every
-    multi-threaded operator waits for a descheduled thread; results do not depend on the thread count."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
 
 
 @pytest.fixture(scope="module")

@@ -19,21 +19,11 @@ from real.workers import WorkerSession, allowed_cores, parse_workers
 from sim.model_spec import ModelSpec
 from sim.tree import TokenTree
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 CORES = allowed_cores()
 WORKERS = f"cpu{CORES[0]},cpu{CORES[-1]}" if len(CORES) > 1 else "cpu,cpu0"
 TOL = 2e-5
-
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """One intra-op thread on the calling thread (workers set their own): on a loaded 2-core machine every
-    multi-threaded operator waits for a descheduled thread; results do not depend on the thread count."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
 
 
 def small_model(n_kv: int = 2) -> tuple[Transformer, MedusaHeads]:

@@ -15,17 +15,7 @@ from real.hetero.streaming import close_streamed, plan_memory, read_into, stream
 from real.run import run_prompts
 from sim.trace import TraceRecord
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """One intra-op thread on the calling thread (workers set their own): on a loaded 2-core machine every
-    multi-threaded operator waits for a descheduled thread; results do not depend on the thread count."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -12,19 +12,8 @@ import pytest
 from hwmodels.platform import Device, Link, MemoryDomain, Platform
 from real.workers import allowed_cores
 
-pytestmark = pytest.mark.skipif(len(allowed_cores()) < 2, reason="two CPU workers need two cores")
-
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """One intra-op thread on the calling thread (workers set their own): on a loaded 2-core machine every
-    multi-threaded operator waits for a descheduled thread; results do not depend on the thread count."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
+pytestmark = [pytest.mark.skipif(len(allowed_cores()) < 2, reason="two CPU workers need two cores"),
+              pytest.mark.usefixtures("one_torch_thread")]
 
 
 def _device(name: str, threads: int, host_costs=None) -> Device:

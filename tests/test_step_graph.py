@@ -11,40 +11,19 @@ from hypothesis import strategies as st
 
 from hwmodels.loader import get_platform
 from sim.model_spec import get_model
+from sim.reproduce.medusa import Q_COLUMNS, TABLE6, TABLE7_OI, TABLE7_TFLOPS, TABLE8
 from sim.step_graph import build_step_graph
 from sim.step_timing import price_step
 from sim.tree import TokenTree
 
 from cli_runner import run_cli
 
-# Medusa App. tables (Llama-33B on A100-80GB-PCIe), arithmetic intensity only. Columns: ar (q=1),
-# then q = 16, 32, 48, 64, 80, 96, 112 candidates (seeds/notes/medusa.md, appendix).
-Q_COLUMNS = (1, 16, 32, 48, 64, 80, 96, 112)
-
-# Table 6: attention (QK^T), batch 16, rows = KV length s.
-TABLE6_ATTENTION_OI = {
-    128: (0.98, 12.8, 21.33, 27.43, 32.0, 35.56, 38.4, 40.73),
-    256: (0.99, 13.47, 23.27, 30.72, 36.57, 41.29, 45.18, 48.43),
-    512: (0.99, 13.84, 24.38, 32.68, 39.38, 44.91, 49.55, 53.49),
-    1024: (0.99, 14.03, 24.98, 33.76, 40.96, 46.97, 52.07, 56.44),
-    2048: (0.99, 14.12, 25.28, 34.32, 41.8, 48.08, 53.43, 58.04),
-    4096: (0.99, 14.17, 25.44, 34.61, 42.23, 48.65, 54.13, 58.87),
-    8192: (0.99, 14.2, 25.52, 34.76, 42.45, 48.94, 54.49, 59.3),
-}
-# Table 7: attention at s = 1024: the intensity is the same for every batch size.
-TABLE7_ATTENTION_OI_S1024 = (0.99, 14.03, 24.98, 33.76, 40.96, 46.97, 52.07, 56.44)
-TABLE7_BATCHES = (1, 2, 4, 8, 16, 32, 64)
-
-# Table 8: up/gate/down projections, rows = batch size (T = batch * q tokens).
-TABLE8_MLP_OI = {
-    1: (1.0, 15.95, 31.79, 47.53, 63.17, 78.7, 94.14, 109.47),
-    2: (2.0, 31.79, 63.17, 94.14, 124.71, 154.89, 184.69, 214.12),
-    4: (4.0, 63.17, 124.71, 184.69, 243.17, 300.21, 355.85, 410.14),
-    8: (7.99, 124.71, 243.17, 355.85, 463.14, 565.44, 663.07, 756.36),
-    16: (15.95, 243.17, 463.14, 663.07, 845.59, 1012.87, 1166.74, 1308.76),
-    32: (31.79, 463.14, 845.59, 1166.74, 1440.25, 1675.97, 1881.24, 2061.59),
-    64: (63.17, 845.59, 1440.25, 1881.24, 2221.31, 2491.55, 2711.46, 2893.91),
-}
+# Medusa App. tables (Llama-33B on A100-80GB-PCIe): the paper's numbers, kept once in the reproduction
+# module (seeds/notes/medusa.md, appendix); these tests check the arithmetic intensity column exactly.
+# Columns: ar (q=1), then q = 16, 32, 48, 64, 80, 96, 112 candidates.
+TABLE6_ATTENTION_OI = {s: tuple(oi for _, oi in row) for s, row in TABLE6.items()}   # batch 16, rows = s
+TABLE7_BATCHES = tuple(TABLE7_TFLOPS)            # at s = 1024 the intensity is the same for every batch
+TABLE8_MLP_OI = {b: tuple(oi for _, oi in row) for b, row in TABLE8.items()}          # rows = batch
 
 LLAMA_33B = get_model("vicuna-33b")  # LLaMA-33B shape: h = 6656, i = 17920, head dim 128
 
@@ -63,7 +42,7 @@ def test_medusa_table6_attention_intensity(s):
 
 @pytest.mark.parametrize("batch", TABLE7_BATCHES)
 def test_medusa_table7_attention_intensity_independent_of_batch(batch):
-    for q, expected in zip(Q_COLUMNS, TABLE7_ATTENTION_OI_S1024):
+    for q, expected in zip(Q_COLUMNS, TABLE7_OI):
         assert _close(build_step_graph(LLAMA_33B, q, 1024, batch=batch).op("attn_score").intensity, expected)
 
 

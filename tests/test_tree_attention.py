@@ -12,18 +12,10 @@ from real.model import Transformer
 from sim.model_spec import ModelSpec
 from sim.tree import TokenTree
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 VOCAB = 97
 PREFIX = 7
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """One intra-op thread: on a loaded 2-core machine every multi-threaded operator waits for a
-    descheduled worker (milliseconds per op); results do not depend on the thread count."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,6 @@ Greedy acceptance is lossless; typical acceptance is not (Medusa §2.3.1).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import torch

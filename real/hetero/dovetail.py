@@ -263,7 +263,7 @@ def _generate(rt: DovetailRuntime, prompt, max_new_tokens: int, config: Dovetail
     cache_len = check_request(rt.models, prompt, max_new_tokens, extra_tokens=config.width + 1)
     log = StepLog(NAME, len(prompt), max_new_tokens, clock)
     drafter, target, session = rt.drafter, rt.target, rt.session
-    dname, vname = rt.workers[0].name, rt.workers[1].name
+    dname = rt.workers[0].name
     ops = config.trace_ops
     max_slots = config.top_k * config.depth
     with torch.inference_mode():

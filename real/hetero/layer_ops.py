@@ -80,7 +80,7 @@ def partial_attention(xq: Tensor, keys: Tensor, values: Tensor, mask: Tensor | N
     scaled scores, ``l [b, H, q, 1]`` sum of ``exp(score - m))``. Every row must see a key.
     """
     b, h, q, hd = xq.shape
-    hk, n = keys.shape[1], keys.shape[2]
+    hk = keys.shape[1]
     g = h // hk
     qg = xq.reshape(b, hk, g * q, hd)                                   # row g_i*q + i = head hk*g+g_i, token i
     scores = torch.matmul(qg, keys.transpose(-1, -2)) * (hd ** -0.5)    # [b, Hk, g*q, n]

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
+from hwmodels.datafile import read_data_file
 from hwmodels.dtypes import DTYPE_BYTES
 from hwmodels.errors import HetSpecError
 
@@ -82,13 +82,7 @@ def space_from_args(args: argparse.Namespace) -> dict:
     if args.draft_model:
         space["draft_model"] = (args.draft_model,)
     if args.tree_choices:
-        path = Path(args.tree_choices)
-        if not path.exists():
-            raise HetSpecError(f"tree choices file {path} does not exist")
-        try:
-            choices = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            raise HetSpecError(f"tree choices file {path}: not valid JSON ({exc.msg})") from None
+        choices = read_data_file(args.tree_choices, "tree choices file")
         tree = TokenTree.from_choices(choices)
         space["tree"] = (tree,)
         space["tree_width"] = (tree.size,)

@@ -364,7 +364,7 @@ def reproduce(out_dir: Path) -> PaperReport:
     _prediction_rows(report, n150, h100)
     _choice_rows(report, n150, h100)
     report.fits.append(Fit(
-        parameter=f"fd_fixed_us (fixed cost of a TT-Metalium flash-decode call, option of the alspec strategy)",
+        parameter="fd_fixed_us (fixed cost of a TT-Metalium flash-decode call, option of the alspec strategy)",
         value=round(fd_fixed, 2),
         fitted_to="ALSpec Table 6: ScaledDotProductAttentionDecode at 1K on TP4 = 56.0 us",
         how="the row minus the roofline's flash decode (launch + KV read at 1K); applied to every TP degree and context"))

@@ -21,10 +21,8 @@ in fp32 on the CPU, drafters in fp16 on the GPU; System A = ``xeon4214r-rtx2080s
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
-import numpy as np
 
 from hwmodels.loader import get_platform
 from sim.acceptance import load_acceptance

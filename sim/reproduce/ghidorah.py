@@ -24,7 +24,6 @@ import statistics
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 
 from hwmodels.loader import get_platform
 from sim.acceptance import load_acceptance
@@ -232,7 +231,6 @@ def _discussion(results, fig10a) -> str:
     mb = results["mbpp"]
     gh = [p["speedup"] for p in mb["ghidorah"]]
     em = [p["speedup"] for p in mb["em"]]
-    md = [p["speedup"] for p in mb["medusa"]]
     ratio = mb["ghidorah"][FIG9_WIDTHS.index(16)]["ratio"]
     return (
         "**Which physical assumption was wrong.** With the datasheet preset (the 204 MHz GPU drawing 0.67 x 59.7 GB/s "

@@ -143,6 +143,21 @@ def _load_folder(folder: Path, preset: str) -> DemoModels:
     return DemoModels(target, draft, heads, tokenizer, folder, preset, summary)
 
 
+def _remove_stale_work_folders(folder: Path) -> None:
+    """Delete temporary folders of earlier runs whose process is gone (a run killed by a signal
+    skips its own clean-up)."""
+    for stale in folder.parent.glob(f".{folder.name}.*-*"):
+        pid = stale.name.rsplit("-", 1)[-1]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)          # signal 0: only checks that the process exists
+        except ProcessLookupError:
+            shutil.rmtree(stale, ignore_errors=True)
+        except PermissionError:           # alive, another user's
+            pass
+
+
 def train_demo(recipe: DemoRecipe, folder: Path, progress: bool = True) -> dict:
     """Train every model of ``recipe`` into ``folder`` (replaced atomically) and return the summary.
 
@@ -151,6 +166,7 @@ def train_demo(recipe: DemoRecipe, folder: Path, progress: bool = True) -> dict:
     """
     folder = Path(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_work_folders(folder)
     work = folder.parent / f".{folder.name}.tmp-{os.getpid()}"
     if work.exists():
         shutil.rmtree(work)

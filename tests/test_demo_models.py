@@ -225,3 +225,18 @@ def test_forward_times_are_positive_medians(tiny_demo):
     assert [(t.model, t.q) for t in times] == [("target", 1), ("target", 16), ("target", 64), ("draft", 1),
                                                ("draft", 16), ("draft", 64), ("medusa-heads", 1)]
     assert all(t.median_ms > 0 for t in times)
+
+
+def test_stale_work_folders_of_dead_runs_are_removed(tmp_path):
+    import subprocess
+    import sys
+
+    from real.demo import _remove_stale_work_folders
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True).stdout.strip()          # a pid whose process has ended
+    (tmp_path / f".small.tmp-{dead}").mkdir()
+    (tmp_path / ".small.tmp-1").mkdir()                                  # pid 1 is alive
+    (tmp_path / "small").mkdir()
+    _remove_stale_work_folders(tmp_path / "small")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".small.tmp-1", "small"]

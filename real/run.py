@@ -52,13 +52,17 @@ def build_config(request: RunRequest, head_accuracy=None):
     if request.method == "draft-tree":
         return DraftTreeConfig(max_tokens=request.width or DEFAULT_MAX_TOKENS,
                                max_depth=request.depth or DEFAULT_MAX_DEPTH)
+    return MedusaConfig(tree=verification_tree(request, head_accuracy), temperature=request.temperature)
+
+
+def verification_tree(request: RunRequest, head_accuracy=None) -> TokenTree:
+    """The Medusa-head tree of a medusa or hcmp request: ``--tree``'s file, else the greedy tree of
+    ``--width`` tokens (default :data:`DEFAULT_MEDUSA_WIDTH`) from the measured head accuracies."""
     if request.tree_file is not None:
-        tree = load_tree_file(request.tree_file)
-    else:
-        if head_accuracy is None:
-            raise HetSpecError("medusa needs measured head accuracies to build its greedy tree")
-        tree = TokenTree.greedy(head_accuracy, request.width or DEFAULT_MEDUSA_WIDTH, max_depth=request.depth)
-    return MedusaConfig(tree=tree, temperature=request.temperature)
+        return load_tree_file(request.tree_file)
+    if head_accuracy is None:
+        raise HetSpecError(f"{request.method} needs measured head accuracies to build its greedy tree")
+    return TokenTree.greedy(head_accuracy, request.width or DEFAULT_MEDUSA_WIDTH, max_depth=request.depth)
 
 
 def config_summary(config) -> dict:

@@ -1,4 +1,4 @@
-"""PNG plots of ``hetspec validate`` (matplotlib, Agg backend): they read the result rows only.
+"""PNG plots of ``hetspec validate`` (matplotlib, through :mod:`sim.plots`): they read the result rows only.
 
 Each row is a dict of :func:`real.validate.point_rows` (method, knob, value, label, predicted and
 measured step ms and tokens/s, measured min/max over repeats).
@@ -12,20 +12,12 @@ from pathlib import Path
 
 from real.validation_grid import KNOB_OF, SPECULATIVE_METHODS
 from real.validation_metrics import STEP_ERROR_TARGET
+from sim.plots import GRID_ALPHA, finish_axes, new_figure, save_figure
 
 KNOB_AXIS = {"chain": "draft tokens per step γ", "draft-tree": "tree budget M (tokens per round)",
              "medusa": "tree width w (tokens verified per step)"}
 PRED_STYLE = {"color": "tab:blue", "marker": "s", "linestyle": "-", "label": "predicted (simulator)"}
 MEAS_STYLE = {"color": "tab:orange", "marker": "o", "linestyle": "none", "label": "measured (median, min-max)"}
-
-
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 def _methods(rows) -> list[str]:
@@ -65,25 +57,17 @@ def _panel(ax, rows, method, y_pred, y_meas, y_lo, y_hi, ylabel, mark_best: bool
         ax.set_xscale("log", base=2)
     ax.set_xticks(xs)
     ax.set_xticklabels([str(x) for x in xs])
-    ax.set_xlabel(KNOB_AXIS[method])
-    ax.set_ylabel(ylabel)
-    ax.set_title(method)
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7)
+    finish_axes(ax, title=method, xlabel=KNOB_AXIS[method], ylabel=ylabel)
 
 
 def plot_metric(rows: Sequence[dict], path: Path, title: str, y_pred: str, y_meas: str, y_lo: str, y_hi: str,
                 ylabel: str, mark_best: bool) -> Path:
-    plt = _plt()
     methods = _methods(rows)
-    fig, axes = plt.subplots(1, max(len(methods), 1), figsize=(5.2 * max(len(methods), 1), 4.2), squeeze=False)
+    fig, axes = new_figure(1, max(len(methods), 1), figsize=(5.2 * max(len(methods), 1), 4.2), squeeze=False)
     for ax, method in zip(axes[0], methods):
         _panel(ax, rows, method, y_pred, y_meas, y_lo, y_hi, ylabel, mark_best, _ar(rows))
     fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def plot_step_latency(rows, path: Path, subtitle: str) -> Path:
@@ -99,9 +83,8 @@ def plot_tokens_per_s(rows, path: Path, subtitle: str) -> Path:
 
 def plot_errors(rows, path: Path, subtitle: str) -> Path:
     """Signed relative errors per method: step latency and tokens/s, with the ±target band."""
-    plt = _plt()
     methods = ["ar"] + _methods(rows)
-    fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    fig, ax = new_figure(figsize=(7.5, 4.2))
     for j, (key, label, color) in enumerate((("step_error_signed", "step latency", "tab:blue"),
                                              ("tps_error_signed", "tokens/s", "tab:orange"))):
         for i, method in enumerate(methods):
@@ -114,21 +97,15 @@ def plot_errors(rows, path: Path, subtitle: str) -> Path:
     ax.axhline(0, color="black", linewidth=0.8)
     ax.set_xticks(range(len(methods)))
     ax.set_xticklabels(methods)
-    ax.set_ylabel("(predicted − measured) / measured (%)")
-    ax.set_title(f"Prediction error per grid point ({subtitle})")
-    ax.grid(True, axis="y", alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    finish_axes(ax, title=f"Prediction error per grid point ({subtitle})",
+                ylabel="(predicted − measured) / measured (%)", legend_fontsize=8, grid="y")
+    return save_figure(fig, path)
 
 
 def plot_random_weight(rows: Sequence[dict], path: Path, subtitle: str) -> Path:
     """Step latency against tokens per step for the random-weight timing models (log-log)."""
-    plt = _plt()
     models = sorted({r["model"] for r in rows})
-    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    fig, ax = new_figure(figsize=(6.5, 4.5))
     colors = ["tab:blue", "tab:orange", "tab:green", "tab:red"]
     for color, model in zip(colors, models):
         pts = sorted((r for r in rows if r["model"] == model), key=lambda r: r["tokens"])
@@ -139,12 +116,7 @@ def plot_random_weight(rows: Sequence[dict], path: Path, subtitle: str) -> Path:
                 label=f"{model} predicted")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
-    ax.set_xlabel("tokens in the step q (a verification of q − 1 drafts)")
-    ax.set_ylabel("step latency (ms)")
-    ax.set_title(f"Random-weight timing run: one forward step ({subtitle})")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    ax.grid(True, which="both", alpha=GRID_ALPHA)   # log-log: minor ticks too
+    finish_axes(ax, title=f"Random-weight timing run: one forward step ({subtitle})",
+                xlabel="tokens in the step q (a verification of q − 1 drafts)", ylabel="step latency (ms)", grid=None)
+    return save_figure(fig, path)

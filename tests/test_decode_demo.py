@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from cli_runner import run_cli
+from demo_helpers import evaluation_prompts, reference_ids, token_ids
 from real.acceptance import MAX_PROFILE_WIDTH, PROFILE_RANKS, measure_profile
 from real.corpus import prompts as corpus_prompts
-from real.decode.ar import ArConfig
 from real.decode.chain import ChainConfig
 from real.decode.draft_tree import DraftTreeConfig
 from real.decode.medusa import MedusaConfig
@@ -37,22 +37,18 @@ def demo(tiny_demo):
 
 @pytest.fixture(scope="module")
 def evaluation(demo):
-    return corpus_prompts(demo.tokenizer, "evaluation", PROMPTS, PROMPT_TOKENS, seed=0)
+    return evaluation_prompts(demo, PROMPTS, PROMPT_TOKENS, seed=0)
 
 
 @pytest.fixture(scope="module")
 def reference(demo, evaluation):
-    return run_prompts(demo, "ar", ArConfig(), evaluation, NEW_TOKENS, warmup=False)
+    return reference_ids(demo, evaluation, NEW_TOKENS)
 
 
 @pytest.fixture(scope="module")
 def profile(demo):
     calibration = corpus_prompts(demo.tokenizer, "calibration", 4, PROMPT_TOKENS, seed=0)
     return measure_profile(demo, calibration, NEW_TOKENS, name="tiny-test", source="test")
-
-
-def _tokens(result):
-    return [r.ids for r in result.results]
 
 
 @pytest.mark.parametrize("method,config", [
@@ -64,7 +60,7 @@ def _tokens(result):
 ])
 def test_greedy_speculation_equals_greedy_ar_on_evaluation_prompts(demo, evaluation, reference, method, config):
     result = run_prompts(demo, method, config, evaluation, NEW_TOKENS, warmup=False)
-    assert _tokens(result) == _tokens(reference)
+    assert token_ids(result) == reference
     assert result.mean_accepted_per_step > 1.0       # trained models: some proposals are accepted
 
 
@@ -72,7 +68,7 @@ def test_greedy_speculation_equals_greedy_ar_on_evaluation_prompts(demo, evaluat
 def test_greedy_medusa_with_measured_trees_equals_ar(demo, evaluation, reference, profile, width):
     tree = TokenTree.greedy(profile.medusa_accuracy, width)
     result = run_prompts(demo, "medusa", MedusaConfig(tree=tree), evaluation, NEW_TOKENS, warmup=False)
-    assert _tokens(result) == _tokens(reference)
+    assert token_ids(result) == reference
 
 
 def test_profile_shape_and_invariants(profile, demo):

@@ -8,8 +8,9 @@ import torch
 from hwmodels.errors import HetSpecError
 from real.hetero.alspec import AlspecConfig, prepare, sink_window_attention
 from real.hetero.runner import agreement, run_runtime
-from real.run import run_prompts
 from real.workers import allowed_cores
+
+from demo_helpers import evaluation_prompts, reference_ids
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -19,13 +20,8 @@ WORKERS = (f"cpu{CORES[0]}", f"cpu{CORES[-1]}") if len(CORES) > 1 else ("cpu", f
 
 @pytest.fixture(scope="module")
 def setup(tiny_demo):
-    from real.corpus import prompts as corpus_prompts
-    from real.decode.ar import ArConfig
-
-    prompts = [list(p) for p in corpus_prompts(tiny_demo.tokenizer, "evaluation", 3, 48, seed=3)]
-    with torch.inference_mode():
-        ar = run_prompts(tiny_demo, "ar", ArConfig(), prompts, 24, warmup=False)
-    return tiny_demo, prompts, [r.ids for r in ar.results]
+    prompts = evaluation_prompts(tiny_demo, 3, 48, seed=3)
+    return tiny_demo, prompts, reference_ids(tiny_demo, prompts, 24)
 
 
 def _run(demo, prompts, config):

@@ -10,8 +10,9 @@ from hwmodels.errors import HetSpecError
 from real.hetero.dgf_drafter import DgfDrafter, dgf_examples, dgf_loss
 from real.hetero.dovetail import DovetailConfig, Node, prepare, tree_of
 from real.hetero.runner import run_runtime
-from real.run import run_prompts
 from real.workers import allowed_cores
+
+from demo_helpers import evaluation_prompts, reference_ids
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -21,13 +22,8 @@ A, B = f"cpu{CORES[0]}", f"cpu{CORES[-1]}"
 
 @pytest.fixture(scope="module")
 def setup(tiny_demo):
-    from real.corpus import prompts as corpus_prompts
-    from real.decode.ar import ArConfig
-
-    prompts = [list(p) for p in corpus_prompts(tiny_demo.tokenizer, "evaluation", 3, 32, seed=2)]
-    with torch.inference_mode():
-        ar = run_prompts(tiny_demo, "ar", ArConfig(), prompts, 30, warmup=False)
-    return tiny_demo, prompts, [r.ids for r in ar.results]
+    prompts = evaluation_prompts(tiny_demo, 3, 32, seed=2)
+    return tiny_demo, prompts, reference_ids(tiny_demo, prompts, 30)
 
 
 @pytest.mark.parametrize("workers", [(A, B), (B, A), (A, A)])

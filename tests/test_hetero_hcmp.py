@@ -19,6 +19,8 @@ from real.workers import WorkerSession, allowed_cores, parse_workers
 from sim.model_spec import ModelSpec
 from sim.tree import TokenTree
 
+from demo_helpers import evaluation_prompts, reference_ids, token_ids
+
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 CORES = allowed_cores()
@@ -117,18 +119,14 @@ def test_online_softmax_merge_equals_full_attention():
 
 
 def test_greedy_hcmp_equals_greedy_ar(tiny_demo):
-    from real.corpus import prompts as corpus_prompts
-    from real.decode.ar import ArConfig
-
-    prompts = [list(p) for p in corpus_prompts(tiny_demo.tokenizer, "evaluation", 3, 32, seed=1)]
-    with torch.inference_mode():
-        ar = run_prompts(tiny_demo, "ar", ArConfig(), prompts, 24, warmup=False)
+    prompts = evaluation_prompts(tiny_demo, 3, 32, seed=1)
+    reference = reference_ids(tiny_demo, prompts, 24)
     tree = TokenTree.greedy(tiny_demo.summary["medusa_rank_accuracy"], 10)
     for ratio in (0.0, 0.4, 1.0):
         out = run_prompts(tiny_demo, "hcmp", HcmpConfig(tree=tree, ratio=ratio, workers=tuple(WORKERS.split(",")),
                                                         trace_ops=True), prompts, 24, warmup=False,
                           worker=WORKERS.split(",")[0])
-        assert [r.ids for r in out.results] == [r.ids for r in ar.results], ratio
+        assert token_ids(out) == reference, ratio
         assert out.mean_accepted_per_step > 1.0
         if 0 < ratio < 1:   # each worker's part of every group is a trace record of its own
             devices = {r.device for r in out.records if r.op == "qkv"}

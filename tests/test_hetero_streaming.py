@@ -12,20 +12,17 @@ from real.decode.draft_tree import DraftTreeConfig
 from real.hetero.request import parse_bytes
 from real.hetero.runner import assign_load_steps, run_runtime
 from real.hetero.streaming import close_streamed, plan_memory, read_into, streamed_target, tensor_locations
-from real.run import run_prompts
 from sim.trace import TraceRecord
+
+from demo_helpers import evaluation_prompts, reference_ids
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
 def setup(tiny_demo):
-    from real.corpus import prompts as corpus_prompts
-
-    prompts = [list(p) for p in corpus_prompts(tiny_demo.tokenizer, "evaluation", 2, 32, seed=4)]
-    with torch.inference_mode():
-        resident = run_prompts(tiny_demo, "draft-tree", DraftTreeConfig(), prompts, 24, warmup=False)
-    return tiny_demo, prompts, [r.ids for r in resident.results]
+    prompts = evaluation_prompts(tiny_demo, 2, 32, seed=4)
+    return tiny_demo, prompts, reference_ids(tiny_demo, prompts, 24, "draft-tree", DraftTreeConfig())
 
 
 def _layer_and_fixed(folder, spec):
@@ -50,9 +47,7 @@ def four_layer_target(setup, tmp_path_factory):
     folder = tmp_path_factory.mktemp("stream") / "target"
     save_model(init_weights(Transformer(spec), seed=5), folder)
     model = load_model(folder).requires_grad_(False)
-    with torch.inference_mode():
-        resident = run_prompts(replace(demo, target=model), "draft-tree", DraftTreeConfig(), prompts, 24, warmup=False)
-    return folder, model, [r.ids for r in resident.results]
+    return folder, model, reference_ids(replace(demo, target=model), prompts, 24, "draft-tree", DraftTreeConfig())
 
 
 @pytest.mark.parametrize("resident_layers", [0, 2])

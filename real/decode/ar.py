@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import torch
 
 from real.decode.common import (Clock, DecodeResult, Sampling, StepLog, check_request, choose_token,
-                                model_device, prompt_tensor)
+                                model_device, prefill, prompt_tensor)
 
 NAME = "ar"
 
@@ -30,10 +30,7 @@ def generate(models, prompt, max_new_tokens: int, config: ArConfig, clock: Clock
     with torch.inference_mode():
         device = model_device(target)
         t = clock.now()
-        cache = target.new_cache(cache_len)
-        tokens = prompt_tensor(prompt, device)                        # [1, n]
-        logits = target(tokens, cache, last_only=True)                # [1, 1, vocab]
-        cache.keep(range(tokens.shape[1]))
+        cache, logits = prefill(target, prompt_tensor(prompt, device), cache_len)   # logits [1, 1, vocab]
         token = choose_token(logits[0, -1], config.sampling, generator)
         log.prefill_done(int(token), t)
         keep_one = (0,)

@@ -20,7 +20,7 @@ import torch
 
 from hwmodels.errors import HetSpecError
 from real.decode.common import (Clock, DecodeResult, Sampling, StepLog, check_request, choose_token,
-                                model_device, probs_from_logits, prompt_tensor, require)
+                                model_device, prefill, probs_from_logits, prompt_tensor, require)
 from real.speculative_sampling import speculative_sample
 
 NAME = "chain"
@@ -50,12 +50,9 @@ def generate(models, prompt, max_new_tokens: int, config: ChainConfig, clock: Cl
     with torch.inference_mode():
         device = model_device(target)
         t = clock.now()
-        t_cache, d_cache = target.new_cache(cache_len), draft.new_cache(cache_len)
         tokens = prompt_tensor(prompt, device)                               # [1, n]
-        logits = target(tokens, t_cache, last_only=True)                     # [1, 1, vocab]
-        t_cache.keep(range(tokens.shape[1]))
-        draft(tokens, d_cache, last_only=True)
-        d_cache.keep(range(tokens.shape[1]))
+        t_cache, logits = prefill(target, tokens, cache_len)                 # logits [1, 1, vocab]
+        d_cache, _ = prefill(draft, tokens, cache_len)
         root = int(choose_token(logits[0, -1], sampling, generator))
         log.prefill_done(root, t)
         lag = [root]                       # tokens the draft has not fed yet; lag[-1] is the root

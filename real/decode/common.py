@@ -225,3 +225,13 @@ def prompt_tensor(prompt, device) -> Tensor:
 
 def model_device(model) -> torch.device:
     return next(model.parameters()).device
+
+
+def prefill(model, tokens: Tensor, cache_len: int, last_only: bool = True, return_hidden: bool = False):
+    """The prompt pass: a new KV cache of ``cache_len`` slots holding ``tokens`` (``[1, n]``) committed,
+    and the model's output for them (logits ``[1, 1 or n, vocab]``; with ``return_hidden``, also the
+    hidden states ``[1, 1 or n, d]``). Returns ``(cache, output)``."""
+    cache = model.new_cache(cache_len)
+    out = model(tokens, cache, last_only=last_only, return_hidden=return_hidden)
+    cache.keep(range(tokens.shape[1]))
+    return cache, out

@@ -31,7 +31,7 @@ import torch
 
 from hwmodels.errors import HetSpecError
 from real.decode.common import (Clock, DecodeResult, StepLog, check_request, model_device,
-                                prompt_tensor, require)
+                                prefill, prompt_tensor, require)
 from sim.tree import TokenTree
 
 NAME = "draft-tree"
@@ -221,12 +221,9 @@ def generate(models, prompt, max_new_tokens: int, config: DraftTreeConfig, clock
         max_slots = config.max_tokens + 3
         rows = torch.zeros(max_slots, max_slots, dtype=torch.bool, device=device)
         t = clock.now()
-        t_cache, d_cache = target.new_cache(cache_len), draft.new_cache(cache_len)
         tokens = prompt_tensor(prompt, device)                                   # [1, n]
-        logits = target(tokens, t_cache, last_only=True)                         # [1, 1, vocab]
-        t_cache.keep(range(tokens.shape[1]))
-        draft(tokens, d_cache, last_only=True)
-        d_cache.keep(range(tokens.shape[1]))
+        t_cache, logits = prefill(target, tokens, cache_len)                     # logits [1, 1, vocab]
+        d_cache, _ = prefill(draft, tokens, cache_len)
         root = int(logits[0, -1].argmax())
         log.prefill_done(root, t)
         lag = [root]                  # tokens the draft has not fed yet; lag[-1] is the root

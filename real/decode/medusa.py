@@ -26,7 +26,7 @@ from torch import Tensor
 
 from hwmodels.errors import HetSpecError
 from real.decode.common import (Clock, DecodeResult, StepLog, check_request, model_device,
-                                prompt_tensor, require)
+                                prefill, prompt_tensor, require)
 from sim.tree import TokenTree
 
 NAME = "medusa"
@@ -121,10 +121,8 @@ def generate(models, prompt, max_new_tokens: int, config: MedusaConfig, clock: C
         device = model_device(target)
         buffers = TreeBuffers.build(tree, device)
         t = clock.now()
-        cache = target.new_cache(cache_len)
-        tokens = prompt_tensor(prompt, device)                                     # [1, n]
-        logits, hidden = target(tokens, cache, last_only=True, return_hidden=True)  # [1,1,V], [1,1,d]
-        cache.keep(range(tokens.shape[1]))
+        cache, (logits, hidden) = prefill(target, prompt_tensor(prompt, device), cache_len,
+                                          return_hidden=True)                      # [1,1,V], [1,1,d]
         root = logits[0, -1].argmax()
         head_top = head_proposals(heads, hidden[0, -1], buffers.top_k, tree.depth)  # [n_heads, k]
         log.prefill_done(int(root), t)

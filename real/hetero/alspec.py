@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 
 from hwmodels.errors import HetSpecError
-from real.decode.common import Clock, DecodeResult, StepLog, check_request, prompt_tensor
+from real.decode.common import Clock, DecodeResult, StepLog, check_request, prefill, prompt_tensor
 from real.hetero.layer_ops import exact_attention, post_attention, project_qkv, write_kv
 from real.workers import WorkerSession, parse_workers, record
 
@@ -187,10 +187,7 @@ def _generate(rt: AlspecRuntime, prompt, max_new_tokens: int, config: AlspecConf
     with torch.inference_mode():
         device = next(target.parameters()).device
         t = clock.now()
-        cache = target.new_cache(cache_len)
-        tokens = prompt_tensor(prompt, device)                                          # [1, n]
-        logits = target(tokens, cache, last_only=True)                                  # exact prompt pass
-        cache.keep(range(tokens.shape[1]))
+        cache, logits = prefill(target, prompt_tensor(prompt, device), cache_len)      # exact prompt pass
         token = logits[0, -1].argmax()
         log.prefill_done(int(token), t)
         while log.remaining > 0:

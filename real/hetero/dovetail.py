@@ -36,7 +36,7 @@ import torch
 from torch import Tensor
 
 from hwmodels.errors import HetSpecError
-from real.decode.common import Clock, DecodeResult, StepLog, check_request, prompt_tensor
+from real.decode.common import Clock, DecodeResult, StepLog, check_request, prefill, prompt_tensor
 from real.workers import WorkerSession, copy_into, parse_workers, record, synchronize
 from sim.tree import TokenTree
 
@@ -270,10 +270,8 @@ def _generate(rt: DovetailRuntime, prompt, max_new_tokens: int, config: Dovetail
         t = clock.now()
 
         def verifier_prefill():
-            cache = target.new_cache(cache_len)
-            tokens = prompt_tensor(prompt, rt.verify_dev)
-            logits, hidden = target(tokens, cache, return_hidden=True)                 # [1, n, V], [1, n, d]
-            cache.keep(range(tokens.shape[1]))
+            cache, (logits, hidden) = prefill(target, prompt_tensor(prompt, rt.verify_dev), cache_len,
+                                              last_only=False, return_hidden=True)     # [1, n, V], [1, n, d]
             return cache, int(logits[0, -1].argmax()), hidden
 
         t_cache, root, hidden = session.run(1, verifier_prefill)

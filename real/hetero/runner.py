@@ -20,9 +20,8 @@ import torch
 from hwmodels.errors import HetSpecError
 from real.decode import decoder
 from real.decode.common import Clock
-from real.run_request import RunRequest, check_trace_path, load_tree_file
+from real.run_request import RunRequest, check_trace_path
 from sim.trace import write_trace
-from sim.tree import TokenTree
 
 
 
@@ -34,19 +33,14 @@ def uses_hetero_runner(request: RunRequest) -> bool:
 
 def build_config(request: RunRequest, head_accuracy=None, trace_ops: bool = False):
     """The decoder config of a heterogeneous request (``head_accuracy`` builds hcmp's greedy tree)."""
-    from real.run import DEFAULT_MEDUSA_WIDTH, build_config as single_config
+    from real.run import build_config as single_config, verification_tree
 
     workers = tuple(request.workers.split(",")) if request.workers else None
     if request.method == "hcmp":
         from real.hetero.hcmp import DEFAULT_RATIO, DEFAULT_WORKERS, HcmpConfig
 
-        if request.tree_file is not None:
-            tree = load_tree_file(request.tree_file)
-        else:
-            if head_accuracy is None:
-                raise HetSpecError("hcmp needs measured head accuracies to build its greedy tree")
-            tree = TokenTree.greedy(head_accuracy, request.width or DEFAULT_MEDUSA_WIDTH, max_depth=request.depth)
-        return HcmpConfig(tree=tree, ratio=DEFAULT_RATIO if request.ratio is None else request.ratio,
+        return HcmpConfig(tree=verification_tree(request, head_accuracy),
+                          ratio=DEFAULT_RATIO if request.ratio is None else request.ratio,
                           workers=workers or DEFAULT_WORKERS, temperature=request.temperature, trace_ops=trace_ops)
     if request.method == "dovetail":
         from real.hetero.dovetail import DEFAULT_DEPTH, DEFAULT_WIDTH, DEFAULT_WORKERS, DovetailConfig

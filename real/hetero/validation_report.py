@@ -10,6 +10,7 @@ import math
 from pathlib import Path
 
 from real.validation_metrics import REGRET_TARGET
+from sim.plots import finish_axes, new_figure, save_figure
 
 PLOTS = {"ratio": "hetero_ratio.png", "placement": "hetero_placement.png", "alspec": "hetero_alspec.png"}
 #: Spread of the placement bars above which their axis is logarithmic.
@@ -117,19 +118,9 @@ def markdown(doc: dict, standalone: bool = False) -> list[str]:
 
 
 # ---------------------------------------------------------------------------- plots
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def plot_ratio(h: dict, path: Path) -> Path:
     """Step latency and tokens/s vs r, predicted (line) and measured (dots with the repeats' range); optima marked."""
-    plt = _plt()
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, (ax1, ax2) = new_figure(1, 2, figsize=(11, 4.2))
     r = h["ratios"]
     lo = [min(s) for s in h["meas_step_ms_samples"]]
     hi = [max(s) for s in h["meas_step_ms_samples"]]
@@ -138,10 +129,8 @@ def plot_ratio(h: dict, path: Path) -> Path:
                  fmt="o", color="C1", capsize=3, label="measured (median, range of repeats)")
     if h["pred_step_ms"]:
         ax1.plot(r, h["pred_step_ms"], "-", color="C0", label="predicted (simulator)")
-    ax1.set_xlabel(f"partition ratio r (share on {h['workers'][0]})")
-    ax1.set_ylabel("step latency (ms)")
-    ax1.set_title("hcmp verification step")
-    ax1.legend(fontsize=8)
+    finish_axes(ax1, title="hcmp verification step", xlabel=f"partition ratio r (share on {h['workers'][0]})",
+                ylabel="step latency (ms)", legend_fontsize=8, grid=None)
     ax2.plot(r, h["meas_tokens_per_s"], "o-", color="C1", label="measured")
     if h["pred_tokens_per_s"]:
         ax2.plot(r, h["pred_tokens_per_s"], "-", color="C0", label="predicted")
@@ -151,21 +140,15 @@ def plot_ratio(h: dict, path: Path) -> Path:
     mb = h["ratios"].index(h["measured_best_ratio"])
     ax2.plot([r[mb]], [h["meas_tokens_per_s"][mb]], "o", ms=14, mfc="none", mec="C3", mew=2,
              label=f"measured best r={r[mb]}")
-    ax2.set_xlabel(f"partition ratio r (share on {h['workers'][0]})")
-    ax2.set_ylabel("decode tokens/s")
     title = "hcmp throughput" + (f" (regret {100 * h['regret']:.1f} %)" if h["regret"] is not None else "")
-    ax2.set_title(title)
-    ax2.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    finish_axes(ax2, title=title, xlabel=f"partition ratio r (share on {h['workers'][0]})", ylabel="decode tokens/s",
+                legend_fontsize=8, grid=None)
+    return save_figure(fig, path)
 
 
 def plot_placement(d: dict, path: Path) -> Path:
-    plt = _plt()
     rows = d["placements"]
-    fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(rows)), 4))
+    fig, ax = new_figure(figsize=(max(6, 1.3 * len(rows)), 4))
     x = range(len(rows))
     ax.bar([i - 0.2 for i in x], [r.get("pred_step_ms") or 0.0 for r in rows], width=0.4, label="predicted")
     ax.bar([i + 0.2 for i in x], [r["meas_step_ms"] for r in rows], width=0.4, label="measured (median)")
@@ -180,37 +163,24 @@ def plot_placement(d: dict, path: Path) -> Path:
     log = bool(values) and max(values) > LOG_SCALE_SPREAD * min(values)
     if log:   # all-core placements on a loaded machine can be 100x slower: keep the others readable
         ax.set_yscale("log")
-    ax.set_ylabel("ms per round (draft + transfers + verify)" + (", log scale" if log else ""))
-    ax.set_xlabel("drafter -> verifier")
-    ax.set_title("dovetail placements")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    finish_axes(ax, title="dovetail placements", xlabel="drafter -> verifier",
+                ylabel="ms per round (draft + transfers + verify)" + (", log scale" if log else ""), legend_fontsize=8,
+                grid=None)
+    return save_figure(fig, path)
 
 
 def plot_alspec(a: dict, path: Path) -> Path:
-    plt = _plt()
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+    fig, (ax1, ax2) = new_figure(1, 2, figsize=(10, 4))
     for window in sorted({r["window"] for r in a["rows"]}):
         rows = sorted((r for r in a["rows"] if r["window"] == window), key=lambda r: r["lambda"])
         lam = [r["lambda"] for r in rows]
         ax1.plot(lam, [r["hit_rate"] for r in rows], "o-", label=f"S = {window}")
         ax2.plot(lam, [r["agreement_positionwise"] for r in rows], "o-", label=f"S = {window}")
-    ax1.set_xlabel("lambda")
-    ax1.set_ylabel("hit rate (layers x steps)")
-    ax1.set_title("alspec: approximation accepted")
-    ax2.set_xlabel("lambda")
-    ax2.set_ylabel("tokens equal to exact decoding")
-    ax2.set_title("alspec: agreement with exact greedy")
-    for ax in (ax1, ax2):
+    for ax, ylabel, title in ((ax1, "hit rate (layers x steps)", "alspec: approximation accepted"),
+                              (ax2, "tokens equal to exact decoding", "alspec: agreement with exact greedy")):
         ax.set_ylim(-0.02, 1.02)
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+        finish_axes(ax, title=title, xlabel="lambda", ylabel=ylabel, legend_fontsize=8, grid=None)
+    return save_figure(fig, path)
 
 
 def write_plots(doc: dict, out: Path) -> dict:

@@ -8,10 +8,10 @@ result it can from the platform presets, model presets and acceptance tables, wr
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 
 from hwmodels.errors import HetSpecError, UnknownNameError
+from sim.registry import import_registered
 from sim.reproduce.report import PaperReport
 
 #: paper name -> module implementing ``reproduce(out_dir)``
@@ -34,13 +34,7 @@ def run(paper: str, out_dir: str | Path = DEFAULT_OUT) -> tuple[PaperReport, Pat
     """Reproduce ``paper``, write ``<out_dir>/<paper>.md`` (+ ``.json`` and figures); return both."""
     if paper not in PAPER_MODULES:
         raise UnknownNameError("paper", paper, PAPER_MODULES)
-    module_name = PAPER_MODULES[paper]
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name == module_name:
-            raise HetSpecError(f"paper {paper} has no reproduction yet ({module_name.replace('.', '/')}.py)") from None
-        raise
+    module = import_registered(PAPER_MODULES[paper], f"paper {paper} has no reproduction")
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise HetSpecError(f"output folder {out} exists and is not a folder")

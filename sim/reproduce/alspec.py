@@ -24,6 +24,7 @@ import numpy as np
 from hwmodels.loader import get_platform
 from sim.acceptance import load_acceptance
 from sim.model_spec import get_model
+from sim.plots import finish_axes, new_figure, save_figure
 from sim.reproduce.report import Comparison, Figure, Fit, PaperReport
 from sim.strategies import get_strategy
 from sim.strategies.alspec import (app_f_latency, kernel_tables, projection_latency, replicated_node,
@@ -48,6 +49,8 @@ DERIVED_TOKEN_MS = {1: 31.64, 2: 21.03, 4: 14.83, 8: 16.08}
 HEADLINE_SPEEDUP = 1.65
 HEADLINE_CONTEXT = 98304
 HEADLINE_HIT = 0.875
+#: Resolution of this report's figures: the 120 dpi they were first drawn at (other reports: sim.plots.DEFAULT_DPI).
+FIGURE_DPI = 120
 
 
 def _cmp(table: str, quantity: str, paper, hetspec, kind: str = "prediction", unit: str = "", note: str = "") -> Comparison:
@@ -218,14 +221,9 @@ def _choice_rows(report: PaperReport, n150: dict, h100: dict) -> None:
 
 # ---------------------------------------------------------------------- figures
 def _figures(out_dir: Path, n150: dict, h100: dict) -> list[Figure]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     ks = np.array(CONTEXTS) / 1024
     figs = []
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = new_figure(figsize=(7, 4.5))
     for name, lat in n150["curves"].items():
         style = "--" if name.startswith("TP4+") else "-"
         ax.plot(ks, 1.0 / lat, style, marker="o", ms=3, label=f"HetSpec {name}")
@@ -233,49 +231,34 @@ def _figures(out_dir: Path, n150: dict, h100: dict) -> list[Figure]:
         table = kernel_tables()["tensor_parallel"][str(tp)]["table"]
         ax.plot([1], [1e3 / paper_token_latency_ms(tp)], marker, color="k", ms=8, mfc="none",
                 label=f"paper TP{tp} (App. F on {table})")
-    ax.set_xlabel("context length (K tokens)")
-    ax.set_ylabel("tokens/s per user")
-    ax.set_title("Llama 3.1 8B on 8 x N150: full TP vs TP4 + SP4")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out_dir / "alspec_n150_context.png", dpi=120)
-    plt.close(fig)
+    finish_axes(ax, title="Llama 3.1 8B on 8 x N150: full TP vs TP4 + SP4", xlabel="context length (K tokens)",
+                ylabel="tokens/s per user")
+    save_figure(fig, out_dir / "alspec_n150_context.png", dpi=FIGURE_DPI)
     figs.append(Figure("alspec_n150_context.png", "N150: tok/s vs context, HetSpec (lines) and the paper's 1K "
                        "App. F values from Tables 6-7 (open markers); Fig. 7 is an image in the paper"))
 
     rows = kernel_tables()["h100_projection"]["rows"]
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = new_figure(figsize=(7, 4.5))
     for key, label, color in (("tp4", "TP4 (4 GPUs)", "C0"), ("tp8", "TP8 (8 GPUs)", "C1"),
                               ("alspec", "ALSpec TP4+SP4@65 % (8 GPUs)", "C2")):
         ax.plot(ks, h100[key], "-", color=color, marker="o", ms=3, label=f"HetSpec {label}")
         paper_key = {"tp4": "tp4_tok_s", "tp8": "tp8_tok_s", "alspec": "alspec_tok_s"}[key]
         ax.plot(ks, [r[paper_key] for r in rows], "--", color=color, marker="s", mfc="none", label=f"paper {label}")
-    ax.set_xlabel("context length (K tokens)")
-    ax.set_ylabel("tokens/s per user")
-    ax.set_title("Llama 3 8B on H100s (Table 3; the paper's ALSpec is a projection)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out_dir / "alspec_h100_context.png", dpi=120)
-    plt.close(fig)
+    finish_axes(ax, title="Llama 3 8B on H100s (Table 3; the paper's ALSpec is a projection)",
+                xlabel="context length (K tokens)", ylabel="tokens/s per user")
+    save_figure(fig, out_dir / "alspec_h100_context.png", dpi=FIGURE_DPI)
     figs.append(Figure("alspec_h100_context.png", "H100: tok/s vs context, HetSpec (solid) and Table 3 (dashed)"))
 
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = new_figure(figsize=(6, 4))
     sfd_r = n150["sfd_r_1k_s"]
     lat = [table_sp_latency_ms(4, r, sfd_r) for r in SP_HIT_RATES]
     ax.plot([100 * r for r in SP_HIT_RATES], lat, "o-", label="App. F SP formula on Table 6 (SFD_S = FD(1K), "
             f"SFD_R = {sfd_r * 1e6:.1f} us from HetSpec)")
     ax.axhline(paper_token_latency_ms(4), color="C1", ls="--", label="TP4 (Table 6)")
     ax.axhline(paper_token_latency_ms(8), color="C3", ls=":", label="TP8 (Table 7)")
-    ax.set_xlabel("speculation hit rate (%)")
-    ax.set_ylabel("token latency at 1K (ms)")
-    ax.set_title("N150, 1K context: TP4 + SP4 by the paper's formula")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out_dir / "alspec_sp_formula_1k.png", dpi=120)
-    plt.close(fig)
+    finish_axes(ax, title="N150, 1K context: TP4 + SP4 by the paper's formula", xlabel="speculation hit rate (%)",
+                ylabel="token latency at 1K (ms)")
+    save_figure(fig, out_dir / "alspec_sp_formula_1k.png", dpi=FIGURE_DPI)
     figs.append(Figure("alspec_sp_formula_1k.png", "App. F SP formula at 1K on the paper's TP4 kernel table "
                        "(SFD_R is not in the text: HetSpec's value is used)"))
     return figs

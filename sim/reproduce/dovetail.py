@@ -28,6 +28,7 @@ from hwmodels.loader import get_platform
 from sim.acceptance import load_acceptance
 from sim.model_spec import get_model
 from sim.optimizer import optimize
+from sim.plots import finish_axes, new_figure, save_figure
 from sim.reproduce.report import Comparison, Figure, Fit, PaperReport
 from sim.strategies import Problem, StrategyConfig, get_strategy
 from sim.strategies.dovetail import drafter_spec, fusion_ops
@@ -280,12 +281,7 @@ def _discussion(cpu) -> str:
 
 
 def _plot_blocks(out_dir: Path, table3) -> Figure:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.5, 4))
+    fig, ax = new_figure(figsize=(6.5, 4))
     blocks = [b for _, d, b, *_ in TABLE3 if d == "dgf"]
     for ds, color, col in (("mtbench", "tab:blue", 4), ("humaneval", "tab:orange", 5)):
         ours = [v for (_, d, *_), v in zip(TABLE3, table3[ds]) if d == "dgf"]
@@ -293,25 +289,15 @@ def _plot_blocks(out_dir: Path, table3) -> Figure:
         ax.plot(blocks, ours, "-o", color=color, label=f"{DATASETS[ds]} (HetSpec)")
         ax.plot(blocks, paper, "x--", color=color, label=f"{DATASETS[ds]} (paper)")
         ax.plot([1], [table3[ds][0]], "s", color=color, mfc="none", label=f"{DATASETS[ds]} EAGLE-2 fc (HetSpec)")
-    ax.set_xlabel("drafter depth (DGF decoder blocks)")
-    ax.set_ylabel("speedup over CPU-only (x)")
-    ax.set_title("Dovetail Table III: System A, 16 verified tokens")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
+    finish_axes(ax, title="Dovetail Table III: System A, 16 verified tokens",
+                xlabel="drafter depth (DGF decoder blocks)", ylabel="speedup over CPU-only (x)")
     name = "dovetail_blocks.png"
-    fig.savefig(out_dir / name, dpi=110)
-    plt.close(fig)
+    save_figure(fig, out_dir / name)
     return Figure(name, "Speedup vs drafter depth (Table III), HetSpec lines and paper points (System A).")
 
 
 def _plot_tokens(out_dir: Path, curves) -> Figure:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.5, 4))
+    fig, ax = new_figure(figsize=(6.5, 4))
     for ds, color in (("mtbench", "tab:blue"), ("humaneval", "tab:orange")):
         t = curves[ds].sort_values("tree_width")
         t = t[t["drafter_blocks"] == 5]
@@ -321,14 +307,9 @@ def _plot_tokens(out_dir: Path, curves) -> Figure:
             ax.plot([w], [TABLE1["EAGLE-2" if w == 16 else "Vanilla EAGLE-2"][ds][0]], "+", color=color, ms=9)
     ax.plot([], [], "k+", label="EAGLE-2, 16 and 60 tokens (paper)")
     ax.axvline(BEST_TOKENS, color="gray", lw=1, ls=":")
-    ax.set_xlabel("verified tokens per round (root included)")
-    ax.set_ylabel("speedup over CPU-only (x)")
-    ax.set_title("Dovetail: verified tokens on the CPU target (System A)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
+    finish_axes(ax, title="Dovetail: verified tokens on the CPU target (System A)",
+                xlabel="verified tokens per round (root included)", ylabel="speedup over CPU-only (x)")
     name = "dovetail_tokens.png"
-    fig.savefig(out_dir / name, dpi=110)
-    plt.close(fig)
+    save_figure(fig, out_dir / name)
     return Figure(name, "Speedup vs verified tokens per round for the 5-block DGF drafter (HetSpec; steps at "
                         "multiples of 16 come from the CPU's 16-row tiles), paper points at 16 and 60.")

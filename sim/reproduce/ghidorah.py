@@ -29,6 +29,7 @@ from hwmodels.loader import get_platform
 from sim.acceptance import load_acceptance
 from sim.model_spec import get_model
 from sim.optimizer import optimize
+from sim.plots import finish_axes, new_figure, save_figure
 from sim.reproduce.report import Comparison, Figure, Fit, PaperReport
 from sim.step_graph import build_step_graph
 from sim.strategies import Problem, StrategyConfig, get_strategy
@@ -268,12 +269,7 @@ def _discussion(results, fig10a) -> str:
 
 
 def _plot_fig9(out_dir: Path, results) -> Figure:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 4, figsize=(16, 4), sharey=True)
+    fig, axes = new_figure(1, 4, figsize=(16, 4), sharey=True)
     colors = {"medusa": "tab:blue", "em": "tab:orange", "ghidorah": "tab:green"}
     for ax, (ds, label) in zip(axes, DATASETS.items()):
         ax.axhline(1.0, color="gray", lw=1, label="sequential")
@@ -284,43 +280,29 @@ def _plot_fig9(out_dir: Path, results) -> Figure:
                     label=f"{LABELS[method]} (paper)")
         ax.set_xscale("log", base=2)
         ax.set_xticks(FIG9_WIDTHS, [str(w) for w in FIG9_WIDTHS])
-        ax.set_title(label)
-        ax.set_xlabel("verification width (tokens)")
-        ax.grid(alpha=0.3)
+        finish_axes(ax, title=label, xlabel="verification width (tokens)", legend_fontsize=None)
     axes[0].set_ylabel("decoding speed / sequential (x)")
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=7, fontsize=8)
     fig.suptitle("Ghidorah Fig. 9 on jetson-xavier-nx-204mhz, vicuna-7b, context 256 "
                  "(Medusa+EM and Ghidorah overlap in HetSpec)")
-    fig.tight_layout(rect=(0, 0.08, 1, 1))
     name = "ghidorah_fig9.png"
-    fig.savefig(out_dir / name, dpi=110)
-    plt.close(fig)
+    save_figure(fig, out_dir / name, rect=(0, 0.08, 1, 1))   # the bottom 8 %: the shared legend
     return Figure(name, "Speedup over sequential decoding vs verification width (Fig. 9): HetSpec lines, paper "
                         "bars as crosses; Medusa on the GPU, Medusa+EM and Ghidorah, four datasets.")
 
 
 def _plot_fig10a(out_dir: Path, fig10a) -> Figure:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     ctx = list(fig10a)
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = new_figure(figsize=(6, 4))
     ax.plot(ctx, [fig10a[c] for c in ctx], "-o", label="dynamic / static (HetSpec)")
     ax.plot(ctx, [FIG10A[c] for c in ctx], "x--", label="dynamic / static (paper)")
     ax.axhline(1.0, color="gray", lw=1, label="static")
     ax.set_xscale("log", base=2)
-    ax.set_xlabel("context (KV cache) length (tokens)")
-    ax.set_ylabel("attention time, normalised to static")
     ax.set_ylim(0, 1.1)
-    ax.grid(alpha=0.3)
-    ax.legend()
-    ax.set_title("Ghidorah Fig. 10(a): attention split, w = 64")
-    fig.tight_layout()
+    finish_axes(ax, title="Ghidorah Fig. 10(a): attention split, w = 64", xlabel="context (KV cache) length (tokens)",
+                ylabel="attention time, normalised to static", legend_fontsize="medium")
     name = "ghidorah_fig10a.png"
-    fig.savefig(out_dir / name, dpi=110)
-    plt.close(fig)
+    save_figure(fig, out_dir / name)
     return Figure(name, "Attention module time with the dynamic dense/sparse split, relative to the static split, "
                         "vs context length (Fig. 10(a)).")

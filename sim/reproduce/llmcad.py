@@ -29,6 +29,7 @@ from sim.acceptance import load_acceptance
 from sim.closed_form import step_seconds
 from sim.model_spec import get_model
 from sim.optimizer import evaluate_space
+from sim.plots import finish_axes, new_figure, save_figure
 from sim.reproduce.report import Comparison, Figure, Fit, PaperReport
 from sim.step_graph import build_step_graph
 from sim.strategies import get_strategy
@@ -65,6 +66,8 @@ WIDTHS, DEPTH = tuple(range(2, 18)), 16
 #: Acceptance rates swept where the paper gives none (figures only).
 ALPHA_SWEEP = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
 PHONE_BUDGETS_GB = (4.0, 5.0, 6.0, 7.0, 8.0)
+#: Resolution of this report's figures: the 120 dpi they were first drawn at (other reports: sim.plots.DEFAULT_DPI).
+FIGURE_DPI = 120
 
 
 def _cmp(table: str, quantity: str, paper, hetspec, kind: str = "prediction", unit: str = "", note: str = "") -> Comparison:
@@ -264,13 +267,8 @@ def alpha_for_speedup(platform: str, target: str, draft: str, dtype: str, speedu
 
 # ---------------------------------------------------------------------- figures
 def _figures(out_dir: Path, its: dict, spec: dict, sweep_by_alpha: dict) -> list[Figure]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     figs = []
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = new_figure(figsize=(7, 4))
     keys = ["gpt2", "gpt2-large", "llama-7b", "llama-13b", "llama-33b"]
     labels = ["TX2 GPT2", "TX2 GPT2-L", "X10 LLaMa-7B", "X10 LLaMa-13B", "X10 LLaMa-33B"]
     x = np.arange(len(keys))
@@ -282,18 +280,14 @@ def _figures(out_dir: Path, its: dict, spec: dict, sweep_by_alpha: dict) -> list
     ax.set_yscale("log")
     ax.set_ylim(0.01, 50)
     ax.set_xticks(x, labels, fontsize=8)
-    ax.set_ylabel("one iteration (s, log)")
-    ax.set_title("The memory wall: one Std iteration, HetSpec vs LLMCad Table 1")
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3, axis="y")
-    fig.tight_layout()
-    fig.savefig(out_dir / "llmcad_table1.png", dpi=120)
-    plt.close(fig)
+    finish_axes(ax, title="The memory wall: one Std iteration, HetSpec vs LLMCad Table 1",
+                ylabel="one iteration (s, log)", legend_fontsize=8, grid="y")
+    save_figure(fig, out_dir / "llmcad_table1.png", dpi=FIGURE_DPI)
     figs.append(Figure("llmcad_table1.png", "One iteration of the target alone: HetSpec's compute and weight-loading "
                        "time (bars) and LLMCad Table 1's totals (black marks); the GPT2, GPT2-Large and LLaMa-13B "
                        "marks are the fitted rows"))
 
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = new_figure(figsize=(7, 4))
     names = ["Std", "TGV\n(fixed trigger)", "+ pipeline", "adaptive\nfallback", "LLMCad\n(adaptive + pipeline)"]
     vals = [1.0] + [spec[k]["tokens_per_s"] / spec["std"] for k in ("tgv", "fixed_pl", "adaptive_nopl", "full")]
     ax.bar(names, vals, color=["C7", "C0", "C0", "C2", "C2"], zorder=2)
@@ -305,27 +299,20 @@ def _figures(out_dir: Path, its: dict, spec: dict, sweep_by_alpha: dict) -> list
     ax.set_title("TX2, GPT2 -> GPT2-Large, alpha = 0.80 (mT5/IWSLT), every weight re-read")
     ax.legend(fontsize=8, loc="upper left")
     ax.tick_params(axis="x", labelsize=8)
-    fig.tight_layout()
-    fig.savefig(out_dir / "llmcad_ablation.png", dpi=120)
-    plt.close(fig)
+    save_figure(fig, out_dir / "llmcad_ablation.png", dpi=FIGURE_DPI)
     figs.append(Figure("llmcad_ablation.png", "Ablation on TX2: speedup over Std of a fixed trigger, the pipeline and "
                        "the self-adaptive fallback (HetSpec), with the paper's ranges"))
 
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = new_figure(figsize=(7, 4))
     for i, (alpha, sweep) in enumerate(sweep_by_alpha["keep"].items()):
         ax.plot(PHONE_BUDGETS_GB, sweep, "o-", color=f"C{i}", label=f"HetSpec, alpha = {alpha:.2f} (assumed)")
     ax.plot(PHONE_BUDGETS_GB, sweep_by_alpha["none"], "s--", color="C1", mfc="none",
             label="HetSpec, alpha = 0.80, baselines re-read the whole target (resident=none)")
     ax.plot([4.0], [FIG14_PHONE_4GB], "k*", ms=12, label="paper: 4.72x at 4 GB")
     ax.axhline(1.0, color="gray", lw=0.8)
-    ax.set_xlabel("memory budget (GB)")
-    ax.set_ylabel("LLMCad speedup over StdPL")
-    ax.set_title("Xiaomi 10, LLaMA2-7B -> 13B 4-bit (Fig. 14 is an image)")
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(out_dir / "llmcad_memory_budget.png", dpi=120)
-    plt.close(fig)
+    finish_axes(ax, title="Xiaomi 10, LLaMA2-7B -> 13B 4-bit (Fig. 14 is an image)", xlabel="memory budget (GB)",
+                ylabel="LLMCad speedup over StdPL", legend_fontsize=8)
+    save_figure(fig, out_dir / "llmcad_memory_budget.png", dpi=FIGURE_DPI)
     figs.append(Figure("llmcad_memory_budget.png", "Memory budget: LLMCad over StdPL on the Xiaomi 10 pair as the "
                        "budget shrinks, at assumed acceptance rates (the paper gives none for LLaMA2)"))
     return figs

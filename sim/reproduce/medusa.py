@@ -27,6 +27,7 @@ from hwmodels.loader import get_platform
 from hwmodels.platform import Device
 from sim.acceptance import AcceptanceModel, load_acceptance
 from sim.model_spec import ModelSpec, get_model
+from sim.plots import new_figure, save_figure
 from sim.reproduce.report import Comparison, Figure, Fit, PaperReport
 from sim.step_graph import build_step_graph
 from sim.step_timing import price_op
@@ -304,16 +305,8 @@ def overhead_rows() -> tuple[list[Comparison], dict]:
 
 
 # ---------------------------------------------------------------------- figures
-def _figure(rows: int = 1, cols: int = 1, size: tuple[float, float] = (7.0, 4.5)):
-    from matplotlib.figure import Figure as MplFigure  # no pyplot: no global figure state
-
-    fig = MplFigure(figsize=size, layout="constrained")
-    return fig, fig.subplots(rows, cols, squeeze=False)
-
-
 def plot_fig21(curves: dict, acceptance: AcceptanceModel, path: Path) -> None:
-    fig, ax = _figure(size=(9.5, 4.5))
-    ax = ax[0][0]
+    fig, ax = new_figure(figsize=(9.5, 4.5), layout="constrained")   # constrained: room for the outside legend
     qs = [1, *CANDIDATES]
     bs1 = curves[1]
     ax.plot(qs, [1.0] + [bs1[q][1] for q in CANDIDATES], "-o", color="tab:green", label="speedup, HetSpec")
@@ -330,13 +323,12 @@ def plot_fig21(curves: dict, acceptance: AcceptanceModel, path: Path) -> None:
     ax.set(xlabel="number of candidate tokens", ylabel="speedup / acceleration rate / latency (x vanilla)",
            title="Medusa Fig. 21: Llama-7B block, batch 1, s = 1024, A100 preset", xticks=qs)
     fig.legend(fontsize=8, loc="outside right center")
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path)
 
 
 def plot_sweep(curves: Mapping[int, Mapping[int, tuple[float, float]]], paper: Mapping[int, Mapping[int, float]],
                label: str, title: str, path: Path) -> None:
-    fig, ax = _figure(size=(8.0, 5.0))
-    ax = ax[0][0]
+    fig, ax = new_figure(figsize=(8.0, 5.0), layout="constrained")
     colors = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink"]
     for color, (key, curve) in zip(colors, curves.items()):
         ax.plot([1, *CANDIDATES], [1.0] + [curve[q][1] for q in CANDIDATES], "-", color=color,
@@ -348,18 +340,18 @@ def plot_sweep(curves: Mapping[int, Mapping[int, tuple[float, float]]], paper: M
     ax.set(xlabel="number of candidate tokens", ylabel="simulated speedup over vanilla decoding (x)", title=title,
            xticks=[1, *CANDIDATES])
     ax.legend(fontsize=7, ncol=2, loc="upper right")
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path)
 
 
 def plot_tables(points: dict, device: Device, path: Path) -> None:
-    fig, axes = _figure(1, 3, size=(13.0, 4.2))
+    fig, axes = new_figure(1, 3, figsize=(13.0, 4.2), layout="constrained")
     import numpy as np
 
     peak = device.peak_flops_per_s("fp16") / 1e12
     bw = device.mem_bw_bytes_per_s / 1e12
     oi = np.logspace(np.log10(0.5), np.log10(5000.0), 200)  # FLOP/B, enough points to draw the kink
     titles = {"T6": "Table 6: attention, bs 16", "T7": "Table 7: attention, s 1024", "T8": "Table 8: up/gate/down"}
-    for ax, (key, pts) in zip(axes[0], points.items()):
+    for ax, (key, pts) in zip(axes, points.items()):
         ax.plot(oi, np.minimum(peak, oi * bw), "k-", lw=0.8, label="datasheet roofline")
         ax.plot(oi, np.minimum(peak * device.compute_efficiency, oi * bw * device.bw_efficiency), "k--", lw=0.8,
                 label="preset roofline (x efficiencies)")
@@ -367,14 +359,13 @@ def plot_tables(points: dict, device: Device, path: Path) -> None:
         ax.loglog([p[1] for p in pts], [p[3] for p in pts], "x", color="tab:blue", label="HetSpec")
         ax.set(xlabel="operational intensity (FLOP/byte)", ylabel="achieved TFLOP/s", title=titles[key])
         ax.legend(fontsize=7)
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path)
 
 
 def plot_overheads(overheads: Mapping[str, float], path: Path) -> None:
-    fig, axes = _figure(1, 2, size=(11.0, 4.0))
+    fig, (left, right) = new_figure(1, 2, figsize=(11.0, 4.0), layout="constrained")
     names = list(TABLE1)
     x = range(len(names))
-    left, right = axes[0]
     left.bar([i - 0.2 for i in x], [TABLE1[n][1] for n in names], 0.4, color="grey", label="paper Table 1")
     left.bar([i + 0.2 for i in x], [overheads[n] for n in names], 0.4, color="tab:blue", label="HetSpec (A100 preset)")
     left.set(xticks=list(x), xticklabels=names, ylabel="Medusa step / vanilla step (x)",
@@ -386,7 +377,7 @@ def plot_overheads(overheads: Mapping[str, float], path: Path) -> None:
     right.set(xticks=list(x), xticklabels=names, ylabel="speedup over vanilla decoding (x)",
               title="Speedup given the paper's acceleration rates")
     right.legend(fontsize=8)
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path)
 
 
 # ---------------------------------------------------------------------- the report

@@ -7,11 +7,11 @@ worked example). Adding a method = writing that module and adding one line below
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
 
 from hwmodels.errors import HetSpecError
 from sim.methods import method_info, method_names
+from sim.registry import import_registered
 from sim.strategies.base import (Estimate, EstimateArrays, Knob, Problem, Strategy, StrategyConfig)
 
 #: method name -> module that implements its strategy
@@ -31,13 +31,7 @@ def get_strategy(name: str) -> Strategy:
     """The strategy of method ``name``; an unknown name is one line listing the valid ones."""
     method_info(name)
     module_name = STRATEGY_MODULES[name]
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name == module_name:
-            raise HetSpecError(f"method {name} has no simulator strategy yet ({module_name.replace('.', '/')}.py)") from None
-        raise
-    strategy = module.STRATEGY()
+    strategy = import_registered(module_name, f"method {name} has no simulator strategy").STRATEGY()
     if strategy.name != name:
         raise HetSpecError(f"{module_name}: STRATEGY.name is {strategy.name!r}, expected {name!r}")
     return strategy

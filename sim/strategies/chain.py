@@ -21,7 +21,7 @@ import numpy as np
 from hwmodels.errors import HetSpecError
 from sim.closed_form import step_seconds
 from sim.model_spec import ModelSpec, get_model
-from sim.plan import StepPlan, delay_task, graph_tasks, transfer_task
+from sim.plan import StepPlan, Task, delay_task, graph_tasks, transfer_task
 from sim.step_graph import build_step_graph
 from sim.strategies.base import (DEFAULT_DRAFT_MODEL, Estimate, EstimateArrays, Knob, Problem, Strategy, StrategyConfig,
                                  co_resident, fitting_devices, host_seconds, require_fit)
@@ -69,6 +69,23 @@ def draft_pass_seconds(problem: Problem, draft: ModelSpec, device: str, passes: 
                                     resident=draft_pass_resident(problem, draft, device, j)))
         out[j] += rewarm_seconds(problem, draft, device, j)
     return out
+
+
+def draft_pass_tasks(problem: Problem, draft: ModelSpec, device: str, passes: int,
+                     per_layer: bool = False) -> list[Task]:
+    """The plan of the same ``passes`` draft forwards as :func:`draft_pass_seconds`: ``draft<j>``
+    tasks one after the other, each with its residency and, where the cache re-warms, a
+    ``draft<j>/rewarm`` delay after it."""
+    tasks: list[Task] = []
+    for j in range(passes):
+        graph = build_step_graph(draft, 1, problem.context + j, problem.batch)
+        deps = (tasks[-1].name,) if tasks else ()
+        tasks += graph_tasks(graph, problem.platform, device, f"draft{j}", "draft", deps, per_layer,
+                             resident=draft_pass_resident(problem, draft, device, j))
+        rewarm = rewarm_seconds(problem, draft, device, j)
+        if rewarm > 0:
+            tasks.append(delay_task(f"draft{j}/rewarm", rewarm, "draft", (tasks[-1].name,), device))
+    return tasks
 
 
 def draft_seconds(problem: Problem, draft: ModelSpec, device: str, gamma: int) -> float:
@@ -165,16 +182,7 @@ class ChainStrategy(Strategy):
     def plan(self, problem: Problem, config: StrategyConfig, rng: np.random.Generator | None = None,
              per_layer: bool = False) -> StepPlan:
         gamma, platform = config.draft_depth, problem.platform
-        draft = self._draft(config)
-        tasks = []
-        for j in range(gamma):
-            graph = build_step_graph(draft, 1, problem.context + j, problem.batch)
-            deps = (tasks[-1].name,) if tasks else ()
-            tasks += graph_tasks(graph, platform, config.draft_device, f"draft{j}", "draft", deps, per_layer,
-                                 resident=draft_pass_resident(problem, draft, config.draft_device, j))
-            rewarm = rewarm_seconds(problem, draft, config.draft_device, j)
-            if rewarm > 0:
-                tasks.append(delay_task(f"draft{j}/rewarm", rewarm, "draft", (tasks[-1].name,), config.draft_device))
+        tasks = draft_pass_tasks(problem, self._draft(config), config.draft_device, gamma, per_layer)
         if config.draft_device != config.device:
             tasks.append(transfer_task(platform, config.draft_device, config.device,
                                        TOKEN_ID_BYTES * gamma * problem.batch, "to_target", deps=(tasks[-1].name,)))

@@ -63,7 +63,7 @@ from sim.plan import StepPlan, Task, delay_task, graph_tasks
 from sim.step_graph import build_step_graph
 from sim.strategies.base import (DEFAULT_DRAFT_MODEL, Estimate, Knob, Problem, Strategy, StrategyConfig, co_resident,
                                  host_seconds)
-from sim.strategies.chain import draft_pass_resident, rewarm_seconds
+from sim.strategies.chain import draft_pass_tasks
 from sim.tree import TokenTree
 from sim.tree_search import greedy_trees
 
@@ -406,16 +406,7 @@ class DraftTreeStrategy(Strategy):
                                            sum(r.weight for r in rounds)))]
         tree = chosen.tree
         pipeline = bool(config.option("pipeline"))
-        tasks: list[Task] = []
-        draft = self._draft(problem, config)
-        for j in range(tree.size - 1):
-            graph = build_step_graph(draft, 1, problem.context + j, problem.batch)
-            deps = (tasks[-1].name,) if tasks else ()
-            tasks += graph_tasks(graph, platform, config.draft_device, f"draft{j}", "draft", deps, per_layer,
-                                 resident=draft_pass_resident(problem, draft, config.draft_device, j))
-            rewarm = rewarm_seconds(problem, draft, config.draft_device, j)
-            if rewarm > 0:
-                tasks.append(delay_task(f"draft{j}/rewarm", rewarm, "draft", (tasks[-1].name,), config.draft_device))
+        tasks = draft_pass_tasks(problem, self._draft(problem, config), config.draft_device, tree.size - 1, per_layer)
         last_draft = tasks[-1].name
         deps_verify = [last_draft]
         if link is not None:

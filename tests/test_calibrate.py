@@ -281,3 +281,12 @@ def test_partial_rewarming_prices_the_later_draft_passes_between_warm_and_cold()
     config = chain.resolve(problem, StrategyConfig(method="chain").with_knobs(
         device="cpu", draft_device="cpu", draft_model=str(path), draft_depth=3))
     assert chain.plan(problem, config).serial_s(plat) == pytest.approx(chain.estimate(problem, config).step_s, rel=1e-9)
+
+
+def test_the_streaming_probe_runs_in_a_process_of_its_own():
+    import os
+
+    from real.calibrate import _in_fresh_process
+
+    assert _in_fresh_process(os.getpid) != os.getpid()
+    assert _in_fresh_process(max, 3, 7) == 7

@@ -358,6 +358,15 @@ class WorkerSession:
 
 
 # ---------------------------------------------------------------------------- traces and transfers
+def in_runtime(runtime_type, models, config, body):
+    """``body(runtime)`` with ``models`` if it already is an open runtime of ``runtime_type`` (a ratio
+    sweep keeps one session across runs), else with a runtime opened for this call and closed after."""
+    if isinstance(models, runtime_type):
+        return body(models)
+    with runtime_type(models, config) as runtime:
+        return body(runtime)
+
+
 def record(clock, worker: str, step: int, phase: str, start_s: float, end_s: float, op: str = "",
            proposed: int = 0, accepted: int = 0) -> None:
     """Append one trace record of ``worker`` to a :class:`real.decode.common.Clock` (thread-safe:

@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from hwmodels.errors import HetSpecError
 from real.decode.common import Clock, DecodeResult, StepLog, check_request, prefill, prompt_tensor
 from real.hetero.layer_ops import exact_attention, post_attention, project_qkv, write_kv
-from real.workers import WorkerSession, parse_workers, record
+from real.workers import WorkerSession, in_runtime, parse_workers, record
 
 NAME = "alspec"
 #: ALSpec's recommended threshold (§3.2; Fig. 2 uses 0.10).
@@ -174,10 +174,7 @@ def speculative_step(rt: AlspecRuntime, token, cache, config: AlspecConfig, cloc
 
 def generate(models, prompt, max_new_tokens: int, config: AlspecConfig, clock: Clock,
              generator: torch.Generator | None = None) -> DecodeResult:
-    if isinstance(models, AlspecRuntime):
-        return _generate(models, prompt, max_new_tokens, config, clock)
-    with AlspecRuntime(models, config) as runtime:
-        return _generate(runtime, prompt, max_new_tokens, config, clock)
+    return in_runtime(AlspecRuntime, models, config, lambda rt: _generate(rt, prompt, max_new_tokens, config, clock))
 
 
 def _generate(rt: AlspecRuntime, prompt, max_new_tokens: int, config: AlspecConfig, clock: Clock) -> DecodeResult:

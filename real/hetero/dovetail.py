@@ -37,7 +37,7 @@ from torch import Tensor
 
 from hwmodels.errors import HetSpecError
 from real.decode.common import Clock, DecodeResult, StepLog, check_request, prefill, prompt_tensor
-from real.workers import WorkerSession, copy_into, parse_workers, record, synchronize
+from real.workers import WorkerSession, copy_into, in_runtime, parse_workers, record, synchronize
 from sim.tree import TokenTree
 
 NAME = "dovetail"
@@ -253,10 +253,7 @@ def _on(model, device: torch.device):
 
 def generate(models, prompt, max_new_tokens: int, config: DovetailConfig, clock: Clock,
              generator: torch.Generator | None = None) -> DecodeResult:
-    if isinstance(models, DovetailRuntime):
-        return _generate(models, prompt, max_new_tokens, config, clock)
-    with DovetailRuntime(models, config) as runtime:
-        return _generate(runtime, prompt, max_new_tokens, config, clock)
+    return in_runtime(DovetailRuntime, models, config, lambda rt: _generate(rt, prompt, max_new_tokens, config, clock))
 
 
 def _generate(rt: DovetailRuntime, prompt, max_new_tokens: int, config: DovetailConfig, clock: Clock) -> DecodeResult:

@@ -23,7 +23,7 @@ from hwmodels.errors import HetSpecError
 from real.decode.common import Clock, DecodeResult, StepLog, check_request, prompt_tensor, require
 from real.decode.medusa import DEFAULT_DELTA, DEFAULT_EPSILON, MedusaConfig, TreeBuffers, correct_nodes
 from real.hetero.split_model import SplitTarget
-from real.workers import WorkerSession, parse_workers, record
+from real.workers import WorkerSession, in_runtime, parse_workers, record
 from sim.tree import TokenTree
 
 NAME = "hcmp"
@@ -104,10 +104,7 @@ def _record_spans(clock: Clock, runtime: HcmpRuntime, step: int, phase: str, spa
 
 def generate(models, prompt, max_new_tokens: int, config: HcmpConfig, clock: Clock,
              generator: torch.Generator | None = None) -> DecodeResult:
-    if isinstance(models, HcmpRuntime):
-        return _generate(models, prompt, max_new_tokens, config, clock)
-    with HcmpRuntime(models, config) as runtime:
-        return _generate(runtime, prompt, max_new_tokens, config, clock)
+    return in_runtime(HcmpRuntime, models, config, lambda rt: _generate(rt, prompt, max_new_tokens, config, clock))
 
 
 def _generate(rt: HcmpRuntime, prompt, max_new_tokens: int, config: HcmpConfig, clock: Clock) -> DecodeResult:

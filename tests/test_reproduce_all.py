@@ -121,6 +121,8 @@ def test_medusa_picks_the_papers_candidate_counts(reproduced):
     seq = [v for k, v in choices.items() if k.startswith("best number of candidates, bs 4, s ")]
     assert len(seq) == 7 and all(p == h == 32 for p, h in seq)
     assert choices["best number of candidates, bs 1, s 1024"] == (64, 112)
+    fig4 = [v for k, v in choices.items() if k.startswith("best sparse tree")]
+    assert fig4 == [(64, 64)], "the fastest of Fig. 4's sparse trees (measured at batch 1) is the 64-node one"
 
 
 #: Issue 6's choices beyond Medusa: the rows of the best width (Ghidorah) and of the best number of verified

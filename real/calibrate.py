@@ -31,13 +31,16 @@ How the measurements enter the roofline (:mod:`hwmodels.roofline`):
   (:func:`real.microbench.layer_overhead`): the real path issues several torch operators per
   step-graph operator (counted and reported), so a tiny ``torch.add`` alone would underestimate it.
 - ``host_costs_us`` is the host-side work of HetSpec's decode loops beyond their forwards (inputs,
-  masks, argmax, acceptance walk, cache compaction), per method, per step / draft pass / verified
-  token (:func:`fit_host_costs` on :func:`real.microbench.decode_loop_samples`).
+  masks, argmax, acceptance walk, cache compaction; dovetail: growing and reranking its tree), per
+  method, per step / draft pass / verified token (:func:`fit_host_costs` on
+  :func:`real.microbench.decode_loop_samples`; the dovetail loop runs drafter and verifier on the
+  one worker the device stands for).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform as pyplatform
 import sys
@@ -421,7 +424,7 @@ def streaming_overhead(device: Device, probe, thr: str, settings: Settings, by: 
 #: (chain and draft-tree: passes and verified tokens move together, so the per-token part is folded
 #: into the per-pass one; medusa has no draft passes.)
 HOST_COST_TERMS = {"ar": ("step",), "chain": ("step", "pass"), "draft-tree": ("step", "pass"),
-                   "medusa": ("step", "node")}
+                   "medusa": ("step", "node"), "dovetail": ("step", "pass")}
 
 
 def _model_price(device: Device, sample, context: int) -> float:
@@ -436,6 +439,13 @@ def _model_price(device: Device, sample, context: int) -> float:
     platform = Platform(name="probe", description="", devices={device.name: device})
     q = max(int(round(sample.nodes)), 1)
     price = float(step_seconds(spec, platform, device.name, q, context))
+    if sample.method == "dovetail":       # the drafter's passes: the accepted tokens, then top-k per level
+        from real.hetero.dovetail import DEFAULT_TOP_K
+        from sim.strategies.dovetail import tree_draft_passes
+
+        n0 = max(math.ceil(sample.tokens), 1)
+        passes = tree_draft_passes(n0, int(round(sample.passes)) - 1, DEFAULT_TOP_K, context)
+        return price + sum(float(step_seconds(draft, platform, device.name, p.tokens, p.context)) for p in passes)
     price += sample.passes * float(step_seconds(draft, platform, device.name, 1, context))
     if sample.heads:
         price += heads_seconds(Problem(model=spec, platform=platform), device.name, 1, sample.heads, batched=True)

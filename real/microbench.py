@@ -326,6 +326,7 @@ class LoopSample:
     passes: float             # draft passes per step
     nodes: float              # tokens verified per step (proposed + the root)
     heads: int                # Medusa heads computed per step (medusa only)
+    tokens: float = 1.0       # tokens emitted per step (dovetail: the next round's first drafter pass)
 
 
 #: Probe decode runs: prompt and new tokens per run.
@@ -335,7 +336,7 @@ LOOP_NEW_TOKENS = 96
 #: so draft-tree rounds grow instead of falling back after one token, as a trained draft's do.
 PROBE_LOGIT_SCALE = 40.0
 #: Configurations timed per method (two or more, so a per-pass or per-node cost can be fitted).
-LOOP_CONFIGS = {"ar": (0,), "chain": (1, 3, 6), "draft-tree": (4, 8), "medusa": (1, 8, 32)}
+LOOP_CONFIGS = {"ar": (0,), "chain": (1, 3, 6), "draft-tree": (4, 8), "medusa": (1, 8, 32), "dovetail": (2, 7)}
 #: Medusa heads of the probe (the tiny demo preset has 3).
 PROBE_MEDUSA_HEADS = 3
 
@@ -369,9 +370,12 @@ def decode_loop_samples(threads: int, repeats: int) -> tuple[LoopSample, ...]:
     jobs = []
     for method, knobs in LOOP_CONFIGS.items():
         for knob in knobs:
-            point = GridPoint(method, knob)
-            tree = medusa_tree(knob, accuracy) if method == "medusa" else None
-            jobs.append((method, knob, real_config(point, accuracy, tree), decoder(method).generate))
+            if method == "dovetail":
+                config = dovetail_probe_config(knob, threads)
+            else:
+                tree = medusa_tree(knob, accuracy) if method == "medusa" else None
+                config = real_config(GridPoint(method, knob), accuracy, tree)
+            jobs.append((method, knob, config, decoder(method).generate))
     runs: list[list] = [[] for _ in jobs]
     with torch_threads(threads), torch.inference_mode():
         for _, _, config, gen in jobs:
@@ -385,8 +389,21 @@ def decode_loop_samples(threads: int, repeats: int) -> tuple[LoopSample, ...]:
         run = sorted(results, key=lambda r: r.decode_s)[len(results) // 2]
         out.append(LoopSample(method, knob, statistics.median(r.decode_s / r.steps for r in results),
                               passes=run.draft_passes / run.steps, nodes=1.0 + sum(run.proposed_per_step) / run.steps,
-                              heads=PROBE_MEDUSA_HEADS if method == "medusa" else 0))
+                              heads=PROBE_MEDUSA_HEADS if method == "medusa" else 0,
+                              tokens=run.mean_accepted_per_step))
     return tuple(out)
+
+
+def dovetail_probe_config(depth: int, threads: int):
+    """The probe's dovetail round: Dovetail's tree (top-k 10, 16 verified tokens) from ``1 + depth``
+    drafter passes, drafter and verifier on the one worker the calibrated device stands for (``cpu``
+    = all cores; one thread: ``cpuN`` on the first allowed core)."""
+    from real.hetero.dovetail import DEFAULT_TOP_K, DEFAULT_WIDTH, DovetailConfig
+    from real.workers import allowed_cores
+
+    cores = allowed_cores()
+    worker = "cpu" if threads > 1 or len(cores) == 1 else f"cpu{cores[0]}"
+    return DovetailConfig(width=DEFAULT_WIDTH, depth=depth, top_k=DEFAULT_TOP_K, workers=(worker, worker))
 
 
 # ---------------------------------------------------------------------------- streaming probe

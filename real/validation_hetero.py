@@ -279,7 +279,7 @@ def dovetail_placements(models, platform, ctx, settings: HeteroSettings, pair: t
                 tau=float(min(max(tau, 1.0), settings.dovetail_width))))
             est = strategy.estimate(problem, cfg)
             pred = {"pred_step_ms": 1e3 * est.step_s, "pred_tokens_per_s": est.tokens_per_s,
-                    "pred_parts_ms": {k: 1e3 * est.breakdown[k] for k in ("draft", "transfer", "verify")}}
+                    "pred_parts_ms": {k: 1e3 * est.breakdown[k] for k in ("draft", "transfer", "verify", "host")}}
         median_row = sorted(row, key=lambda s: s[0])[len(row) // 2]
         rows.append({"drafter": d, "verifier": v, "label": f"{d} -> {v}", "missing": missing,
                      "meas_step_ms": 1e3 * _median(s[0] for s in row), "meas_tokens_per_s": _median(s[1] for s in row),

@@ -75,7 +75,7 @@ def test_calibration_writes_a_loadable_host_with_sources(tiny_calibration):
     assert [m for m, _ in cpu.gemm_efficiency_curve] == [1, 8]
     assert all(0 < e <= 1 for _, e in cpu.gemm_efficiency_curve + cpu.cache_gemm_efficiency_curve)
     assert set(cpu.host_costs_us) == {"ar_step", "chain_step", "chain_pass", "draft-tree_step", "draft-tree_pass",
-                                      "medusa_step", "medusa_node"}
+                                      "medusa_step", "medusa_node", "dovetail_step", "dovetail_pass"}
     assert all(v >= 0 for v in cpu.host_costs_us.values())
     assert "decode loop" in cpu.sources["host_costs_us.chain_step"]
     w0 = loaded.device("cpu0")
@@ -207,6 +207,8 @@ def test_host_costs_round_trip_and_bad_keys_name_the_field():
     ("ar", {}, 0, 1),
     ("chain", {"draft_depth": 3, "draft_model": "llama-68m"}, 3, 4),
     ("medusa", {"tree_width": 6, "medusa_heads_impl": "hetspec"}, 0, 6),
+    ("dovetail", {"draft_device": "cpu", "draft_model": "llama-68m", "tree_width": 8, "draft_depth": 3,
+                  "top_k": 4, "tau": 2.0, "draft_dtype": "fp32"}, 4, 8),
 ])
 def test_strategies_price_the_host_costs_in_closed_form_and_plan(method, knobs, passes, nodes):
     from sim.acceptance import AcceptanceModel
@@ -230,6 +232,26 @@ def test_strategies_price_the_host_costs_in_closed_form_and_plan(method, knobs, 
         out[name] = est.step_s
     host_s = 1e-6 * (40.0 + 7.0 * passes + 2.0 * nodes)
     assert out["costly"] - out["plain"] == pytest.approx(host_s, rel=1e-9)
+
+
+def test_dovetail_host_costs_are_the_loop_time_beyond_the_priced_passes():
+    """The dovetail probe loop is priced as its drafter passes (the accepted tokens, then top-k per
+    level) plus the verification; what is left is fitted per round and per drafter pass."""
+    from real.calibrate import QUICK, _model_price, fit_host_costs
+    from real.microbench import LOOP_NEW_TOKENS, LOOP_PROMPT_TOKENS, LoopSample
+
+    dev = _cached_cpu(0.032).device("cpu")
+    context = LOOP_PROMPT_TOKENS + LOOP_NEW_TOKENS // 2
+    samples = []
+    for depth in (2, 7):
+        bare = LoopSample("dovetail", depth, step_s=0.0, passes=depth + 1.0, nodes=16.0, heads=0, tokens=1.4)
+        priced = _model_price(dev, bare, context)
+        samples.append(replace(bare, step_s=priced + 1e-6 * (30.0 + 200.0 * (depth + 1))))
+    shallow, deep = (_model_price(dev, s, context) for s in samples)
+    assert deep > shallow                          # five more top-k passes of the drafter are priced
+    costs, sources = fit_host_costs(dev, samples, QUICK, "by test", "on test")
+    assert costs == {"dovetail_step": pytest.approx(30.0, abs=1e-3), "dovetail_pass": pytest.approx(200.0, abs=1e-3)}
+    assert "dovetail decode loop" in sources["host_costs_us.dovetail_pass"]
 
 
 def test_a_draft_that_fits_alone_but_not_with_its_target_is_priced_from_dram():

@@ -76,13 +76,18 @@ def markdown(doc: dict, standalone: bool = False) -> list[str]:
               "simulator's `tau`). Prediction: the `dovetail` strategy (draft model = the demo draft's config, fp32, "
               "transfers over the unified link between the two workers).", "",
               "| drafter -> verifier | predicted ms/round | measured ms/round | predicted tokens/s | measured tokens/s "
-              "| measured draft / transfer / verify ms |", "|---|---:|---:|---:|---:|---|"]
+              "| predicted draft + host / transfer / verify ms | measured draft / transfer / verify ms |",
+              "|---|---:|---:|---:|---:|---|---|"]
     for r in d["placements"]:
-        parts = r["meas_parts_ms"]
+        parts, pred = r["meas_parts_ms"], r.get("pred_parts_ms")
+        pred_text = (f"{_f(pred.get('draft', 0.0))} + {_f(pred.get('host', 0.0))} / {_f(pred.get('transfer', 0.0))} / "
+                     f"{_f(pred.get('verify', 0.0))}" if pred else "-")
         lines.append(f"| {r['label']} | {_f(r.get('pred_step_ms'))} | {_f(r['meas_step_ms'])} | "
-                     f"{_f(r.get('pred_tokens_per_s'), 1)} | {_f(r['meas_tokens_per_s'], 1)} | "
+                     f"{_f(r.get('pred_tokens_per_s'), 1)} | {_f(r['meas_tokens_per_s'], 1)} | {pred_text} | "
                      f"{_f(parts.get('draft', 0.0))} / {_f(parts.get('transfer', 0.0))} / {_f(parts.get('verify', 0.0))} |"
                      + (f" no prediction: {r['missing']}" if r["missing"] else ""))
+    lines += ["", "The measured draft time includes the drafter's host-side work (growing and reranking the tree); "
+                  "the prediction prices it as `host` (the calibrated `dovetail` host costs of the drafter's device)."]
     if d.get("regret") is not None:
         lines += ["", f"- Predicted best placement **{d['predicted_best']}**, measured best **{d['measured_best']}**; "
                       f"regret {_pct(d['regret'])}. Plot: `{PLOTS['placement']}`."]

@@ -31,6 +31,10 @@ One round (Dovetail §III-A, Fig. 5; seeds/notes/dovetail.md §1):
 4. **Transfer back** the accepted tokens and, for feature-level drafters, their hidden states
    (cast to ``draft_dtype``).
 
+Host-side work (growing and reranking the tree in Python, the acceptance walk) is the draft
+device's measured ``host_costs_us`` (``dovetail_step`` + ``dovetail_pass`` per drafter pass; host
+calibration writes them from the real loop, :mod:`real.calibrate`); 0 on presets.
+
 Tokens per round: option ``tau`` if given (a measured mean acceptance length), else the
 acceptance model's tau for (drafter, blocks, width, ``temperature``) (Dovetail Tables I / III,
 :func:`tree_tau`); with ``tree_shape`` ``chain``, gamma = ``tree_width`` - 1 one-token draft passes
@@ -53,10 +57,10 @@ from hwmodels.dtypes import DTYPE_BYTES, check_dtype
 from hwmodels.errors import HetSpecError, UnknownNameError
 from sim.closed_form import chain_density, roofline_arrays, step_polynomial, step_seconds
 from sim.model_spec import ModelSpec, get_model, model_names
-from sim.plan import StepPlan, Task, graph_tasks, ops_tasks, transfer_task
+from sim.plan import StepPlan, Task, delay_task, graph_tasks, ops_tasks, transfer_task
 from sim.step_graph import ACT_FLOPS_PER_ELEMENT, Op, build_step_graph, elementwise_op, linear_op
 from sim.step_timing import price_op
-from sim.strategies.base import Estimate, Knob, Problem, Strategy, StrategyConfig, fits
+from sim.strategies.base import Estimate, Knob, Problem, Strategy, StrategyConfig, fits, host_seconds
 
 #: Feature-level drafters (EAGLE family): blocks of the target's shape on top of a fusion layer.
 FEATURE_DRAFTERS = ("dgf", "eagle2")
@@ -185,11 +189,13 @@ def draft_passes(problem: Problem, config: StrategyConfig, n0: int) -> list[Draf
     """The drafter's passes of one round: the accepted tokens, then one pass per tree level."""
     if config.tree_shape == "chain":
         return [DraftPass(1, problem.context + j) for j in range(config.tree_width - 1)]
-    k = config.option("top_k")
-    passes = [DraftPass(n0, problem.context)]
-    for j in range(config.draft_depth):
-        passes.append(DraftPass(k, problem.context + n0 + j * k))
-    return passes
+    return tree_draft_passes(n0, config.draft_depth, config.option("top_k"), problem.context)
+
+
+def tree_draft_passes(n0: int, depth: int, top_k: int, context: int) -> list[DraftPass]:
+    """An EAGLE-2 tree round's drafter passes: the ``n0`` accepted tokens over ``context`` cached,
+    then ``depth`` passes of the ``top_k`` best nodes of the newest level (their K/V pending)."""
+    return [DraftPass(n0, context)] + [DraftPass(top_k, context + n0 + j * top_k) for j in range(depth)]
 
 
 # ---------------------------------------------------------------------- verification pricing
@@ -375,9 +381,19 @@ class DovetailStrategy(Strategy):
         if config.draft_device != config.device:
             link = problem.platform.link(config.draft_device, config.device)
             transfer = sum(link.transfer_s(v) for v in self._transfers(problem, config, n0).values())
-        return Estimate(step_s=draft + transfer + verify, tokens_per_step=tokens, proposed_per_step=config.tree_width - 1,
-                        breakdown={"draft": draft, "transfer": transfer, "verify": verify, "verify_compute": comp,
-                                   "verify_memory": mem})
+        host = self._host_seconds(problem, config)
+        return Estimate(step_s=draft + transfer + verify + host, tokens_per_step=tokens,
+                        proposed_per_step=config.tree_width - 1,
+                        breakdown={"draft": draft, "transfer": transfer, "verify": verify, "host": host,
+                                   "verify_compute": comp, "verify_memory": mem})
+
+    def _host_seconds(self, problem: Problem, config: StrategyConfig) -> float:
+        """The round's host-side work beyond the forwards (growing and reranking the tree, building
+        its mask, the acceptance walk): the drafter device's measured ``dovetail`` host costs, per
+        round and per drafter pass (0 where the platform does not describe them: only calibrated
+        hosts do)."""
+        passes = len(draft_passes(problem, config, 1))
+        return float(host_seconds(problem, self.name, config.draft_device, passes=passes, nodes=config.tree_width))
 
     # ------------------------------------------------------------------ engine plan
     def plan(self, problem: Problem, config: StrategyConfig, rng: np.random.Generator | None = None,
@@ -419,6 +435,9 @@ class DovetailStrategy(Strategy):
         if moves:
             tasks.append(transfer_task(platform, config.device, config.draft_device, moves["to_drafter"], "to_drafter",
                                        deps=(tasks[-1].name,)))
+        host = self._host_seconds(problem, config)
+        if host > 0:
+            tasks.append(delay_task("host", host, "accept", (tasks[-1].name,), config.draft_device))
         if rng is None:
             accepted = expected
         elif config.tree_shape == "chain" and config.option("tau") is None:

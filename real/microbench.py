@@ -343,15 +343,23 @@ PROBE_MEDUSA_HEADS = 3
 
 def probe_models():
     """A ``REFERENCE_LAYERS``-deep probe target, a one-layer probe draft (drafts are shallower than
-    their targets), both with a confident LM head (so draft trees grow to their budget, as a trained
-    draft's do), and untrained Medusa heads on the target."""
+    their targets) that predicts what the target does, both with a confident LM head (so draft trees
+    grow to their budget, as a trained draft's do), and untrained Medusa heads on the target."""
     from real.decode.common import DecodeModels
     from real.medusa_heads import MedusaHeads
 
     target, draft = _probe_model(REFERENCE_LAYERS), _probe_model(1)
     with torch.no_grad():
-        for model in (target, draft):
-            model.lm_head.weight.mul_(PROBE_LOGIT_SCALE)
+        target.lm_head.weight.mul_(PROBE_LOGIT_SCALE)
+        # the draft agrees with the target, so draft trees grow round after round (a draft that
+        # never agrees makes draft-tree's fallback stop every round after one pass, and its per-pass
+        # cost cannot be told from its per-step one): the target's later layers add nothing to the
+        # residual stream (zero output projections: the same shapes, so the same cost) and the
+        # draft is the target's first layer with the target's embedding, norm and LM head
+        for layer in target.model.layers[1:]:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+        draft.load_state_dict({k: v for k, v in target.state_dict().items() if k in draft.state_dict()})
     heads = MedusaHeads.from_target(target, PROBE_MEDUSA_HEADS).eval()
     return DecodeModels(target=target, draft=draft, heads=heads)
 

@@ -312,3 +312,23 @@ def test_the_streaming_probe_runs_in_a_process_of_its_own():
 
     assert _in_fresh_process(os.getpid) != os.getpid()
     assert _in_fresh_process(max, 3, 7) == 7
+
+
+def test_the_probe_draft_predicts_the_probe_target_so_draft_trees_grow():
+    """The host-cost probe's draft agrees with its target (same greedy tokens), so the draft-tree loop
+    drafts several passes a round and its per-pass cost can be fitted apart from its per-step one."""
+    import torch
+
+    from real.decode import decoder
+    from real.decode.common import Clock
+    from real.decode.draft_tree import DraftTreeConfig
+    from real.microbench import LOOP_PROMPT_TOKENS, PROBE_VOCAB, probe_models
+
+    models = probe_models()
+    assert models.draft.spec.n_layers < models.target.spec.n_layers
+    tokens = torch.tensor([[1 + (7 * i) % (PROBE_VOCAB - 1) for i in range(LOOP_PROMPT_TOKENS)]])
+    with torch.inference_mode():
+        t_cache, d_cache = models.target.new_cache(64), models.draft.new_cache(64)
+        assert torch.equal(models.target(tokens, t_cache).argmax(-1), models.draft(tokens, d_cache).argmax(-1))
+        run = decoder("draft-tree").generate(models, tokens[0].tolist(), 24, DraftTreeConfig(max_tokens=8), Clock())
+    assert run.draft_passes / run.steps > 3          # trees grow past one pass a round

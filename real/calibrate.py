@@ -470,6 +470,7 @@ def _nonneg_fit(xs, ys, terms: tuple[str, ...]) -> dict[str, float]:
 def fit_host_costs(device: Device, loops, settings: Settings, by: str, on: str) -> tuple[dict, dict]:
     """``host_costs_us`` of ``device`` and their sources: per method, the probe loops' step time minus
     the model's price of their forwards and heads, fitted per step / per pass / per verified token."""
+    from real.decode import ALL_DECODER_MODULES
     from real.microbench import LOOP_NEW_TOKENS, LOOP_PROMPT_TOKENS, PROBE_HIDDEN, REFERENCE_LAYERS
 
     context = LOOP_PROMPT_TOKENS + LOOP_NEW_TOKENS // 2
@@ -486,7 +487,8 @@ def fit_host_costs(device: Device, loops, settings: Settings, by: str, on: str) 
             key = f"{method}_{term}"
             costs[key] = round(value * 1e6, 3)
             sources[f"host_costs_us.{key}"] = (
-                f"measured {by}: HetSpec's {method} decode loop (real/decode) on probe models (hidden {PROBE_HIDDEN}: "
+                f"measured {by}: HetSpec's {method} decode loop ({ALL_DECODER_MODULES[method][0]}) on probe models "
+                f"(hidden {PROBE_HIDDEN}: "
                 f"a {REFERENCE_LAYERS}-layer target, a 1-layer draft; configs {knobs}) costs "
                 + ", ".join(f"{1e6 * s.step_s:.1f}" for s in rows)
                 + " us per step; minus the model's price of its forwards and heads, the rest ("

@@ -429,13 +429,12 @@ HOST_COST_TERMS = {"ar": ("step",), "chain": ("step", "pass"), "draft-tree": ("s
 
 def _model_price(device: Device, sample, context: int) -> float:
     """What the model prices for the forwards (and heads) of one probe decode step on ``device``."""
-    from real.microbench import probe_models
+    from real.microbench import probe_specs
     from sim.closed_form import step_seconds
     from sim.strategies.base import Problem
     from sim.strategies.medusa import heads_seconds
 
-    models = probe_models()
-    spec, draft = models.target.spec, models.draft.spec
+    spec, draft = probe_specs()
     platform = Platform(name="probe", description="", devices={device.name: device})
     q = max(int(round(sample.nodes)), 1)
     price = float(step_seconds(spec, platform, device.name, q, context))

@@ -199,15 +199,24 @@ REFERENCE_LAYERS = 2
 PROBE_CONTEXT = 64
 
 
-def _probe_model(n_layers: int):
-    from real.model import Transformer
+def _probe_spec(n_layers: int):
     from sim.model_spec import ModelSpec
 
-    spec = ModelSpec(name=f"overhead-probe-{n_layers}", n_layers=n_layers, hidden=PROBE_HIDDEN,
+    return ModelSpec(name=f"overhead-probe-{n_layers}", n_layers=n_layers, hidden=PROBE_HIDDEN,
                      intermediate=PROBE_HIDDEN, n_heads=PROBE_HEADS[0], n_kv_heads=PROBE_HEADS[1],
                      vocab=PROBE_VOCAB, dtype="fp32", max_position=4 * PROBE_CONTEXT)
+
+
+def _probe_model(n_layers: int):
+    from real.model import Transformer
+
     torch.manual_seed(0)
-    return Transformer(spec).eval()
+    return Transformer(_probe_spec(n_layers)).eval()
+
+
+def probe_specs():
+    """The shapes of :func:`probe_models`' target and draft (for pricing, without building them)."""
+    return _probe_spec(REFERENCE_LAYERS), _probe_spec(1)
 
 
 def _probe_step(model, masked: bool, tokens: int = 2) -> Callable[[], object]:

@@ -13,8 +13,9 @@ from sim.engine import simulate
 from sim.model_spec import get_model
 from sim.optimizer import optimize
 from sim.strategies import get_strategy
-from sim.strategies.alspec import (app_f_latency, kernel_tables, layer_hits, projection_latency, replicated_node,
-                                   tp_latency)
+from sim.strategies.alspec import replicated_node
+from sim.strategies.alspec_formulas import app_f_latency, layer_hits, projection_latency, tp_latency
+from sim.strategies.alspec_tables import kernel_tables
 from sim.strategies.base import Problem, StrategyConfig
 
 N150 = get_platform("tenstorrent-n150x8")

@@ -5,7 +5,7 @@ Three kinds of result (extract ../shared/seeds/notes/alspec.md; paper seed 003):
 1. **The paper's own arithmetic (exact).** App. F's latency formula on the N150 kernel tables
    (Tables 4-7, ``sim/presets/alspec_kernels.json``): token latency of full TP1/2/4/8 at 1K; and
    the Table 3 H100 projection ``1/TP4_tok_s - 32 r attn`` at r = 65 % with the gains. Both use
-   :mod:`sim.strategies.alspec`'s formula functions, the same ones the strategy's closed form uses.
+   :mod:`sim.strategies.alspec_formulas`, the same functions the strategy's closed form uses.
 2. **HetSpec's predictions** from the presets (``tenstorrent-n150x8``, ``h100-sxm``) through the
    ``alspec`` strategy: per-layer, flash-decode, collective and fixed times per TP degree, token
    latencies, the H100 per-layer times and tok/s per context, and the paper's headline 1.65x.
@@ -27,8 +27,9 @@ from sim.model_spec import get_model
 from sim.plots import finish_axes, new_figure, save_figure
 from sim.reproduce.report import Comparison, Figure, Fit, PaperReport
 from sim.strategies import get_strategy
-from sim.strategies.alspec import (app_f_latency, kernel_tables, projection_latency, replicated_node,
-                                   tp_latency)
+from sim.strategies.alspec import replicated_node
+from sim.strategies.alspec_formulas import app_f_latency, projection_latency, tp_latency
+from sim.strategies.alspec_tables import kernel_tables
 from sim.strategies.base import Problem, StrategyConfig
 
 N150 = "tenstorrent-n150x8"

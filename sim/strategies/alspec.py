@@ -1,6 +1,7 @@
-"""``alspec``: attention-level speculation (ALSpec; extract ../shared/seeds/notes/alspec.md).
+"""``alspec``: attention-level speculation ("Attention-Level Speculation", Cai, Vora, Zhang,
+O'Connor, Jeffrey; ICML 2025).
 
-Decode one token, batch 1, on two device groups ("Scenario 3" of the paper, Fig. 4): in every
+Decode one token, batch 1, on two device groups ("Scenario 3" of the paper, §3.3, Fig. 4): in every
 layer the *sender* group computes exact attention with the speculative flash-decode kernel
 (SFD, App. B), whose first work item is the attention over the first and last ``S`` cached
 tokens (a sink + window approximation). That partial goes at once over one link hop to the
@@ -13,19 +14,10 @@ Each group is ``tp`` devices doing tensor parallelism (heads for attention, the 
 for FF), joined 1:1 to the other group (TP + SP). ``sp=0`` is plain tensor parallelism on one
 group, the paper's baseline.
 
-Closed form (App. F): with L layers, ``per_layer`` = every operator of a layer except flash
-decode, ``FD`` / ``SFD_S`` = the sender's attention, ``SFD_R`` = the time until the receiver
-holds the speculated partial,
-
-- full TP:  ``fixed + L * (per_layer + FD)``
-- SP at r:  ``fixed + floor(L r) * (SFD_R + max(SFD_S - SFD_R, per_layer))
-  + ceil(L (1 - r)) * (per_layer + SFD_S)``  (``layer_rounding="floor"``, the paper's upper
-  bound with r a multiple of 1/L), or with ``L r`` fractional hits (``"expected"``: the mean
-  over per-layer draws; with ``SFD_R = 0`` it is the form of the paper's GPU projection, Table 3:
-  ``1/TP4_tok_s - L r attn``). :func:`app_f_latency` is that formula alone.
-
-The operator times come from the roofline (:mod:`hwmodels.roofline`) of the group's
-representative device, per TP shard (:func:`layer_costs`):
+The closed form is App. F's formula (:mod:`sim.strategies.alspec_formulas`); the paper's kernel
+tables, precisions and kernel layouts are read by :mod:`sim.strategies.alspec_tables`. This module
+prices the formula's inputs and plans the engine's token. The operator times come from the roofline
+(:mod:`hwmodels.roofline`) of the group's representative device, per TP shard (:func:`layer_costs`):
 
 - pre-attention: all-gather of the sharded residual (TP), norm, fused QKV projection (heads / tp),
   RoPE, KV-cache update; attention: flash decode over the cached KV of the device's KV heads;
@@ -43,26 +35,27 @@ Departures, marked: a TP group is priced as ``tp`` identical copies of its repre
 (the engine plays the representative; its peers do the same work at the same time, and every
 collective hop uses the representative's link); the L2-norm check is not priced (§3.4: the cost
 of a LayerNorm, negligible).
+
+The names of the tables and formulas modules stay importable from here (re-exported below).
 """
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, replace
-from functools import lru_cache
-from importlib import resources
-from pathlib import Path
 
 import numpy as np
 
 from hwmodels.contention import standalone_bw
-from hwmodels.dtypes import DTYPE_BYTES, check_dtype
 from hwmodels.errors import HetSpecError, UnknownNameError
 from hwmodels.platform import Device, Link, MemoryDomain, Platform
 from hwmodels.roofline import quantized_tokens, roofline_time
 from sim.plan import StepPlan, Task, transfer_task
 from sim.step_graph import ACT_FLOPS_PER_ELEMENT, ADD_FLOPS_PER_ELEMENT, NORM_FLOPS_PER_ELEMENT, ROPE_FLOPS_PER_ELEMENT
+from sim.strategies.alspec_formulas import LAYER_ROUNDINGS, app_f_latency, layer_hits, projection_latency, tp_latency
+from sim.strategies.alspec_tables import (KERNELS_FILE, KERNELS_FORMAT, MODEL_PRECISION, RUNTIME_COLLECTIVES, Precision,
+                                          Runtime, default_runtime, get_precision, get_runtime, kernel_tables,
+                                          precision_names, runtime_names)
 from sim.strategies.base import Estimate, Knob, Problem, Strategy, StrategyConfig
 
 #: Speculation window S (tokens of the sink and of the recent window): the chunk size of the
@@ -70,100 +63,15 @@ from sim.strategies.base import Estimate, Knob, Problem, Strategy, StrategyConfi
 DEFAULT_WINDOW = 256
 #: The paper's recommended verification threshold lambda (§3.2; Fig. 2 uses 0.10).
 DEFAULT_LAMBDA = 0.10
-#: How the hit count is rounded (App. F footnote 5: "we take r as a multiple of 1/32").
-LAYER_ROUNDINGS = ("floor", "expected")
-#: The kernel tables of ALSpec App. F and Table 3, and named precision configurations.
-KERNELS_FILE = "presets/alspec_kernels.json"
-KERNELS_FORMAT = "hetspec-alspec-kernels/1"
-#: Precision name meaning "every tensor in the model's (or problem's) dtype".
-MODEL_PRECISION = "model"
 
-
-# ---------------------------------------------------------------------- data: kernel tables, precisions
-@lru_cache(maxsize=1)
-def kernel_tables() -> dict:
-    """ALSpec's kernel tables (App. F Tables 4-7, Table 3) and precision configs (``alspec_kernels.json``)."""
-    path = Path(str(resources.files("sim").joinpath(KERNELS_FILE)))
-    data = json.loads(path.read_text())
-    if data.get("format") != KERNELS_FORMAT:
-        raise HetSpecError(f"{path}: expected format {KERNELS_FORMAT!r}")
-    return data
-
-
-@dataclass(frozen=True)
-class Precision:
-    """Storage dtype of every tensor class of a layer, and the dtype the math runs at."""
-
-    name: str
-    activations: str
-    kv_cache: str
-    math: str
-    qkv: str
-    o_proj: str
-    gate_up: str
-    down: str
-    lm_head: str
-    embedding: str
-
-    def bytes(self, field_: str) -> float:
-        return DTYPE_BYTES[getattr(self, field_)]
-
-
-def precision_names() -> tuple[str, ...]:
-    return (MODEL_PRECISION, *kernel_tables()["precisions"])
-
-
-def get_precision(name: str, model_dtype: str) -> Precision:
-    """A named precision config, or ``model``: every tensor in ``model_dtype``."""
-    if name == MODEL_PRECISION:
-        d = check_dtype(model_dtype)
-        return Precision(name, d, d, d, d, d, d, d, d, d)
-    table = kernel_tables()["precisions"]
-    if name not in table:
-        raise UnknownNameError("ALSpec precision", name, precision_names())
-    entry = {k: v for k, v in table[name].items() if k != "source"}
-    return Precision(name=name, **{k: check_dtype(v, f"precision {name}.{k}") for k, v in entry.items()})
-
-
-# ---------------------------------------------------------------------- the paper's formula
-def layer_hits(layers: int, hit_rate: float, rounding: str = "floor") -> float:
-    """Layers whose speculation hits: ``floor(L r)`` (App. F) or ``L r`` (expected)."""
-    if rounding not in LAYER_ROUNDINGS:
-        raise UnknownNameError("layer rounding", rounding, LAYER_ROUNDINGS)
-    if not 0.0 <= hit_rate <= 1.0:
-        raise HetSpecError(f"hit rate must be in [0, 1] (got {hit_rate})")
-    exact = layers * hit_rate
-    # 1e-9 absorbs float round-off of r = k / L (e.g. 0.875 * 32)
-    return float(math.floor(exact + 1e-9)) if rounding == "floor" else exact
-
-
-def app_f_latency(fixed_s, per_layer_s, sfd_s_s, sfd_r_s, hit_rate, layers: int, rounding: str = "floor"):
-    """ALSpec App. F token latency (vectorised over the time arguments).
-
-    ``fixed + hits * (SFD_R + max(SFD_S - SFD_R, per_layer)) + (L - hits) * (per_layer + SFD_S)``
-    with ``hits = floor(L r)`` (``rounding="floor"``; then ``L - hits = ceil(L (1 - r))``, the
-    paper's form) or ``L r``. At ``r = 0`` it is the full-TP formula ``fixed + L (per_layer + FD)``.
-    """
-    hits = layer_hits(layers, hit_rate, rounding)
-    fixed, per_layer = np.asarray(fixed_s, float), np.asarray(per_layer_s, float)
-    sfd_s, sfd_r = np.asarray(sfd_s_s, float), np.asarray(sfd_r_s, float)
-    out = fixed + hits * (sfd_r + np.maximum(sfd_s - sfd_r, per_layer)) + (layers - hits) * (per_layer + sfd_s)
-    return float(out) if out.ndim == 0 else out
-
-
-def tp_latency(fixed_s, per_layer_s, fd_s, layers: int):
-    """ALSpec App. F full tensor parallelism: ``fixed + L * (per_layer + FD(K))``."""
-    out = np.asarray(fixed_s, float) + layers * (np.asarray(per_layer_s, float) + np.asarray(fd_s, float))
-    return float(out) if out.ndim == 0 else out
-
-
-def projection_latency(tp_tok_s, attn_s, hit_rate: float, layers: int):
-    """The paper's GPU projection (Table 3, [derived] in the extract): ``1 / TP_tok_s - L r attn``.
-
-    It is :func:`app_f_latency` with fractional hits, ``SFD_R = 0`` and attention shorter than the
-    rest of the layer: every hit hides its layer's attention completely.
-    """
-    return 1.0 / np.asarray(tp_tok_s, float) - layers * hit_rate * np.asarray(attn_s, float)
+#: Public names, the tables' and formulas' included (this module was their home before the split).
+__all__ = [
+    "DEFAULT_LAMBDA", "DEFAULT_WINDOW", "KERNELS_FILE", "KERNELS_FORMAT", "LAYER_ROUNDINGS", "MODEL_PRECISION",
+    "RUNTIME_COLLECTIVES", "STRATEGY", "AlspecStrategy", "LayerCosts", "Precision", "Runtime", "ShardOp",
+    "app_f_latency", "default_runtime", "get_precision", "get_runtime", "identical", "kernel_tables", "layer_costs",
+    "layer_hits", "one_shot_allreduce_s", "peer_of", "precision_names", "projection_latency", "replicated_node",
+    "ring_collective_s", "runtime_names", "tp_latency", "twins",
+]
 
 
 # ---------------------------------------------------------------------- operators of one TP shard
@@ -231,41 +139,6 @@ class LayerCosts:
     @property
     def ccl_s(self) -> float:
         return sum(op.time_s for op in self.ops if op.collective and op.block in ("pre", "post"))
-
-
-@dataclass(frozen=True)
-class Runtime:
-    """How a software stack lays out one decoder layer's kernels (``alspec_kernels.json`` ``runtimes``)."""
-
-    name: str
-    fused_gate_up: bool          # gate and up projections are one GEMM
-    fused_residual_norm: bool    # the residual add runs inside the next norm kernel
-    collective: str              # "ring": all-gather + reduce-scatter rings; "one-shot": all-reduce reading every peer
-    fd_launches: int             # kernels of one flash decode (a split-KV merge is a second launch)
-    tilized_activations: bool    # activations move as a tile of ``token_tile`` rows
-
-
-RUNTIME_COLLECTIVES = ("ring", "one-shot")
-
-
-def runtime_names() -> tuple[str, ...]:
-    return tuple(kernel_tables()["runtimes"])
-
-
-def get_runtime(name: str) -> Runtime:
-    table = kernel_tables()["runtimes"]
-    if name not in table:
-        raise UnknownNameError("ALSpec runtime", name, runtime_names())
-    entry = {k: v for k, v in table[name].items() if k != "source"}
-    runtime = Runtime(name=name, **entry)
-    if runtime.collective not in RUNTIME_COLLECTIVES:
-        raise HetSpecError(f"ALSpec runtime {name}: collective must be one of {', '.join(RUNTIME_COLLECTIVES)}")
-    return runtime
-
-
-def default_runtime(device: Device) -> str:
-    """GPUs run the paper's GPU stack (SGLang); other devices the TT-Metalium kernel layout."""
-    return "sglang" if device.kind == "gpu" else "tt-metalium"
 
 
 def ring_collective_s(device: Device, link: Link | None, tp: int, tensor_bytes: float) -> float:

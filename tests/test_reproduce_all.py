@@ -1,69 +1,88 @@
-"""``hetspec reproduce all``: every paper's report exists, has its sections, and meets issue 6's targets.
+"""``hetspec reproduce all``: every paper's report exists, has its sections, and meets the reproduction targets.
 
-The papers are reproduced once per module, in a subprocess as a user runs them: ``hetspec reproduce
-all --json`` when every paper module exists, else each paper that exists (and the ``all`` test is
-skipped, naming the missing ones). The run's wall time is not asserted (it is measured and reported
-in docs/reproduce.md); ``seconds`` per paper comes back in the JSON summaries.
+The papers are reproduced once, in a subprocess as a user runs them: ``hetspec reproduce all --json``.
+Every paper of the registry (:data:`sim.reproduce.PAPER_MODULES`) must have its module: a registered
+paper whose module is missing fails these tests (it is not skipped). The run's wall time is not
+asserted (it is measured and reported in docs/reproduce.md); ``seconds`` per paper comes back in
+the JSON summaries.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
+from types import ModuleType
 
 import pytest
-
-from sim.reproduce import PAPER_MODULES, paper_names
-
 from cli_runner import run_cli
 
-#: Issue 6: median |relative error| over prediction rows, per paper.
+from hwmodels.errors import HetSpecError
+from sim import reproduce
+from sim.registry import import_registered
+from sim.reproduce import PAPER_MODULES, paper_names
+
+#: Median |relative error| over prediction rows, per paper.
 MEDIAN_ERROR_TARGET = 0.20
 SECTIONS = ("## Results", "## What does not match, and why", "## What the paper does not give")
 SUMMARY_KEYS = {"paper", "predictions", "median_abs_rel_error", "choices_matched", "choices", "exact_matched", "exact",
                 "fits", "report", "seconds"}
+PAPERS = paper_names()
 
 
-def available_papers() -> tuple[str, ...]:
-    return tuple(p for p in paper_names() if importlib.util.find_spec(PAPER_MODULES[p]) is not None)
+def paper_module(paper: str) -> ModuleType:
+    """The reproduction module of a registered paper, looked up as ``hetspec reproduce`` does: a missing
+    module raises (one line naming its path), it never yields a skip."""
+    return import_registered(PAPER_MODULES[paper], f"paper {paper} has no reproduction")
 
 
-AVAILABLE = available_papers()
-MISSING = tuple(p for p in paper_names() if p not in AVAILABLE)
+@pytest.mark.parametrize("paper", PAPERS)
+def test_every_registered_paper_has_its_module(paper):
+    assert callable(paper_module(paper).reproduce), paper
+
+
+def _outcome(call) -> BaseException | None:
+    """What ``call()`` raised, skips included (``pytest.skip`` raises a BaseException)."""
+    try:
+        call()
+    except BaseException as exc:  # noqa: BLE001 - a skip must be seen here, not by pytest
+        return exc
+    return None
+
+
+def test_a_registered_paper_without_its_module_is_an_error_not_a_skip(monkeypatch, tmp_path):
+    monkeypatch.setitem(PAPER_MODULES, "no-such-paper", "sim.reproduce.no_such_paper")
+    expected = "paper no-such-paper has no reproduction yet (sim/reproduce/no_such_paper.py)"
+    for call in (lambda: paper_module("no-such-paper"), lambda: reproduce.run("no-such-paper", tmp_path / "out")):
+        outcome = _outcome(call)
+        assert isinstance(outcome, HetSpecError), f"expected HetSpecError, got {outcome!r}"
+        assert str(outcome) == expected
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.fixture(scope="module")
 def reproduced(tmp_path_factory):
-    """(output folder, {paper: summary}) of one run over the available papers."""
+    """(output folder, {paper: summary}) of one ``hetspec reproduce all`` run."""
     out = tmp_path_factory.mktemp("papers")
-    runs = [("all",)] if not MISSING else [(p,) for p in AVAILABLE]
-    summaries: dict[str, dict] = {}
-    for args in runs:
-        result = run_cli("reproduce", *args, "--out", str(out), "--json")
-        assert result.returncode == 0, result.stderr
-        data = json.loads(result.stdout)
-        for s in data if isinstance(data, list) else [data]:
-            summaries[s["paper"]] = s
-    return out, summaries
+    result = run_cli("reproduce", "all", "--out", str(out), "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    return out, {s["paper"]: s for s in (data if isinstance(data, list) else [data])}
 
 
 def test_reproduce_all_runs_every_paper(reproduced):
-    if MISSING:
-        pytest.skip(f"papers without a reproduction yet: {', '.join(MISSING)}")
     _, summaries = reproduced
-    assert sorted(summaries) == sorted(paper_names())
+    assert sorted(summaries) == sorted(PAPERS)
 
 
-def test_summaries_have_the_issue_fields(reproduced):
+def test_summaries_have_their_fields(reproduced):
     _, summaries = reproduced
-    assert sorted(summaries) == sorted(AVAILABLE)
+    assert sorted(summaries) == sorted(PAPERS)
     for s in summaries.values():
         assert SUMMARY_KEYS <= set(s), s["paper"]
         assert s["seconds"] >= 0
 
 
-@pytest.mark.parametrize("paper", AVAILABLE)
+@pytest.mark.parametrize("paper", PAPERS)
 def test_report_files_and_sections(reproduced, paper):
     out, summaries = reproduced
     text = (out / f"{paper}.md").read_text()
@@ -83,7 +102,7 @@ def test_report_files_and_sections(reproduced, paper):
     assert data["summary"] == {k: v for k, v in summaries[paper].items() if k not in ("report", "seconds")}
 
 
-@pytest.mark.parametrize("paper", AVAILABLE)
+@pytest.mark.parametrize("paper", PAPERS)
 def test_median_error_of_predictions_meets_the_target(reproduced, paper):
     _, summaries = reproduced
     s = summaries[paper]
@@ -92,12 +111,12 @@ def test_median_error_of_predictions_meets_the_target(reproduced, paper):
     assert s["median_abs_rel_error"] <= MEDIAN_ERROR_TARGET, (paper, s["median_abs_rel_error"])
 
 
-#: Issue 6: "tests pin the exact reproductions (intensity tables, ALSpec formulas)". Other papers' exact rows
+#: Papers whose exact reproductions are pinned (Medusa's intensity tables, ALSpec's formulas). Other papers' exact rows
 #: are shown as "exact m/n" in their reports.
 EXACT_PAPERS = ("medusa", "alspec")
 
 
-@pytest.mark.parametrize("paper", [p for p in EXACT_PAPERS if p in AVAILABLE])
+@pytest.mark.parametrize("paper", EXACT_PAPERS)
 def test_exact_reproductions_are_exact(reproduced, paper):
     _, summaries = reproduced
     s = summaries[paper]
@@ -110,11 +129,9 @@ def _choices(out, paper: str) -> list[dict]:
 
 
 def test_medusa_picks_the_papers_candidate_counts(reproduced):
-    """Issue 6: 32 at batch 4, 16 at batch 8-16 (and 32 at every KV length of Fig. 23). Batch 1 (paper 64) is
-    the documented miss of the roofline (docs/reproduce.md)."""
+    """Medusa App. G.3: 32 at batch 4, 16 at batch 8-16 (Fig. 22), and 32 at every KV length of Fig. 23. Batch 1
+    (paper 64) is the documented miss of the roofline (docs/reproduce.md)."""
     out, _ = reproduced
-    if "medusa" not in AVAILABLE:
-        pytest.skip("no medusa reproduction")
     choices = {c["quantity"]: (c["paper"], c["hetspec"]) for c in _choices(out, "medusa")}
     for batch, best in ((2, 64), (4, 32), (8, 16), (16, 16)):
         assert choices[f"best number of candidates, bs {batch}, s 1024"] == (best, best)
@@ -125,7 +142,7 @@ def test_medusa_picks_the_papers_candidate_counts(reproduced):
     assert fig4 == [(64, 64)], "the fastest of Fig. 4's sparse trees (measured at batch 1) is the 64-node one"
 
 
-#: Issue 6's choices beyond Medusa: the rows of the best width (Ghidorah) and of the best number of verified
+#: Required choices beyond Medusa: the rows of the best width (Ghidorah) and of the best number of verified
 #: tokens (Dovetail). Other choice rows (e.g. Dovetail's drafter depth) are reported, not required here.
 REQUIRED_CHOICES = {"ghidorah": "best width", "dovetail": "best verified tokens"}
 
@@ -133,8 +150,6 @@ REQUIRED_CHOICES = {"ghidorah": "best width", "dovetail": "best verified tokens"
 @pytest.mark.parametrize("paper, kind", sorted(REQUIRED_CHOICES.items()))
 def test_chosen_widths_are_reproduced(reproduced, paper, kind):
     out, _ = reproduced
-    if paper not in AVAILABLE:
-        pytest.skip(f"no {paper} reproduction yet")
     choices = [c for c in _choices(out, paper) if c["quantity"].startswith(kind)]
     assert choices, f"{paper} reports no '{kind}' choice rows"
     unmatched = [c["quantity"] for c in choices if c["paper"] != c["hetspec"]]

@@ -1,6 +1,6 @@
 """``hetspec`` command line: parses arguments and hands each subcommand to one function.
 
-Each command module (``sim.commands.*``, ``real.commands.*``) exposes ``register(subparsers)``
+Each command module (``sim.commands.*``, ``real.<package>.commands``) exposes ``register(subparsers)``
 which adds its subcommand(s) and sets ``func`` on the parser. Command modules must not import
 torch at module level, so ``hetspec platforms`` stays fast; real-path commands import it
 inside their handlers.
@@ -23,12 +23,9 @@ COMMAND_MODULES: tuple[str, ...] = (
     "sim.commands.simulate",
     "sim.commands.sweep",
     "sim.commands.reproduce",
-    "real.commands.run",
-    "real.commands.profile_acceptance",
-    "real.commands.train_demo",
-    "real.commands.calibrate",
-    "real.commands.validate",
-    "real.commands.demo",
+    "real.run.commands",
+    "real.train.commands",
+    "real.validation.commands",
 )
 
 

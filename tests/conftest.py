@@ -18,7 +18,7 @@ TEST_CACHE_ENV = "HETSPEC_TEST_CACHE_DIR"
 @pytest.fixture(scope="session")
 def demo_cache_dir(tmp_path_factory):
     """The session's demo cache root, exported as ``HETSPEC_CACHE_DIR`` while the session runs."""
-    from real.demo import CACHE_ENV
+    from real.train.demo import CACHE_ENV
 
     folder = os.environ.get(TEST_CACHE_ENV) or str(tmp_path_factory.mktemp("hetspec-cache"))
     with pytest.MonkeyPatch.context() as mp:
@@ -29,7 +29,7 @@ def demo_cache_dir(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_demo(demo_cache_dir):
     """``load_demo("tiny")`` from the session cache (trained on first use)."""
-    from real.demo import load_demo
+    from real.train.demo import load_demo
 
     return load_demo("tiny", progress=False)
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 def evaluation_prompts(demo, count: int, prompt_tokens: int, seed: int) -> list[list[int]]:
     """``count`` token-id prompts of ``prompt_tokens`` tokens from the demo corpus's evaluation files."""
-    from real.corpus import prompts
+    from real.train.corpus import prompts
 
     return prompts(demo.tokenizer, "evaluation", count, prompt_tokens, seed=seed)
 
 
 def token_ids(result) -> list[list[int]]:
-    """The generated token ids of each prompt of a :class:`real.run.RunResult`."""
+    """The generated token ids of each prompt of a :class:`real.run.session.RunResult`."""
     return [r.ids for r in result.results]
 
 
@@ -22,7 +22,7 @@ def reference_ids(demo, prompts, max_new_tokens: int, method: str = "ar", config
     import torch
 
     from real.decode.ar import ArConfig
-    from real.run import run_prompts
+    from real.run.session import run_prompts
 
     with torch.inference_mode():
         return token_ids(run_prompts(demo, method, config or ArConfig(), prompts, max_new_tokens, warmup=False))

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import math
-import tomllib
 from dataclasses import replace
 
 import numpy as np
 import pytest
+import tomllib
 
 from hwmodels.errors import HetSpecError, PresetError
-from hwmodels.loader import get_platform, load_platform_file, parse_platform, platform_to_dict
+from hwmodels.loader import (
+    get_platform,
+    load_platform_file,
+    parse_platform,
+    platform_to_dict,
+)
 from hwmodels.platform import Device, MemoryDomain, Platform
 from sim.closed_form import step_seconds
 from sim.engine import run_plans
@@ -20,11 +25,12 @@ from sim.step_graph import build_step_graph, weight_working_set
 from sim.step_timing import price_step
 from tests.cli_runner import run_cli
 
+
 @pytest.fixture(scope="module")
 def tiny_calibration(tmp_path_factory):
     """``calibrate`` with tiny sizes (two token counts, two small weight shapes, a 16 MiB stream working set:
     seconds on 2 cores) into a temporary platform folder."""
-    from real.calibrate import Settings, calibrate
+    from real.validation.calibrate import Settings, calibrate
 
     settings = Settings(m_values=(1, 8), shapes=((64, 64), (128, 256)), repeats=2, warmup=1,
                         dram_working_set_bytes=16 * 2**20, cold_pool_bytes=16 * 2**20, overhead_repeats=2,
@@ -81,7 +87,7 @@ def test_calibration_writes_a_loadable_host_with_sources(tiny_calibration):
     w0 = loaded.device("cpu0")
     assert w0.cores == 1 and "1 thread" in w0.sources["mem_bw_gbps"]
     # raw measurements next to the platform
-    from real.calibrate import load_raw
+    from real.validation.calibrate import load_raw
 
     raw = load_raw(path)
     assert raw["cores"] == cal.cores and raw["all_threads"]["gemm_warm"]
@@ -237,8 +243,13 @@ def test_strategies_price_the_host_costs_in_closed_form_and_plan(method, knobs, 
 def test_dovetail_host_costs_are_the_loop_time_beyond_the_priced_passes():
     """The dovetail probe loop is priced as its drafter passes (the accepted tokens, then top-k per
     level) plus the verification; what is left is fitted per round and per drafter pass."""
-    from real.calibrate import QUICK, _model_price, fit_host_costs
-    from real.microbench import LOOP_NEW_TOKENS, LOOP_PROMPT_TOKENS, LoopSample
+    from real.validation.host_costs import _model_price, fit_host_costs
+    from real.validation.host_facts import QUICK
+    from real.validation.microbench import (
+        LOOP_NEW_TOKENS,
+        LOOP_PROMPT_TOKENS,
+        LoopSample,
+    )
 
     dev = _cached_cpu(0.032).device("cpu")
     context = LOOP_PROMPT_TOKENS + LOOP_NEW_TOKENS // 2
@@ -308,7 +319,7 @@ def test_partial_rewarming_prices_the_later_draft_passes_between_warm_and_cold()
 def test_the_streaming_probe_runs_in_a_process_of_its_own():
     import os
 
-    from real.calibrate import _in_fresh_process
+    from real.validation.calibrate import _in_fresh_process
 
     assert _in_fresh_process(os.getpid) != os.getpid()
     assert _in_fresh_process(max, 3, 7) == 7
@@ -322,7 +333,7 @@ def test_the_probe_draft_predicts_the_probe_target_so_draft_trees_grow():
     from real.decode import decoder
     from real.decode.common import Clock
     from real.decode.draft_tree import DraftTreeConfig
-    from real.microbench import LOOP_PROMPT_TOKENS, PROBE_VOCAB, probe_models
+    from real.validation.microbench import LOOP_PROMPT_TOKENS, PROBE_VOCAB, probe_models
 
     models = probe_models()
     assert models.draft.spec.n_layers < models.target.spec.n_layers

@@ -9,8 +9,14 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from hwmodels.errors import HetSpecError
-from real.checkpoint import INDEX_FILE, SINGLE_FILE, expected_shapes, load_model, save_model
-from real.model import Transformer
+from real.model.checkpoint import (
+    INDEX_FILE,
+    SINGLE_FILE,
+    expected_shapes,
+    load_model,
+    save_model,
+)
+from real.model.transformer import Transformer
 from sim.model_spec import ModelSpec
 
 SPEC = ModelSpec("ckpt-test", n_layers=2, hidden=64, intermediate=176, n_heads=4, n_kv_heads=2,

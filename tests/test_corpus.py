@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hwmodels.errors import HetSpecError, UnknownNameError
-from real import corpus
+from real.train import corpus
 
 
 class CharTokenizer:

@@ -8,15 +8,15 @@ import json
 
 import numpy as np
 import pytest
-
 from cli_runner import run_cli
 from demo_helpers import evaluation_prompts, reference_ids, token_ids
-from real.acceptance import MAX_PROFILE_WIDTH, PROFILE_RANKS, measure_profile
-from real.corpus import prompts as corpus_prompts
+
 from real.decode.chain import ChainConfig
 from real.decode.draft_tree import DraftTreeConfig
 from real.decode.medusa import MedusaConfig
-from real.run import run_prompts
+from real.run.acceptance import MAX_PROFILE_WIDTH, PROFILE_RANKS, measure_profile
+from real.run.session import run_prompts
+from real.train.corpus import prompts as corpus_prompts
 from sim.acceptance_profile import AcceptanceProfile
 from sim.trace import read_trace, summarize
 from sim.tree import TokenTree
@@ -135,8 +135,8 @@ def test_profile_acceptance_cli_writes_a_loadable_profile(demo, tmp_path):
 
 
 def test_compare_runs_methods_on_the_same_prompts(demo):
-    from real.benchmark import compare
-    from real.run_request import RunRequest
+    from real.run.compare import compare
+    from real.run.request import RunRequest
 
     common = dict(preset="tiny", prompts=2, prompt_tokens=24, max_new_tokens=16, threads=1)
     comparison = compare([RunRequest("ar", **common), RunRequest("medusa", width=6, **common),

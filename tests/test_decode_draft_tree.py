@@ -7,8 +7,15 @@ import pytest
 import torch
 
 from hwmodels.errors import HetSpecError
-from real.decode.draft_tree import (DraftTreeConfig, grow_tree, matching_branch_length, pacer_deficits,
-                                    pacer_pick, tree_confidence, update_alpha)
+from real.decode.draft_tree import (
+    DraftTreeConfig,
+    grow_tree,
+    matching_branch_length,
+    pacer_deficits,
+    pacer_pick,
+    tree_confidence,
+    update_alpha,
+)
 from sim.tree import TokenTree
 
 VOCAB = 10

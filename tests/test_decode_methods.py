@@ -16,7 +16,7 @@ from real.decode.chain import ChainConfig
 from real.decode.common import Clock, DecodeModels, Sampling
 from real.decode.draft_tree import DraftTreeConfig
 from real.decode.medusa import MedusaConfig
-from real.model import Transformer
+from real.model.transformer import Transformer
 from sim.model_spec import ModelSpec
 from sim.trace import summarize
 from sim.tree import TokenTree

@@ -8,11 +8,17 @@ from dataclasses import replace
 
 import pytest
 import torch
-
 from cli_runner import run_cli
+
 from hwmodels.errors import UnknownNameError
-from real import demo
-from real.demo import DEMO_PRESETS, cache_folder, cache_root, load_demo, with_steps
+from real.train import demo
+from real.train.demo import (
+    DEMO_PRESETS,
+    cache_folder,
+    cache_root,
+    load_demo,
+    with_steps,
+)
 
 
 def _same_weights(a: torch.nn.Module, b: torch.nn.Module) -> bool:
@@ -154,7 +160,7 @@ def test_cli_bad_preset_is_one_line_exit_2(tmp_path):
 
 # ---------------------------------------------------------------------- metrics and schedule
 def _random_target():
-    from real.model import Transformer
+    from real.model.transformer import Transformer
     from sim.model_spec import ModelSpec
 
     torch.manual_seed(0)
@@ -164,8 +170,8 @@ def _random_target():
 
 
 def test_greedy_agreement_of_the_target_with_itself_is_one():
-    from real.train_eval import greedy_agreement
-    from real.train_generate import greedy_continuations
+    from real.train.evaluate import greedy_agreement
+    from real.train.generate import greedy_continuations
 
     target = _random_target()
     data = greedy_continuations(target, torch.randint(0, 40, (4, 6)).tolist(), 10)
@@ -177,9 +183,9 @@ def test_greedy_agreement_of_the_target_with_itself_is_one():
 
 
 def test_untrained_head_k_accuracy_is_the_lm_head_prediction_shifted():
-    from real.medusa_heads import MedusaHeads
-    from real.train_eval import head_topk_accuracy, rank_accuracies
-    from real.train_generate import greedy_continuations
+    from real.model.medusa_heads import MedusaHeads
+    from real.train.evaluate import head_topk_accuracy, rank_accuracies
+    from real.train.generate import greedy_continuations
 
     target = _random_target()
     data = greedy_continuations(target, torch.randint(0, 40, (6, 5)).tolist(), 12)
@@ -197,7 +203,7 @@ def test_untrained_head_k_accuracy_is_the_lm_head_prediction_shifted():
 
 
 def test_perplexity_of_a_uniform_model_is_the_vocabulary_size():
-    from real.train_eval import perplexity
+    from real.train.evaluate import perplexity
 
     target = _random_target()
     with torch.no_grad():
@@ -207,7 +213,7 @@ def test_perplexity_of_a_uniform_model_is_the_vocabulary_size():
 
 
 def test_lr_schedule_warmup_then_cosine_to_the_floor():
-    from real.training import TrainConfig, lr_at
+    from real.train.loops import TrainConfig, lr_at
 
     cfg = TrainConfig(steps=100, batch=1, seq_len=8, lr=1e-3, warmup_steps=10, min_lr_ratio=0.1)
     assert lr_at(0, cfg) == pytest.approx(1e-4)
@@ -219,7 +225,7 @@ def test_lr_schedule_warmup_then_cosine_to_the_floor():
 
 
 def test_forward_times_are_positive_medians(tiny_demo):
-    from real.demo import demo_forward_times
+    from real.train.demo import demo_forward_times
 
     times = demo_forward_times(tiny_demo, repeats=5)
     assert [(t.model, t.q) for t in times] == [("target", 1), ("target", 16), ("target", 64), ("draft", 1),
@@ -231,7 +237,7 @@ def test_stale_work_folders_of_dead_runs_are_removed(tmp_path):
     import subprocess
     import sys
 
-    from real.demo import _remove_stale_work_folders
+    from real.train.demo import _remove_stale_work_folders
 
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                           text=True, check=True).stdout.strip()          # a pid whose process has ended

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from demo_helpers import evaluation_prompts, reference_ids
 
 from hwmodels.errors import HetSpecError
 from real.hetero.alspec import AlspecConfig, prepare, sink_window_attention
 from real.hetero.runner import agreement, run_runtime
-from real.workers import allowed_cores
-
-from demo_helpers import evaluation_prompts, reference_ids
+from real.hetero.workers import allowed_cores
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -57,7 +56,7 @@ def test_hit_rate_grows_with_lambda(setup):
 
 
 def test_sink_window_attention_selects_first_and_last_slots():
-    from real.model import KVCache
+    from real.model.transformer import KVCache
     from sim.model_spec import ModelSpec
 
     spec = ModelSpec(name="t", n_layers=1, hidden=8, intermediate=16, n_heads=2, n_kv_heads=1, vocab=11,

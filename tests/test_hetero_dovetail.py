@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from demo_helpers import evaluation_prompts, reference_ids
 
 from hwmodels.errors import HetSpecError
 from real.hetero.dgf_drafter import DgfDrafter, dgf_examples, dgf_loss
 from real.hetero.dovetail import DovetailConfig, Node, prepare, tree_of
 from real.hetero.runner import run_runtime
-from real.workers import allowed_cores
-
-from demo_helpers import evaluation_prompts, reference_ids
+from real.hetero.workers import allowed_cores
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -115,13 +114,13 @@ def test_dgf_forward_files_and_training_signal(setup, tmp_path):
     # a target of another shape: one line naming the tensor
     from dataclasses import replace
 
-    from real.model import Transformer
+    from real.model.transformer import Transformer
 
     other = Transformer(replace(target.spec, hidden=2 * d, intermediate=2 * target.spec.intermediate))
     with pytest.raises(HetSpecError, match="tensor .* has shape"):
         DgfDrafter.load(tmp_path / "dgf", other)
     # the loss falls after a few steps on the target's own continuations
-    from real.train_generate import greedy_continuations
+    from real.train.generate import greedy_continuations
 
     data = greedy_continuations(target, [list(range(1, 9)), list(range(20, 28))], 8)
     t, fi, fo = dgf_examples(data)

@@ -6,20 +6,19 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from demo_helpers import evaluation_prompts, reference_ids, token_ids
 
 from hwmodels.errors import HetSpecError
 from real.hetero.hcmp import HcmpConfig
 from real.hetero.layer_ops import merge_partials, partial_attention
 from real.hetero.split_model import SplitTarget, column_cut
-from real.medusa_heads import MedusaHeads
-from real.model import Transformer
-from real.run import run_prompts
-from real.training import init_weights
-from real.workers import WorkerSession, allowed_cores, parse_workers
+from real.hetero.workers import WorkerSession, allowed_cores, parse_workers
+from real.model.medusa_heads import MedusaHeads
+from real.model.transformer import Transformer
+from real.run.session import run_prompts
+from real.train.loops import init_weights
 from sim.model_spec import ModelSpec
 from sim.tree import TokenTree
-
-from demo_helpers import evaluation_prompts, reference_ids, token_ids
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -6,15 +6,20 @@ from dataclasses import replace
 
 import pytest
 import torch
+from demo_helpers import evaluation_prompts, reference_ids
 
 from hwmodels.errors import HetSpecError
 from real.decode.draft_tree import DraftTreeConfig
 from real.hetero.request import parse_bytes
 from real.hetero.runner import assign_load_steps, run_runtime
-from real.hetero.streaming import close_streamed, plan_memory, read_into, streamed_target, tensor_locations
+from real.hetero.streaming import (
+    close_streamed,
+    plan_memory,
+    read_into,
+    streamed_target,
+    tensor_locations,
+)
 from sim.trace import TraceRecord
-
-from demo_helpers import evaluation_prompts, reference_ids
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -26,7 +31,7 @@ def setup(tiny_demo):
 
 
 def _layer_and_fixed(folder, spec):
-    from real.checkpoint import check_shapes
+    from real.model.checkpoint import check_shapes
 
     locs = tensor_locations(check_shapes(folder, spec))
     layer = sum(l.nbytes for n, l in locs.items() if n.startswith("model.layers.0."))
@@ -37,9 +42,9 @@ def _layer_and_fixed(folder, spec):
 @pytest.fixture(scope="module")
 def four_layer_target(setup, tmp_path_factory):
     """A random-weight 4-layer target with the demo's vocabulary, on disk (room for resident + streamed layers)."""
-    from real.checkpoint import load_model, save_model
-    from real.model import Transformer
-    from real.training import init_weights
+    from real.model.checkpoint import load_model, save_model
+    from real.model.transformer import Transformer
+    from real.train.loops import init_weights
 
     demo, prompts, _ = setup
     spec = replace(demo.target.spec, name="stream-test", n_layers=4, hidden=64, intermediate=128, n_heads=4,
@@ -117,7 +122,7 @@ def test_memory_plan_accounting():
 
 def test_read_into_checks_the_buffer(setup, tmp_path):
     demo, _, _ = setup
-    from real.checkpoint import check_shapes
+    from real.model.checkpoint import check_shapes
 
     locs = tensor_locations(check_shapes(demo.folder / "target", demo.target.spec))
     loc = locs["model.norm.weight"]

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from hwmodels.platform import Device, Link, MemoryDomain, Platform
-from real.workers import allowed_cores
+from real.hetero.workers import allowed_cores
 
 pytestmark = [pytest.mark.skipif(len(allowed_cores()) < 2, reason="two CPU workers need two cores"),
               pytest.mark.usefixtures("one_torch_thread")]
@@ -33,7 +33,7 @@ def host_like(host_costs=None) -> Platform:
 
 
 def _mini_settings():
-    from real.validation_hetero import QUICK
+    from real.validation.hetero_setup import QUICK
 
     return replace(QUICK, eval_prompts=1, prompt_tokens=32, max_new_tokens=12, repeats=1, ratios=(0.0, 0.5, 1.0),
                    hcmp_width=6, dovetail_width=6, dovetail_depth=2, dovetail_top_k=3, tau_prompts=1,
@@ -51,10 +51,10 @@ def _pair_and_platform(host_costs=None):
 def test_the_section_end_to_end(tiny_demo, tmp_path):
     import torch
 
-    from real.acceptance import measure_profile
-    from real.corpus import prompts as corpus_prompts
-    from real.validation_hetero import validate_hetero
-    from real.validation_predict import PredictionContext
+    from real.run.acceptance import measure_profile
+    from real.train.corpus import prompts as corpus_prompts
+    from real.validation.hetero import validate_hetero
+    from real.validation.predict import PredictionContext
 
     settings = _mini_settings()
     calib = [list(p) for p in corpus_prompts(tiny_demo.tokenizer, "calibration", 2, 32, seed=0)]
@@ -144,7 +144,11 @@ def test_dovetail_takes_a_draft_config_path(tiny_demo):
 
 
 def test_added_worker_links_and_barrier_priced_syncs():
-    from real.validation_hetero import platform_device, with_sync_latency, with_worker_links
+    from real.validation.hetero_setup import (
+        platform_device,
+        with_sync_latency,
+        with_worker_links,
+    )
 
     plat = with_worker_links(host_like())
     assert plat.has_link("cpu", "cpu0", "unified") and plat.link("cpu", "cpu1").latency_us == 10.0
@@ -158,8 +162,8 @@ def test_validate_with_the_hetero_section(tiny_demo, tmp_path, monkeypatch):
     import json
 
     from hwmodels.loader import write_platform_file
-    from real.validate import QUICK, validate
-    from real.validation_grid import GridPoint
+    from real.validation.grid import GridPoint
+    from real.validation.validate import QUICK, validate
 
     _, platform = _pair_and_platform()
     write_platform_file(platform, tmp_path / "platforms" / "host.toml")

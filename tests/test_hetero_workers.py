@@ -1,4 +1,4 @@
-"""Workers (real/workers.py): names, per-thread pinning and intra-op threads, the pair barrier, worker threads."""
+"""Workers (real/hetero/workers.py): names, per-thread pinning and intra-op threads, the pair barrier, worker threads."""
 
 from __future__ import annotations
 
@@ -9,8 +9,18 @@ import pytest
 import torch
 
 from hwmodels.errors import HetSpecError
-from real.workers import (BrokenBarrier, PairBarrier, Worker, WorkerSession, WorkerThread, allowed_cores,
-                          barrier_round_trip_s, get_worker, on_worker, parse_workers)
+from real.hetero.workers import (
+    BrokenBarrier,
+    PairBarrier,
+    Worker,
+    WorkerSession,
+    WorkerThread,
+    allowed_cores,
+    barrier_round_trip_s,
+    get_worker,
+    on_worker,
+    parse_workers,
+)
 
 CORES = allowed_cores()
 two_cores = pytest.mark.skipif(len(CORES) < 2, reason="needs two cores")

@@ -7,10 +7,17 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from hwmodels.errors import HetSpecError
-from real.medusa_heads import WEIGHTS_FILE, MedusaHeads
-from real.model import Transformer
-from real.train_generate import Continuations, greedy_continuations
-from real.training import IGNORE, MEDUSA_LAMBDA_BASE, TrainConfig, medusa_examples, medusa_loss, train_medusa_heads
+from real.model.medusa_heads import WEIGHTS_FILE, MedusaHeads
+from real.model.transformer import Transformer
+from real.train.generate import Continuations, greedy_continuations
+from real.train.loops import (
+    IGNORE,
+    MEDUSA_LAMBDA_BASE,
+    TrainConfig,
+    medusa_examples,
+    medusa_loss,
+    train_medusa_heads,
+)
 from sim.model_spec import ModelSpec
 
 SPEC = ModelSpec("heads-test", n_layers=1, hidden=32, intermediate=64, n_heads=4, n_kv_heads=2, vocab=50,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from cli_runner import run_cli
 
 
@@ -52,7 +51,7 @@ def test_command_modules_and_validation_do_not_import_torch():
 
     from cli_runner import REPO
 
-    code = ("import sys; import real.commands.run, real.commands.profile_acceptance, real.run_request; "
-            "real.run_request.RunRequest('medusa', width=8); assert 'torch' not in sys.modules, 'torch imported'")
+    code = ("import sys; import real.run.commands, real.run.request; "
+            "real.run.request.RunRequest('medusa', width=8); assert 'torch' not in sys.modules, 'torch imported'")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr

@@ -8,7 +8,7 @@ import torch
 from scipy.stats import chisquare
 
 from real.decode.common import Sampling, probs_from_logits
-from real.speculative_sampling import residual_distribution, speculative_sample
+from real.decode.speculative_sampling import residual_distribution, speculative_sample
 
 # A small vocabulary where the draft over- and under-estimates different tokens.
 P_TARGET = torch.tensor([

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from hwmodels.errors import HetSpecError
-from real import corpus
-from real.tokenizer import EOS, BPETokenizer, train_tokenizer
+from real.model.tokenizer import EOS, BPETokenizer, train_tokenizer
+from real.train import corpus
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from real.model import Transformer
+from real.model.transformer import Transformer
 from sim.model_spec import ModelSpec
 from sim.tree import TokenTree
 

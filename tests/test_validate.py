@@ -11,8 +11,13 @@ import pytest
 from hwmodels.errors import HetSpecError
 from hwmodels.loader import write_platform_file
 from hwmodels.platform import Device, MemoryDomain, Platform
-from real.validation_grid import GridPoint, default_grid
-from real.validation_metrics import regret, relative_error, signed_error, summarize_method
+from real.validation.grid import GridPoint, default_grid
+from real.validation.metrics import (
+    regret,
+    relative_error,
+    signed_error,
+    summarize_method,
+)
 from tests.cli_runner import run_cli
 
 
@@ -73,7 +78,7 @@ def _host(tmp_path) -> str:
 
 @pytest.mark.slow
 def test_validate_end_to_end_on_tiny(tiny_demo, tmp_path, monkeypatch):
-    from real.validate import QUICK, acceptance_check, validate
+    from real.validation.validate import QUICK, acceptance_check, validate
 
     monkeypatch.setenv("HETSPEC_PLATFORMS_DIR", _host(tmp_path))
     settings = replace(QUICK, calibration_prompts=3, eval_prompts=1, prompt_tokens=16, max_new_tokens=12,
@@ -103,7 +108,12 @@ def test_validate_end_to_end_on_tiny(tiny_demo, tmp_path, monkeypatch):
 
 
 def test_random_weight_timing_prices_and_times_a_small_model():
-    from real.random_models import RANDOM_SHAPES, random_spec, random_transformer, time_steps
+    from real.model.random_models import (
+        RANDOM_SHAPES,
+        random_spec,
+        random_transformer,
+        time_steps,
+    )
     from sim.model_spec import ModelSpec
 
     assert {s.params for s in RANDOM_SHAPES.values()} and random_spec("random-smollm-135m").params > 100e6

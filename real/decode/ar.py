@@ -11,8 +11,17 @@ from dataclasses import dataclass, field
 
 import torch
 
-from real.decode.common import (Clock, DecodeResult, Sampling, StepLog, check_request, choose_token,
-                                model_device, prefill, prompt_tensor)
+from real.decode.common import (
+    Clock,
+    DecodeResult,
+    Sampling,
+    StepLog,
+    check_request,
+    choose_token,
+    model_device,
+    prefill,
+    prompt_tensor,
+)
 
 NAME = "ar"
 

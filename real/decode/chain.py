@@ -3,7 +3,7 @@
 Each step the draft proposes γ tokens autoregressively with its own KV cache, and the target
 verifies the root and the γ proposals (γ + 1 positions, causal) in one pass. Greedy: accept the
 longest prefix equal to the target's argmax, then the target's own token. Sampled: lossless
-speculative sampling (:func:`real.speculative_sampling.speculative_sample`).
+speculative sampling (:func:`real.decode.speculative_sampling.speculative_sample`).
 
 Draft cache: tokens the draft has not yet seen (the *lag*: the target's token of the last step,
 preceded by the last proposal when all γ were accepted) are fed at the start of the next
@@ -19,9 +19,20 @@ from dataclasses import dataclass, field
 import torch
 
 from hwmodels.errors import HetSpecError
-from real.decode.common import (Clock, DecodeResult, Sampling, StepLog, check_request, choose_token,
-                                model_device, prefill, probs_from_logits, prompt_tensor, require)
-from real.speculative_sampling import speculative_sample
+from real.decode.common import (
+    Clock,
+    DecodeResult,
+    Sampling,
+    StepLog,
+    check_request,
+    choose_token,
+    model_device,
+    prefill,
+    probs_from_logits,
+    prompt_tensor,
+    require,
+)
+from real.decode.speculative_sampling import speculative_sample
 
 NAME = "chain"
 

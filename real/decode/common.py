@@ -65,9 +65,9 @@ def choose_token(logits: Tensor, sampling: Sampling, generator: torch.Generator 
 # ---------------------------------------------------------------------------- models
 @dataclass(frozen=True)
 class DecodeModels:
-    """The models a decoder may use. ``real.demo.DemoModels`` has the same attributes.
+    """The models a decoder may use. ``real.train.demo.DemoModels`` has the same attributes.
 
-    target: :class:`real.model.Transformer`. draft: a smaller Transformer sharing the vocabulary
+    target: :class:`real.model.transformer.Transformer`. draft: a smaller Transformer sharing the vocabulary
     (``chain``, ``draft-tree``). heads: Medusa heads, ``heads(hidden [b, q, d]) -> logits
     [n_heads, b, q, vocab]`` where head k (1-based) predicts the token k+1 positions after the one
     the LM head predicts (``medusa``).

@@ -30,8 +30,16 @@ from dataclasses import dataclass
 import torch
 
 from hwmodels.errors import HetSpecError
-from real.decode.common import (Clock, DecodeResult, StepLog, check_request, model_device,
-                                prefill, prompt_tensor, require)
+from real.decode.common import (
+    Clock,
+    DecodeResult,
+    StepLog,
+    check_request,
+    model_device,
+    prefill,
+    prompt_tensor,
+    require,
+)
 from sim.tree import TokenTree
 
 NAME = "draft-tree"

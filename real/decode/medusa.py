@@ -25,8 +25,16 @@ import torch
 from torch import Tensor
 
 from hwmodels.errors import HetSpecError
-from real.decode.common import (Clock, DecodeResult, StepLog, check_request, model_device,
-                                prefill, prompt_tensor, require)
+from real.decode.common import (
+    Clock,
+    DecodeResult,
+    StepLog,
+    check_request,
+    model_device,
+    prefill,
+    prompt_tensor,
+    require,
+)
 from sim.tree import TokenTree
 
 NAME = "medusa"

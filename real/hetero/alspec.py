@@ -35,9 +35,16 @@ import torch
 import torch.nn.functional as F
 
 from hwmodels.errors import HetSpecError
-from real.decode.common import Clock, DecodeResult, StepLog, check_request, prefill, prompt_tensor
+from real.decode.common import (
+    Clock,
+    DecodeResult,
+    StepLog,
+    check_request,
+    prefill,
+    prompt_tensor,
+)
 from real.hetero.layer_ops import exact_attention, post_attention, project_qkv, write_kv
-from real.workers import WorkerSession, in_runtime, parse_workers, record
+from real.hetero.workers import WorkerSession, in_runtime, parse_workers, record
 
 NAME = "alspec"
 #: ALSpec's recommended threshold (§3.2; Fig. 2 uses 0.10).

@@ -6,7 +6,7 @@ variant): with h the target's hidden state at position t-1 and e the embedding o
     h1 = h W1,   h2 = SiLU(RMSNorm(e) W2),   z = sigmoid([h1; h2] Wz),   f = z * h1 + (1 - z) * h2
 
 (W1, W2: d x d, Wz: 2d x d, no biases), then N Llama decoder blocks of the *target's* shape
-(:class:`real.model.DecoderLayer`) and the target's LM head, a frozen copy like the embedding.
+(:class:`real.model.transformer.DecoderLayer`) and the target's LM head, a frozen copy like the embedding.
 The blocks' output at position t is the drafter's guess of the target's hidden state at t
 (EAGLE's feature regression) and its LM head gives token t+1.
 
@@ -37,8 +37,8 @@ from safetensors.torch import save_file
 from torch import Tensor, nn
 
 from hwmodels.errors import HetSpecError, UnknownNameError
-from real.model import DecoderLayer, KVCache, RMSNorm, rope_tables
-from real.training import TrainConfig, _run
+from real.model.transformer import DecoderLayer, KVCache, RMSNorm, rope_tables
+from real.train.loops import TrainConfig, _run
 
 DGF_DIR = "dgf"
 CONFIG_FILE = "dgf_config.json"
@@ -143,7 +143,7 @@ class DgfDrafter(nn.Module):
         """``tokens [b, q]`` with the target's hidden states of the positions before them ``feats
         [b, q, d]`` -> (logits ``[b, q, V]``, predicted hidden states ``[b, q, d]``).
 
-        Cache semantics are :meth:`real.model.Transformer.forward`'s (pending slots, ``tree_mask``
+        Cache semantics are :meth:`real.model.transformer.Transformer.forward`'s (pending slots, ``tree_mask``
         ``[q, pending + q]``, None = causal); ``positions [q]`` default to the cache slots.
         """
         b, q = tokens.shape
@@ -217,7 +217,7 @@ class DgfDrafter(nn.Module):
 # ---------------------------------------------------------------------------- training
 def dgf_examples(data) -> tuple[Tensor, Tensor, Tensor]:
     """Teacher-forcing triples from the target's continuations ``data``
-    (:class:`real.train_generate.Continuations`): drafter position j = 1 .. L-2 reads token j and
+    (:class:`real.train.generate.Continuations`): drafter position j = 1 .. L-2 reads token j and
     the target's hidden state at j-1 and learns the hidden state at j (whose LM head gives token
     j+1). Returns ``tokens [n, L-2]``, ``feats_in [n, L-2, d]``, ``feats_out [n, L-2, d]``."""
     tokens, hidden = data.tokens, data.hidden                  # [n, L], [n, L-1, d]
@@ -270,8 +270,8 @@ def cached_dgf_key(folder: Path) -> dict | None:
 def ensure_dgf(demo, force: bool = False, progress: bool = True) -> tuple[DgfDrafter, dict]:
     """The DGF drafter of a loaded demo preset: from ``<demo folder>/dgf`` when it was trained for
     these demo models with this recipe, else trained now (a few minutes) and cached there."""
-    from real import corpus
-    from real.train_generate import greedy_continuations
+    from real.train import corpus
+    from real.train.generate import greedy_continuations
 
     recipe = get_dgf_recipe(demo.preset)
     folder = dgf_folder(demo)

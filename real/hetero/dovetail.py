@@ -36,8 +36,22 @@ import torch
 from torch import Tensor
 
 from hwmodels.errors import HetSpecError
-from real.decode.common import Clock, DecodeResult, StepLog, check_request, prefill, prompt_tensor
-from real.workers import WorkerSession, copy_into, in_runtime, parse_workers, record, synchronize
+from real.decode.common import (
+    Clock,
+    DecodeResult,
+    StepLog,
+    check_request,
+    prefill,
+    prompt_tensor,
+)
+from real.hetero.workers import (
+    WorkerSession,
+    copy_into,
+    in_runtime,
+    parse_workers,
+    record,
+    synchronize,
+)
 from sim.tree import TokenTree
 
 NAME = "dovetail"

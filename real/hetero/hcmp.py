@@ -20,10 +20,23 @@ from dataclasses import dataclass, field
 import torch
 
 from hwmodels.errors import HetSpecError
-from real.decode.common import Clock, DecodeResult, StepLog, check_request, prompt_tensor, require
-from real.decode.medusa import DEFAULT_DELTA, DEFAULT_EPSILON, MedusaConfig, TreeBuffers, correct_nodes
+from real.decode.common import (
+    Clock,
+    DecodeResult,
+    StepLog,
+    check_request,
+    prompt_tensor,
+    require,
+)
+from real.decode.medusa import (
+    DEFAULT_DELTA,
+    DEFAULT_EPSILON,
+    MedusaConfig,
+    TreeBuffers,
+    correct_nodes,
+)
 from real.hetero.split_model import SplitTarget
-from real.workers import WorkerSession, in_runtime, parse_workers, record
+from real.hetero.workers import WorkerSession, in_runtime, parse_workers, record
 from sim.tree import TokenTree
 
 NAME = "hcmp"

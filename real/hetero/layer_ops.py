@@ -1,4 +1,4 @@
-"""Pieces of one decoder layer of :class:`real.model.Transformer`, to place them on different workers.
+"""Pieces of one decoder layer of :class:`real.model.transformer.Transformer`, to place them on different workers.
 
 The split methods need a layer cut where the model's ``DecoderLayer.forward`` does it in one go:
 
@@ -22,17 +22,17 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from real.model import apply_rope
+from real.model.transformer import apply_rope
 
 
 def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
-    """``real.model.RMSNorm`` with an explicit weight (same operators, same order)."""
+    """``real.model.transformer.RMSNorm`` with an explicit weight (same operators, same order)."""
     x32 = x.float()
     return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)).type_as(x) * weight
 
 
 def rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """RoPE of ``x [b, heads, q, hd]`` (``real.model.apply_rope``)."""
+    """RoPE of ``x [b, heads, q, hd]`` (``real.model.transformer.apply_rope``)."""
     return apply_rope(x, cos, sin)
 
 

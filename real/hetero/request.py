@@ -2,7 +2,7 @@
 
 ``--ratio`` (hcmp), ``--workers`` (hcmp, dovetail, alspec), ``--lambda`` and ``--window``
 (alspec), ``--drafter`` (dovetail), ``--memory-budget`` (draft-tree: LLMCad weight streaming).
-:func:`check_knobs` is called by :class:`real.run_request.RunRequest`; availability of a CUDA
+:func:`check_knobs` is called by :class:`real.run.request.RunRequest`; availability of a CUDA
 worker is checked when the run starts (that needs torch).
 """
 
@@ -12,7 +12,7 @@ import re
 
 from hwmodels.errors import HetSpecError
 
-#: Worker names accepted on the command line (real.workers resolves them).
+#: Worker names accepted on the command line (real.hetero.workers resolves them).
 WORKER_NAME = re.compile(r"^(cpu|cpu\d+|cuda|cuda:\d+)$")
 #: How many workers each method takes, and what they are (for messages).
 WORKER_ROLES = {"hcmp": ("primary", "secondary"), "dovetail": ("drafter", "verifier"),

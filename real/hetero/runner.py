@@ -1,10 +1,10 @@
 """``hetspec run`` for the heterogeneous methods and for ``draft-tree --memory-budget``.
 
-:func:`build_config` turns a :class:`real.run_request.RunRequest` into the method's config;
+:func:`build_config` turns a :class:`real.run.request.RunRequest` into the method's config;
 :func:`run_runtime` decodes prompts with a prepared runtime (workers started and weights placed
-once per run, an untimed warm-up first, as :func:`real.run.run_prompts` does for the single-worker
+once per run, an untimed warm-up first, as :func:`real.run.session.run_prompts` does for the single-worker
 methods); :func:`run_hetero_demo` is the whole command on a demo preset, returning the same
-:class:`real.run.RunResult` plus a ``hetero`` section for ``--json``: the workers and whether
+:class:`real.run.session.RunResult` plus a ``hetero`` section for ``--json``: the workers and whether
 they are pinned, and per method the ratio, the transfers, the hit rates and agreement with exact
 decoding, or the memory plan and the measured loading vs compute time.
 """
@@ -20,9 +20,8 @@ import torch
 from hwmodels.errors import HetSpecError
 from real.decode import decoder
 from real.decode.common import Clock
-from real.run_request import RunRequest, check_trace_path
+from real.run.request import RunRequest, check_trace_path
 from sim.trace import write_trace
-
 
 
 def uses_hetero_runner(request: RunRequest) -> bool:
@@ -33,7 +32,8 @@ def uses_hetero_runner(request: RunRequest) -> bool:
 
 def build_config(request: RunRequest, head_accuracy=None, trace_ops: bool = False):
     """The decoder config of a heterogeneous request (``head_accuracy`` builds hcmp's greedy tree)."""
-    from real.run import build_config as single_config, verification_tree
+    from real.run.session import build_config as single_config
+    from real.run.session import verification_tree
 
     workers = tuple(request.workers.split(",")) if request.workers else None
     if request.method == "hcmp":
@@ -43,13 +43,23 @@ def build_config(request: RunRequest, head_accuracy=None, trace_ops: bool = Fals
                           ratio=DEFAULT_RATIO if request.ratio is None else request.ratio,
                           workers=workers or DEFAULT_WORKERS, temperature=request.temperature, trace_ops=trace_ops)
     if request.method == "dovetail":
-        from real.hetero.dovetail import DEFAULT_DEPTH, DEFAULT_WIDTH, DEFAULT_WORKERS, DovetailConfig
+        from real.hetero.dovetail import (
+            DEFAULT_DEPTH,
+            DEFAULT_WIDTH,
+            DEFAULT_WORKERS,
+            DovetailConfig,
+        )
 
         return DovetailConfig(width=request.width or DEFAULT_WIDTH, depth=request.depth or DEFAULT_DEPTH,
                               drafter=request.drafter or "draft", workers=workers or DEFAULT_WORKERS,
                               trace_ops=trace_ops)
     if request.method == "alspec":
-        from real.hetero.alspec import DEFAULT_LAMBDA, DEFAULT_WINDOW, DEFAULT_WORKERS, AlspecConfig
+        from real.hetero.alspec import (
+            DEFAULT_LAMBDA,
+            DEFAULT_WINDOW,
+            DEFAULT_WORKERS,
+            AlspecConfig,
+        )
 
         return AlspecConfig(lam=DEFAULT_LAMBDA if request.lam is None else request.lam,
                             window=request.window or DEFAULT_WINDOW, workers=workers or DEFAULT_WORKERS,
@@ -60,7 +70,7 @@ def build_config(request: RunRequest, head_accuracy=None, trace_ops: bool = Fals
 def run_runtime(runtime, method: str, config, prompts, max_new_tokens: int, worker: str, warmup: bool = True,
                 on_clock=None):
     """Decode ``prompts`` with a prepared runtime (or plain models): warm-up, then one shared clock."""
-    from real.run import WARMUP_TOKENS, RunResult, config_summary
+    from real.run.session import WARMUP_TOKENS, RunResult, config_summary
 
     dec = decoder(method)
     prompts = [list(p) for p in prompts]
@@ -117,7 +127,12 @@ def agreement(tokens, reference) -> dict:
 
 def run_hetero_demo(request: RunRequest, trace: str | None = None, progress: bool = True):
     """``hetspec run`` for hcmp / dovetail / alspec / draft-tree --memory-budget on a demo preset."""
-    from real.run import demo_profile, evaluation_prompts, load_models, torch_threads
+    from real.run.session import (
+        demo_profile,
+        evaluation_prompts,
+        load_models,
+        torch_threads,
+    )
 
     check_trace_path(trace)
     models = load_models(request.preset, progress)
@@ -144,7 +159,7 @@ def run_hetero_demo(request: RunRequest, trace: str | None = None, progress: boo
 
 def _run_workers(models, request, config, prompts, worker, progress):
     from real.decode.ar import ArConfig
-    from real.run import run_prompts
+    from real.run.session import run_prompts
 
     module = __import__(f"real.hetero.{request.method}", fromlist=["prepare"])
     if request.method == "dovetail" and config.drafter == "dgf":
@@ -179,8 +194,8 @@ def _run_workers(models, request, config, prompts, worker, progress):
 
 def streaming_budget_parts(models, request: RunRequest, config) -> tuple[int, int]:
     """(draft weight bytes, both KV caches' bytes) the budget must hold for this run."""
-    from real.checkpoint import model_bytes
     from real.decode.common import CACHE_SLACK_TOKENS
+    from real.model.checkpoint import model_bytes
 
     tokens = request.prompt_tokens + request.max_new_tokens + config.max_tokens + 2 + CACHE_SLACK_TOKENS
     kv = (models.target.spec.kv_bytes_per_token() + models.draft.spec.kv_bytes_per_token()) * tokens

@@ -1,4 +1,4 @@
-"""Ghidorah's hetero-core model parallelism (HCMP) of a :class:`real.model.Transformer` on two workers.
+"""Ghidorah's hetero-core model parallelism (HCMP) of a :class:`real.model.transformer.Transformer` on two workers.
 
 Ghidorah §IV-B (extract ../shared/seeds/notes/ghidorah.md §1), as the simulator's ``hcmp``
 strategy prices it (:mod:`sim.strategies.hcmp`):
@@ -16,7 +16,7 @@ strategy prices it (:mod:`sim.strategies.hcmp`):
   Each side keeps its own softmax statistics (m, l); both merge the two partials with online
   softmax (:func:`real.hetero.layer_ops.merge_partials`) as the input of their output-projection
   columns, the merge fused there as in the paper.
-- **Synchronisation points** (a :class:`real.workers.PairBarrier`): after the embedding, after
+- **Synchronisation points** (a :class:`real.hetero.workers.PairBarrier`): after the embedding, after
   Q/K/V, after attention, after the attention residual, after SiLU * up, after the MLP residual,
   after the LM head, after the heads' ResBlock and after the heads -- 5 per layer, the page syncs
   the simulator counts. Norms are computed whole on both sides from the shared residual (a
@@ -43,9 +43,15 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from hwmodels.errors import HetSpecError
-from real.hetero.layer_ops import heads_to_rows, merge_partials, partial_attention, rms_norm, rotate
-from real.model import KVCache
-from real.workers import PairBarrier, WorkerSession, synchronize
+from real.hetero.layer_ops import (
+    heads_to_rows,
+    merge_partials,
+    partial_attention,
+    rms_norm,
+    rotate,
+)
+from real.hetero.workers import PairBarrier, WorkerSession, synchronize
+from real.model.transformer import KVCache
 
 #: Synchronisation points (group names) of one split forward and of the split heads, in order.
 LAYER_GROUPS = ("qkv", "attention", "o_proj", "gate_up", "down_proj")
@@ -153,7 +159,7 @@ class SplitTarget:
     """A target (and its Medusa heads) cut once at ratio r for two workers on ``devices``.
 
     :meth:`forward` / :meth:`heads` run one verification pass / the heads with both workers of a
-    :class:`~real.workers.WorkerSession` (side 0 on the calling thread, side 1 on its thread).
+    :class:`~real.hetero.workers.WorkerSession` (side 0 on the calling thread, side 1 on its thread).
     """
 
     def __init__(self, target, heads, ratio: float, devices: tuple[str, str], separate_buffers: bool = False):
@@ -217,7 +223,7 @@ class SplitTarget:
         return tuple(LayerSlices(in_n[s], qkv_s[s], o_s[s], gu_s[s], post_n[s], down_s[s]) for s in (0, 1))
 
     def session_order(self, workers):
-        """The order to start a :class:`~real.workers.WorkerSession` of (primary, secondary) ``workers`` in:
+        """The order to start a :class:`~real.hetero.workers.WorkerSession` of (primary, secondary) ``workers`` in:
         the worker that runs the unsplit step at ratio 0 or 1 first (on the calling thread)."""
         return tuple(workers[i] for i in ((1, 0) if self.endpoint == 1 else (0, 1)))
 
@@ -444,6 +450,6 @@ def _moved(target, device: torch.device):
 
 
 def _is_broken(exc: BaseException) -> bool:
-    from real.workers import BrokenBarrier
+    from real.hetero.workers import BrokenBarrier
 
     return isinstance(exc, BrokenBarrier)

@@ -5,8 +5,8 @@ does not fit in memory, so its weights are read from storage for every forward; 
 memory-resident and keeps drafting while the target's weights load; the fallback (``T_c < alpha``)
 triggers the verification, which waits for whatever is not loaded yet.
 
-Here a target checkpoint (Hugging Face ``config.json`` + safetensors, :mod:`real.checkpoint`)
-becomes a :class:`real.model.Transformer` whose ``model.layers`` is a :class:`StreamingLayers`:
+Here a target checkpoint (Hugging Face ``config.json`` + safetensors, :mod:`real.model.checkpoint`)
+becomes a :class:`real.model.transformer.Transformer` whose ``model.layers`` is a :class:`StreamingLayers`:
 
 - **Memory plan** (:func:`plan_memory`, the accounting of the simulator's ``draft-tree`` memory
   plan, :func:`sim.strategies.draft_tree.memory_plan`): the budget holds the draft model's weights,
@@ -45,8 +45,8 @@ import torch
 from torch import nn
 
 from hwmodels.errors import HetSpecError
-from real.checkpoint import check_shapes
-from real.model import DecoderLayer, Transformer, rope_tables
+from real.model.checkpoint import check_shapes
+from real.model.transformer import DecoderLayer, Transformer, rope_tables
 from sim.model_spec import load_hf_config
 
 #: Staging buffers for streamed layers: one, as the simulator's memory plan counts (LLMCad loads
@@ -262,7 +262,7 @@ class StreamingLayers(nn.Module):
     def _trace(self, device: str, phase: str, t0: float, t1: float, op: str) -> None:
         clock = self.clock
         if clock is not None:
-            from real.workers import record
+            from real.hetero.workers import record
 
             # step -1 here; the runner assigns each load to the step whose verification it feeds
             record(clock, device, -1, phase, max(t0 - clock.t0, 0.0), max(t1 - clock.t0, 0.0), op=op)

@@ -33,7 +33,7 @@ One round (Dovetail §III-A, Fig. 5; seeds/notes/dovetail.md §1):
 
 Host-side work (growing and reranking the tree in Python, the acceptance walk) is the draft
 device's measured ``host_costs_us`` (``dovetail_step`` + ``dovetail_pass`` per drafter pass; host
-calibration writes them from the real loop, :mod:`real.calibrate`); 0 on presets.
+calibration writes them from the real loop, :mod:`real.validation.calibrate`); 0 on presets.
 
 Tokens per round: option ``tau`` if given (a measured mean acceptance length), else the
 acceptance model's tau for (drafter, blocks, width, ``temperature``) (Dovetail Tables I / III,
@@ -452,7 +452,7 @@ class DovetailStrategy(Strategy):
 # ---------------------------------------------------------------------- helpers
 def _is_config_path(name: str) -> bool:
     """A drafter given as a Hugging Face ``config.json`` (file or folder), as ``draft_model`` of the other
-    draft-model strategies takes it (e.g. the real path's demo draft model: real/validation_hetero.py)."""
+    draft-model strategies takes it (e.g. the real path's demo draft model: real/validation/hetero.py)."""
     from pathlib import Path
 
     path = Path(name)

@@ -49,7 +49,7 @@ def head_ops(model: ModelSpec, tokens: int, n_heads: int, dtype: str | None = No
     """The operators of ``n_heads`` Medusa heads on ``tokens`` hidden states (batch folded in).
 
     ``batched``: all heads in one batched GEMM per projection (``[K, d, d]`` and ``[K, V, d]`` weights,
-    as :mod:`real.medusa_heads` runs them): one launch per projection instead of one per head; the
+    as :mod:`real.model.medusa_heads` runs them): one launch per projection instead of one per head; the
     FLOPs and weight bytes are those of K heads (a linear with K x the output features).
     """
     if n_heads <= 0:

@@ -1,0 +1,233 @@
+"""Llama-architecture decoder in plain torch, with a KV cache that verifies token trees.
+
+RMSNorm, rotary position embeddings, SwiGLU MLP and grouped-query attention, built from a
+:class:`sim.model_spec.ModelSpec` (``arch="llama"``). Module names follow Hugging Face's
+``LlamaForCausalLM`` so checkpoints load by name (see :mod:`real.model.checkpoint`).
+
+KV cache, gpt-fast style: allocated once, written by slot. Slots ``[0, length)`` hold the
+*committed* prefix. A forward pass appends its q new tokens as *pending* slots after any
+pending slots already there, attending to the whole committed prefix, to the pending slots and
+to one another as the mask allows. :meth:`KVCache.keep` then commits a chosen subset of the
+pending tokens (the accepted path of a tree, in order) by copying their K/V down to
+``[length, length + n)``; :meth:`KVCache.discard` drops them. Rejected tokens are never
+"rolled back": their slots are simply overwritten later.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from hwmodels.errors import HetSpecError
+from sim.model_spec import ModelSpec
+
+
+class KVCache:
+    """Keys and values of every layer: ``[n_layers, batch, n_kv_heads, max_len, head_dim]``."""
+
+    def __init__(self, spec: ModelSpec, max_len: int, batch: int = 1,
+                 dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu"):
+        shape = (spec.n_layers, batch, spec.n_kv_heads, max_len, spec.head_dim)
+        self.k = torch.zeros(shape, dtype=dtype, device=device)
+        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self.max_len = max_len
+        self.length = 0    # committed tokens
+        self.pending = 0   # tokens written after ``length`` by forwards since the last keep/discard
+
+    def reset(self) -> None:
+        self.length = 0
+        self.pending = 0
+
+    def reserve(self, q: int) -> int:
+        """Slot of the first of ``q`` new tokens; raises if the cache would overflow."""
+        start = self.length + self.pending
+        if start + q > self.max_len:
+            raise HetSpecError(f"KV cache full: {start} + {q} tokens > max_len {self.max_len}")
+        return start
+
+    def keep(self, accepted: Sequence[int] | Tensor) -> None:
+        """Commit the pending tokens ``accepted`` (indices into the pending block, in order)."""
+        idx = [int(i) for i in accepted]
+        if any(not 0 <= i < self.pending for i in idx):
+            raise HetSpecError(f"keep({idx}): pending block has {self.pending} tokens")
+        n = len(idx)
+        if idx != list(range(n)):  # not already contiguous at the front: gather, then write
+            src = torch.tensor(idx, device=self.k.device) + self.length
+            dst = slice(self.length, self.length + n)
+            self.k[:, :, :, dst] = self.k[:, :, :, src]
+            self.v[:, :, :, dst] = self.v[:, :, :, src]
+        self.length += n
+        self.pending = 0
+
+    def discard(self) -> None:
+        """Drop every pending token."""
+        self.pending = 0
+
+    def truncate(self, length: int) -> None:
+        """Forget committed tokens beyond ``length`` (e.g. a draft model's rejected proposals)."""
+        if not 0 <= length <= self.length:
+            raise HetSpecError(f"truncate({length}): cache holds {self.length} tokens")
+        self.length = length
+        self.pending = 0
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: Tensor) -> Tensor:
+        x32 = x.float()
+        return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)).type_as(x) * self.weight
+
+
+def rope_tables(spec: ModelSpec, max_len: int) -> tuple[Tensor, Tensor]:
+    """cos, sin of shape ``[max_len, head_dim]`` (Hugging Face's rotate-half layout)."""
+    inv_freq = 1.0 / (spec.rope_theta ** (torch.arange(0, spec.head_dim, 2, dtype=torch.float64) / spec.head_dim))
+    angles = torch.outer(torch.arange(max_len, dtype=torch.float64), inv_freq)
+    angles = torch.cat([angles, angles], dim=-1)
+    return angles.cos().float(), angles.sin().float()
+
+
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """x: ``[b, heads, q, head_dim]``; cos/sin: ``[b or 1, 1, q, head_dim]``."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos + rotated * sin
+
+
+class Attention(nn.Module):
+    def __init__(self, spec: ModelSpec, layer: int):
+        super().__init__()
+        self.layer, self.n_heads, self.n_kv, self.hd = layer, spec.n_heads, spec.n_kv_heads, spec.head_dim
+        self.q_proj = nn.Linear(spec.hidden, spec.n_heads * spec.head_dim, bias=False)
+        self.k_proj = nn.Linear(spec.hidden, spec.kv_dim, bias=False)
+        self.v_proj = nn.Linear(spec.hidden, spec.kv_dim, bias=False)
+        self.o_proj = nn.Linear(spec.n_heads * spec.head_dim, spec.hidden, bias=False)
+
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: KVCache | None, start: int,
+                mask: Tensor | None) -> Tensor:
+        b, q, _ = x.shape
+        xq = self.q_proj(x).view(b, q, self.n_heads, self.hd).transpose(1, 2)
+        xk = self.k_proj(x).view(b, q, self.n_kv, self.hd).transpose(1, 2)
+        xv = self.v_proj(x).view(b, q, self.n_kv, self.hd).transpose(1, 2)
+        xq, xk = apply_rope(xq, cos, sin), apply_rope(xk, cos, sin)
+        if cache is None:
+            # Cache-free causal pass (training, scoring): no in-place writes, so autograd can run
+            # backward through it (every layer writing one shared cache tensor in place cannot).
+            keys, values, causal = xk, xv, q > 1
+        else:
+            end = start + q
+            cache.k[self.layer, :b, :, start:end] = xk
+            cache.v[self.layer, :b, :, start:end] = xv
+            keys, values, causal = cache.k[self.layer, :b, :, :end], cache.v[self.layer, :b, :, :end], False
+        # mask: [q, end] bool (True = attend); None only for a single token, which sees every slot,
+        # or for the cache-free pass, which is causal.
+        out = F.scaled_dot_product_attention(xq, keys, values, attn_mask=mask, is_causal=causal,
+                                             enable_gqa=self.n_kv != self.n_heads)
+        return self.o_proj(out.transpose(1, 2).reshape(b, q, self.n_heads * self.hd))
+
+
+def _causal_mask(q: int, end: int, device) -> Tensor:
+    """``[q, end]`` bool: new token i (slot end-q+i) sees slots ``<= end-q+i``."""
+    return torch.ones(q, end, dtype=torch.bool, device=device).tril(diagonal=end - q)
+
+
+class MLP(nn.Module):
+    def __init__(self, spec: ModelSpec):
+        super().__init__()
+        self.gate_proj = nn.Linear(spec.hidden, spec.intermediate, bias=False)
+        self.up_proj = nn.Linear(spec.hidden, spec.intermediate, bias=False)
+        self.down_proj = nn.Linear(spec.intermediate, spec.hidden, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, spec: ModelSpec, layer: int):
+        super().__init__()
+        self.input_layernorm = RMSNorm(spec.hidden, spec.norm_eps)
+        self.self_attn = Attention(spec, layer)
+        self.post_attention_layernorm = RMSNorm(spec.hidden, spec.norm_eps)
+        self.mlp = MLP(spec)
+
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: KVCache | None, start: int,
+                mask: Tensor | None) -> Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache, start, mask)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class LlamaBody(nn.Module):
+    """``model.*`` of Hugging Face's LlamaForCausalLM: embedding, layers, final norm."""
+
+    def __init__(self, spec: ModelSpec):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(spec.vocab, spec.hidden)
+        self.layers = nn.ModuleList(DecoderLayer(spec, i) for i in range(spec.n_layers))
+        self.norm = RMSNorm(spec.hidden, spec.norm_eps)
+
+
+class Transformer(nn.Module):
+    """A Llama-architecture causal LM. ``forward`` returns logits (and the final hidden state)."""
+
+    def __init__(self, spec: ModelSpec):
+        super().__init__()
+        if spec.arch != "llama":
+            raise HetSpecError(f"model {spec.name}: the real path runs llama-architecture models, not {spec.arch}")
+        self.spec = spec
+        self.model = LlamaBody(spec)
+        self.lm_head = nn.Linear(spec.hidden, spec.vocab, bias=False)
+        if spec.tie_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+        cos, sin = rope_tables(spec, spec.max_position)
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
+
+    def new_cache(self, max_len: int, batch: int = 1) -> KVCache:
+        p = self.lm_head.weight
+        return KVCache(self.spec, max_len, batch, dtype=p.dtype, device=p.device)
+
+    def forward(self, tokens: Tensor, cache: KVCache | None = None, positions: Tensor | None = None,
+                tree_mask: Tensor | None = None, last_only: bool = False, return_hidden: bool = False):
+        """Run q new tokens.
+
+        tokens: ``[b, q]`` ids. cache: their K/V are written as pending slots (when None: a plain
+        causal LM pass over ``tokens`` that autograd can train through). positions: ``[q]`` or ``[b, q]``
+        position ids (default: continuing the sequence, ``length + pending + arange(q)``).
+        tree_mask: ``[q, pending + q]`` bool, True where new token i may attend to pending or
+        new token j (the committed prefix is always visible); None means causal.
+        Returns logits ``[b, q, vocab]`` (``[b, 1, vocab]`` with ``last_only``), plus the final
+        normed hidden state ``[b, q, hidden]`` when ``return_hidden``.
+        """
+        b, q = tokens.shape
+        if cache is None and tree_mask is not None:
+            cache = self.new_cache(q, b)
+        start = cache.reserve(q) if cache is not None else 0
+        if positions is None:
+            positions = torch.arange(start, start + q, device=tokens.device)
+        if positions.dim() == 1:
+            positions = positions.unsqueeze(0)
+        if int(positions.max()) >= self.spec.max_position:
+            raise HetSpecError(f"position {int(positions.max())} exceeds max_position {self.spec.max_position}")
+        cos = self.rope_cos[positions].unsqueeze(1)  # [b or 1, 1, q, head_dim]
+        sin = self.rope_sin[positions].unsqueeze(1)
+        if tree_mask is not None:
+            if tree_mask.shape != (q, cache.pending + q):
+                raise HetSpecError(f"tree_mask shape {tuple(tree_mask.shape)} != ({q}, {cache.pending + q})")
+            prefix = torch.ones(q, cache.length, dtype=torch.bool, device=tokens.device)
+            mask = torch.cat([prefix, tree_mask.to(device=tokens.device, dtype=torch.bool)], dim=1)
+        else:
+            mask = _causal_mask(q, start + q, tokens.device) if q > 1 and cache is not None else None
+        x = self.model.embed_tokens(tokens)
+        for layer in self.model.layers:
+            x = layer(x, cos, sin, cache, start, mask)
+        if cache is not None:
+            cache.pending += q
+        hidden = self.model.norm(x[:, -1:] if last_only else x)
+        logits = self.lm_head(hidden)
+        return (logits, hidden) if return_hidden else logits

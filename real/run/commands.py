@@ -1,0 +1,163 @@
+"""``hetspec run`` (decode with one method, or compare several) and ``hetspec profile-acceptance``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def register(subparsers) -> None:
+    register_run(subparsers)
+    register_profile(subparsers)
+
+
+# ---------------------------------------------------------------------------- hetspec run
+METHODS = ("ar", "chain", "draft-tree", "medusa", "hcmp", "dovetail", "alspec")
+
+
+def register_run(subparsers) -> None:
+    p = subparsers.add_parser(
+        "run", help="decode evaluation prompts with a method on the demo models",
+        description="Decode held-out evaluation prompts of the demo corpus with one decode method "
+                    "(greedy unless --temperature > 0) and report tokens/s and tokens per step; "
+                    "--compare times several methods in one interleaved run.")
+    p.add_argument("--method", default=None, metavar="M",
+                   help=f"decode method: {', '.join(METHODS)} (required unless --compare)")
+    p.add_argument("--compare", default=None, metavar="M1,M2,...",
+                   help="time these methods on the same prompts in interleaved repeats; speedups "
+                        "are ratios of median tokens/s against the first")
+    p.add_argument("--repeats", type=int, default=3, help="repeats per method with --compare (default 3)")
+    p.add_argument("--preset", default="tiny", help="demo model preset: tiny or small (default tiny)")
+    p.add_argument("--width", type=int, default=None,
+                   help="medusa: tokens verified per step (greedy tree from measured head accuracies); "
+                        "draft-tree: max tree tokens (default 8 for both)")
+    p.add_argument("--depth", type=int, default=None, help="medusa / draft-tree: max tree depth")
+    p.add_argument("--gamma", type=int, default=None, help="chain: draft tokens per step (default 3)")
+    p.add_argument("--tree", dest="tree_file", default=None, metavar="FILE",
+                   help='medusa: JSON file of choice paths, e.g. [[0], [0, 0], [1]]')
+    p.add_argument("--temperature", type=float, default=0.0,
+                   help="0 = greedy (default); > 0 samples (ar, chain: lossless; medusa: typical acceptance)")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling for ar and chain (default 1)")
+    p.add_argument("--prompts", type=int, default=4, help="evaluation prompts (default 4)")
+    p.add_argument("--prompt-tokens", type=int, default=64, help="tokens per prompt (default 64)")
+    p.add_argument("--max-new-tokens", type=int, default=64, help="tokens generated per prompt (default 64)")
+    p.add_argument("--seed", type=int, default=0, help="prompt selection and sampling seed (default 0)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch threads while decoding (default: torch's; use 1 on a machine shared with other jobs)")
+    p.add_argument("--ratio", type=float, default=None,
+                   help="hcmp: share of every split operator on the first worker, 0..1 (default 0.5)")
+    p.add_argument("--workers", default=None, metavar="W1,W2",
+                   help="hcmp: primary,secondary; dovetail: drafter,verifier; alspec: sender,receiver "
+                        "(cpu0, cpu1, ...: one pinned single-thread worker; cpu: all cores; cuda:0 where CUDA "
+                        "exists; default cpu0,cpu1)")
+    p.add_argument("--lambda", dest="lam", type=float, default=None,
+                   help="alspec: threshold of the norm check ||A~ - A|| < lambda ||A|| (default 0.1; 0 = exact)")
+    p.add_argument("--window", type=int, default=None,
+                   help="alspec: sink and window size S of the approximate attention (default 16)")
+    p.add_argument("--memory-budget", default=None, metavar="SIZE",
+                   help="draft-tree: stream the target's layers from disk under this budget, e.g. 60MB "
+                        "(LLMCad; a bare number is MB)")
+    p.add_argument("--drafter", default=None, metavar="D",
+                   help="dovetail: the demo draft model (default) or the DGF drafter (hetspec train-demo --dgf)")
+    p.add_argument("--trace", default=None, metavar="FILE", help="write the per-step trace (.csv, .jsonl, .json)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a summary")
+    p.set_defaults(func=handle_run)
+
+
+def _request(args, method: str, only_applicable: bool):
+    from real.run.request import METHOD_KNOBS, RunRequest, check_trace_path
+
+    check_trace_path(args.trace)
+    knobs = {k: getattr(args, k) for k in ("width", "depth", "gamma", "tree_file", "ratio", "workers", "lam",
+                                           "window", "memory_budget", "drafter")}
+    if only_applicable:
+        knobs = {k: v for k, v in knobs.items() if k in METHOD_KNOBS[method]}
+    return RunRequest(method=method, preset=args.preset, temperature=args.temperature, top_p=args.top_p,
+                      prompts=args.prompts, prompt_tokens=args.prompt_tokens,
+                      max_new_tokens=args.max_new_tokens, seed=args.seed, threads=args.threads, **knobs)
+
+
+def handle_run(args: argparse.Namespace) -> int:
+    from hwmodels.errors import HetSpecError
+
+    if (args.method is None) == (args.compare is None):
+        raise HetSpecError("give exactly one of --method M or --compare M1,M2,...")
+    if args.compare is not None:
+        return _handle_compare(args)
+    request = _request(args, args.method, only_applicable=False)   # validated before torch loads
+    from real.run.demo_run import run_demo
+
+    result, info = run_demo(request, trace=args.trace, progress=not args.json)
+    if args.json:
+        info.pop("summary_lines", None)
+        print(json.dumps({**info, **result.to_json()}))
+        return 0
+    print(f"{result.method} on {info['prompts']} evaluation prompts of the {info['preset']} demo models, "
+          f"{info['max_new_tokens']} new tokens each")
+    print(f"  tokens/s        {result.tokens_per_s:.1f}  (decode {result.decode_s:.3f} s, "
+          f"prefill {result.prefill_s:.3f} s)")
+    print(f"  tokens/step     {result.mean_accepted_per_step:.2f}  ({result.steps} steps)")
+    for line in info.get("summary_lines", ()):
+        print(line)
+    if args.trace:
+        print(f"  trace           {args.trace}")
+    return 0
+
+
+def _handle_compare(args: argparse.Namespace) -> int:
+    from hwmodels.errors import HetSpecError
+    from real.run.request import parse_methods
+
+    if args.trace:
+        raise HetSpecError("--trace records one method; it does not combine with --compare")
+    methods = parse_methods(args.compare)
+    requests = [_request(args, m, only_applicable=True) for m in methods]
+    from real.run.compare import compare
+
+    comparison = compare(requests, repeats=args.repeats, progress=not args.json)
+    if args.json:
+        print(json.dumps({"preset": args.preset, "prompts": args.prompts, "prompt_tokens": args.prompt_tokens,
+                          "max_new_tokens": args.max_new_tokens, "seed": args.seed, "threads": args.threads,
+                          **comparison.to_json()}))
+    else:
+        threads = f"{args.threads} thread(s)" if args.threads else "torch's default threads"
+        print(f"{args.prompts} evaluation prompts x {args.max_new_tokens} new tokens, {args.preset} demo models, "
+              f"{threads}, median of {args.repeats} interleaved repeats")
+        print(comparison.table())
+    return 0
+
+
+# ---------------------------------------------------------------------------- hetspec profile-acceptance
+def register_profile(subparsers) -> None:
+    p = subparsers.add_parser(
+        "profile-acceptance", help="measure Medusa head accuracies and draft acceptance on calibration prompts",
+        description="Measure, on calibration prompts of the demo corpus, the Medusa heads' per-depth x "
+                    "per-rank accuracies, the draft's per-token acceptance (overall and by confidence) "
+                    "and the acceptance length of greedy Medusa trees of widths 1..64; write an "
+                    "acceptance-profile JSON for the simulator.")
+    p.add_argument("--preset", default="tiny", help="demo model preset: tiny or small (default tiny)")
+    p.add_argument("--out", required=True, metavar="FILE", help="profile JSON to write")
+    p.add_argument("--prompts", type=int, default=16, help="calibration prompts (default 16)")
+    p.add_argument("--prompt-tokens", type=int, default=64, help="tokens per prompt (default 64)")
+    p.add_argument("--max-new-tokens", type=int, default=64,
+                   help="greedy target tokens scored per prompt (default 64)")
+    p.set_defaults(func=handle_profile)
+
+
+def handle_profile(args: argparse.Namespace) -> int:
+    from real.run.request import check_profile_args
+
+    check_profile_args(args.out, args.prompts, args.prompt_tokens, args.max_new_tokens)
+    from real.run.session import profile_demo
+
+    profile = profile_demo(args.preset, args.out, args.prompts, args.prompt_tokens, args.max_new_tokens)
+    print(f"wrote {args.out}: {profile.name}, {profile.meta.get('positions', 0)} positions")
+    if profile.medusa_accuracy is not None:
+        top1 = ", ".join(f"{row[0]:.3f}" for row in profile.medusa_accuracy)
+        print(f"  medusa top-1 accuracy by head   {top1}")
+        widths = [w for w in (1, 4, 8, 16, 32, 64) if w in (profile.acceptance_length or {})]
+        lengths = ", ".join(f"{w}: {profile.acceptance_length[w]:.2f}" for w in widths)
+        print(f"  tokens/step by width            {lengths}")
+    if profile.draft_alpha is not None:
+        print(f"  draft per-token acceptance      {profile.draft_alpha:.3f}")
+    return 0

@@ -1,0 +1,50 @@
+"""``hetspec run`` on a demo preset: choose the single-worker path (:mod:`real.run.session`) or the
+heterogeneous one (:mod:`real.hetero.runner`: several workers, or weights streamed under a memory
+budget), build the method's config, decode the evaluation prompts, write the trace."""
+
+from __future__ import annotations
+
+import torch
+
+from real.decode import DECODER_MODULES
+from real.hetero.runner import build_config as hetero_config
+from real.hetero.runner import run_hetero_demo, uses_hetero_runner
+from real.run.request import RunRequest, check_trace_path
+from real.run.session import (
+    RunResult,
+    build_config,
+    demo_profile,
+    evaluation_prompts,
+    load_models,
+    run_prompts,
+    torch_threads,
+)
+from sim.trace import write_trace
+
+
+def request_config(request: RunRequest, models):
+    """Build the config, measuring (or loading) head accuracies only when medusa (or hcmp) needs them."""
+    accuracy = None
+    if request.method in ("medusa", "hcmp") and request.tree_file is None:
+        accuracy = demo_profile(models, request.preset).medusa_accuracy
+    if request.method not in DECODER_MODULES or request.memory_budget is not None:
+        return hetero_config(request, accuracy)
+    return build_config(request, accuracy)
+
+
+def run_demo(request: RunRequest, trace: str | None = None, progress: bool = True) -> tuple[RunResult, dict]:
+    """``hetspec run``: load the preset's demo models, decode evaluation prompts, optionally write the trace."""
+    if uses_hetero_runner(request):   # several workers, or weights streamed under a budget (real/hetero)
+        return run_hetero_demo(request, trace, progress)
+    check_trace_path(trace)
+    models = load_models(request.preset, progress)
+    config = request_config(request, models)
+    with torch_threads(request.threads):
+        result = run_prompts(models, request.method, config, evaluation_prompts(models, request),
+                             request.max_new_tokens, seed=request.seed)
+    if trace is not None:
+        write_trace(result.records, trace)
+    info = {"preset": request.preset, "prompts": request.prompts, "prompt_tokens": request.prompt_tokens,
+            "max_new_tokens": request.max_new_tokens, "seed": request.seed, "temperature": request.temperature,
+            "threads": request.threads or torch.get_num_threads()}
+    return result, info

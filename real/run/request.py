@@ -1,0 +1,134 @@
+"""The knobs of ``hetspec run`` / ``hetspec profile-acceptance``, validated without torch.
+
+Bad command-line values fail here, in milliseconds and before any model is loaded; the runner
+(:mod:`real.run.session`) turns a valid :class:`RunRequest` into a decoder config.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from hwmodels.datafile import read_data_file
+from hwmodels.errors import HetSpecError
+from real.decode import check_method
+from real.decode.sampling import Sampling
+from sim.tree import TokenTree
+
+#: Which optional knobs apply to which method (anything else given is an error, not ignored).
+METHOD_KNOBS: dict[str, frozenset[str]] = {
+    "ar": frozenset(),
+    "chain": frozenset({"gamma"}),
+    "draft-tree": frozenset({"width", "depth", "memory_budget"}),
+    "medusa": frozenset({"width", "depth", "tree_file"}),
+    # heterogeneous methods (real/hetero, issue 7)
+    "hcmp": frozenset({"width", "depth", "tree_file", "ratio", "workers"}),
+    "dovetail": frozenset({"width", "depth", "workers", "drafter"}),
+    "alspec": frozenset({"lam", "window", "workers"}),
+}
+#: Flag of each knob in error messages.
+KNOB_FLAGS = {"tree_file": "--tree", "lam": "--lambda", "memory_budget": "--memory-budget"}
+TRACE_SUFFIXES = (".csv", ".jsonl", ".json")
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """The knobs of ``hetspec run`` (None = the method's default)."""
+
+    method: str
+    preset: str = "tiny"
+    width: int | None = None
+    depth: int | None = None
+    gamma: int | None = None
+    temperature: float = 0.0
+    top_p: float = 1.0
+    tree_file: str | None = None
+    prompts: int = 4
+    prompt_tokens: int = 64
+    max_new_tokens: int = 64
+    seed: int = 0
+    threads: int | None = None    # torch intra-op threads while decoding (None: torch's default)
+    # heterogeneous knobs (real/hetero/request.py checks their values)
+    ratio: float | None = None          # hcmp: share of every split operator on the primary worker
+    workers: str | None = None          # hcmp / dovetail / alspec: "cpu0,cpu1"
+    lam: float | None = None            # alspec: lambda of the norm check
+    window: int | None = None           # alspec: sink / window size S
+    memory_budget: str | None = None    # draft-tree: stream the target's weights under this budget
+    drafter: str | None = None          # dovetail: draft | dgf
+
+    def __post_init__(self) -> None:
+        check_method(self.method)
+        if self.threads is not None and self.threads < 1:
+            raise HetSpecError(f"--threads must be >= 1, got {self.threads}")
+        for name in ("width", "depth", "gamma"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise HetSpecError(f"--{name} must be >= 1, got {value}")
+        for name in ("prompts", "prompt_tokens", "max_new_tokens"):
+            if getattr(self, name) < 1:
+                raise HetSpecError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        Sampling(self.temperature, self.top_p)
+        given = {k for k in ("width", "depth", "gamma", "tree_file", "ratio", "workers", "lam", "window",
+                             "memory_budget", "drafter") if getattr(self, k) is not None}
+        extra = given - METHOD_KNOBS[self.method]
+        if extra:
+            first = sorted(extra)[0]
+            flag = KNOB_FLAGS.get(first, "--" + first.replace("_", "-"))
+            raise HetSpecError(f"{flag} does not apply to method {self.method}")
+        from real.hetero.request import check_knobs
+
+        check_knobs(self.method, self.ratio, self.workers, self.lam, self.window, self.memory_budget, self.drafter,
+                    self.temperature)
+        if self.tree_file is not None and self.width is not None:
+            raise HetSpecError(f"give either --tree or --width for {self.method}, not both")
+        if self.method == "draft-tree" and self.temperature > 0:
+            raise HetSpecError("draft-tree verifies greedily (LLMCad); run it with --temperature 0")
+        if self.method == "draft-tree" and self.width is not None and self.width < 2:
+            raise HetSpecError(f"draft-tree needs --width >= 2 (the root and one draft token), got {self.width}")
+        if self.method in ("medusa", "hcmp") and self.top_p != 1.0:
+            raise HetSpecError(f"{self.method}'s typical acceptance uses --temperature only, not --top-p")
+        if self.tree_file is not None:
+            tree = load_tree_file(self.tree_file)
+            if self.depth is not None and tree.depth > self.depth:
+                raise HetSpecError(f"tree file {self.tree_file} is {tree.depth} deep, more than --depth {self.depth}")
+
+
+def load_tree_file(path: str | Path) -> TokenTree:
+    """A tree from a JSON file of Medusa choice paths: ``[[0], [0, 0], [1], ...]`` or ``{"choices": [...]}``."""
+    data = read_data_file(path, "tree file")
+    choices = data.get("choices") if isinstance(data, dict) else data
+    if not isinstance(choices, list) or not all(
+            isinstance(c, list) and c and all(isinstance(r, int) and not isinstance(r, bool) for r in c)
+            for c in choices):
+        raise HetSpecError(f"tree file {path}: expected a list of non-empty lists of integer ranks")
+    try:
+        return TokenTree.from_choices(choices)
+    except HetSpecError as exc:
+        raise HetSpecError(f"tree file {path}: {exc}") from None
+
+
+def check_trace_path(trace: str | None) -> None:
+    if trace is not None and Path(trace).suffix.lower() not in TRACE_SUFFIXES:
+        raise HetSpecError(f"trace file {trace}: suffix must be .csv, .jsonl or .json (Chrome trace)")
+
+
+def parse_methods(text: str) -> tuple[str, ...]:
+    """The methods of ``--compare M1,M2,...`` (at least two, no repeats)."""
+    methods = tuple(m.strip() for m in text.split(",") if m.strip())
+    if len(methods) < 2:
+        raise HetSpecError(f"--compare needs at least two methods separated by commas, got {text!r}")
+    if len(set(methods)) != len(methods):
+        raise HetSpecError(f"--compare lists a method twice: {text!r}")
+    for m in methods:
+        check_method(m)
+    return methods
+
+
+def check_profile_args(out: str, prompts: int, prompt_tokens: int, max_new_tokens: int) -> None:
+    for name, value in (("prompts", prompts), ("prompt-tokens", prompt_tokens)):
+        if value < 1:
+            raise HetSpecError(f"--{name} must be >= 1, got {value}")
+    if max_new_tokens < 2:
+        raise HetSpecError(f"--max-new-tokens must be >= 2, got {max_new_tokens}")
+    if Path(out).suffix.lower() != ".json":
+        raise HetSpecError(f"--out {out}: an acceptance profile is a .json file")

@@ -1,0 +1,236 @@
+"""Run one decode method over prompts and aggregate: what ``hetspec run`` does.
+
+:class:`RunRequest` holds the command-line knobs and validates them before anything is loaded;
+:func:`build_config` turns them into a method's config; :func:`run_prompts` decodes every prompt
+(after an untimed warm-up) and returns a :class:`RunResult`, whose :meth:`RunResult.to_json` is
+the ``--json`` output. the ``run`` command on a demo preset is
+:mod:`real.run.demo_run`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from pathlib import Path
+
+import torch
+
+from hwmodels.errors import HetSpecError
+from real.decode import decoder
+from real.decode.ar import ArConfig
+from real.decode.chain import DEFAULT_GAMMA, ChainConfig
+from real.decode.common import Clock, DecodeResult, Sampling
+from real.decode.draft_tree import (
+    DEFAULT_MAX_DEPTH,
+    DEFAULT_MAX_TOKENS,
+    DraftTreeConfig,
+)
+from real.decode.medusa import MedusaConfig
+from real.run.request import (
+    RunRequest,
+    check_profile_args,
+    load_tree_file,
+)
+from sim.acceptance_profile import AcceptanceProfile
+from sim.trace import TraceRecord
+from sim.tree import TokenTree
+
+#: Tokens decoded by the untimed warm-up run (first calls of torch kernels allocate and dispatch
+#: slowly; 8 tokens exercise every code path of every method once).
+WARMUP_TOKENS = 8
+#: Medusa's tree when ``--width`` and ``--tree`` are not given: the greedy tree of this many tokens
+#: from the measured head accuracies. Measured on the small demo models, one thread: widths
+#: 6/8/12 gave 1.80/1.75/1.61x over ar (docs/decode-methods.md). The paper's 64-token tree suits a
+#: GPU, where 64 tokens cost about one token's pass; on this CPU the verify pass grows with the width.
+DEFAULT_MEDUSA_WIDTH = 8
+#: Calibration run used when ``medusa --width`` needs head accuracies and none are cached.
+PROFILE_PROMPTS = 8
+PROFILE_PROMPT_TOKENS = 64
+PROFILE_NEW_TOKENS = 64
+PROFILE_FILE = "acceptance-profile.json"
+
+def build_config(request: RunRequest, head_accuracy=None):
+    """The decoder config of ``request``; ``head_accuracy`` (depth x rank) builds medusa's greedy tree."""
+    sampling = Sampling(request.temperature, request.top_p)
+    if request.method == "ar":
+        return ArConfig(sampling)
+    if request.method == "chain":
+        return ChainConfig(request.gamma or DEFAULT_GAMMA, sampling)
+    if request.method == "draft-tree":
+        return DraftTreeConfig(max_tokens=request.width or DEFAULT_MAX_TOKENS,
+                               max_depth=request.depth or DEFAULT_MAX_DEPTH)
+    return MedusaConfig(tree=verification_tree(request, head_accuracy), temperature=request.temperature)
+
+
+def verification_tree(request: RunRequest, head_accuracy=None) -> TokenTree:
+    """The Medusa-head tree of a medusa or hcmp request: ``--tree``'s file, else the greedy tree of
+    ``--width`` tokens (default :data:`DEFAULT_MEDUSA_WIDTH`) from the measured head accuracies."""
+    if request.tree_file is not None:
+        return load_tree_file(request.tree_file)
+    if head_accuracy is None:
+        raise HetSpecError(f"{request.method} needs measured head accuracies to build its greedy tree")
+    return TokenTree.greedy(head_accuracy, request.width or DEFAULT_MEDUSA_WIDTH, max_depth=request.depth)
+
+
+def config_summary(config) -> dict:
+    """A JSON-able view of a decoder config (a tree as its size, depth and choice paths)."""
+    out = {}
+    for f in fields(config):
+        value = getattr(config, f.name)
+        if isinstance(value, TokenTree):
+            out[f.name] = {"width": value.size, "depth": value.depth, "choices": [list(c) for c in value.choices]}
+        elif is_dataclass(value):
+            out.update(asdict(value))
+        else:
+            out[f.name] = value
+    return out
+
+
+@dataclass(frozen=True)
+class RunResult:
+    method: str
+    config: dict
+    results: tuple[DecodeResult, ...]
+    records: tuple[TraceRecord, ...] = field(repr=False, default=())
+
+    @property
+    def steps(self) -> int:
+        return sum(r.steps for r in self.results)
+
+    @property
+    def decode_tokens(self) -> int:
+        return sum(r.decode_tokens for r in self.results)
+
+    @property
+    def decode_s(self) -> float:
+        return sum(r.decode_s for r in self.results)
+
+    @property
+    def prefill_s(self) -> float:
+        return sum(r.prefill_s for r in self.results)
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Decode throughput: tokens after each prompt's first, over the decode seconds."""
+        return self.decode_tokens / self.decode_s if self.decode_s > 0 else 0.0
+
+    @property
+    def mean_accepted_per_step(self) -> float:
+        return self.decode_tokens / self.steps if self.steps else 0.0
+
+    def to_json(self) -> dict:
+        return {
+            "method": self.method, "config": self.config,
+            "tokens_per_s": self.tokens_per_s, "mean_accepted_per_step": self.mean_accepted_per_step,
+            "steps": self.steps, "decode_tokens": self.decode_tokens,
+            "decode_s": self.decode_s, "prefill_s": self.prefill_s,
+            "draft_passes": sum(r.draft_passes for r in self.results),
+            "tokens": [list(r.ids) for r in self.results],
+            "accepted_per_step": [list(r.accepted_per_step) for r in self.results],
+        }
+
+
+def run_prompts(models, method: str, config, prompts, max_new_tokens: int, seed: int = 0,
+                warmup: bool = True, worker: str = "cpu") -> RunResult:
+    """Decode every prompt with ``method``; prompt i samples with seed ``seed + i``."""
+    dec = decoder(method)
+    prompts = [list(p) for p in prompts]
+    if not prompts:
+        raise HetSpecError("no prompts to decode")
+    if warmup:
+        dec.generate(models, prompts[0], min(WARMUP_TOKENS, max_new_tokens), config, Clock(worker),
+                     torch.Generator().manual_seed(seed))
+    clock = Clock(worker)
+    results = tuple(dec.generate(models, p, max_new_tokens, config, clock, torch.Generator().manual_seed(seed + i))
+                    for i, p in enumerate(prompts))
+    return RunResult(method=method, config=config_summary(config), results=results, records=tuple(clock.records))
+
+
+# ---------------------------------------------------------------------------- demo presets
+def models_fingerprint(models) -> str:
+    """Identity of a set of demo models: the recipe fingerprint and training time from their
+    summary (a retrained cache gets a new one), else the names, sizes and mtimes of the folder's files."""
+    summary = getattr(models, "summary", None) or {}
+    if summary.get("fingerprint") and summary.get("trained_at"):
+        return f"{summary['fingerprint']}@{summary['trained_at']}"
+    digest = hashlib.sha256()
+    for path in sorted(Path(models.folder).rglob("*")):
+        if path.is_file() and path.name != PROFILE_FILE:
+            stat = path.stat()
+            digest.update(f"{path.relative_to(models.folder)}:{stat.st_size}:{stat.st_mtime_ns};".encode())
+    return digest.hexdigest()[:16]
+
+
+def demo_profile(models, preset: str) -> AcceptanceProfile:
+    """The acceptance profile cached next to the demo models, measured on calibration prompts if absent/stale."""
+    from real.run.acceptance import measure_profile
+    from real.train.corpus import prompts as corpus_prompts
+
+    path = Path(models.folder) / PROFILE_FILE
+    fingerprint = models_fingerprint(models)
+    if path.exists():
+        profile = AcceptanceProfile.load(path)
+        if profile.meta.get("models_fingerprint") == fingerprint and profile.medusa_accuracy is not None:
+            return profile
+    prompts = corpus_prompts(models.tokenizer, "calibration", PROFILE_PROMPTS, PROFILE_PROMPT_TOKENS, seed=0)
+    profile = measure_profile(models, prompts, PROFILE_NEW_TOKENS, name=f"demo-{preset}",
+                              source=f"measured by hetspec on {PROFILE_PROMPTS} calibration prompts of the "
+                                     f"demo {preset} models",
+                              meta={"preset": preset, "prompt_tokens": PROFILE_PROMPT_TOKENS,
+                                    "models_fingerprint": fingerprint})
+    profile.save(path)
+    return profile
+
+
+def profile_demo(preset: str, out: str | Path, prompts: int, prompt_tokens: int,
+                 max_new_tokens: int) -> AcceptanceProfile:
+    """``hetspec profile-acceptance``: measure on calibration prompts and write the profile to ``out``."""
+    from real.run.acceptance import measure_profile
+    from real.train.corpus import prompts as corpus_prompts
+
+    check_profile_args(str(out), prompts, prompt_tokens, max_new_tokens)
+    models = load_models(preset)
+    calibration = corpus_prompts(models.tokenizer, "calibration", prompts, prompt_tokens, seed=0)
+    profile = measure_profile(models, calibration, max_new_tokens, name=f"demo-{preset}",
+                              source=f"measured by hetspec profile-acceptance on {prompts} calibration "
+                                     f"prompts of the demo {preset} models",
+                              meta={"preset": preset, "prompt_tokens": prompt_tokens,
+                                    "models_fingerprint": models_fingerprint(models)})
+    profile.save(out)
+    return profile
+
+
+def load_models(preset: str, progress: bool = True):
+    from real.train.demo import load_demo
+
+    models = load_demo(preset, progress=progress)
+    for model in (models.target, models.draft, models.heads):
+        if model is not None:
+            model.eval()
+    return models
+
+
+def evaluation_prompts(models, request: RunRequest) -> list[list[int]]:
+    from real.train.corpus import prompts as corpus_prompts
+
+    return [list(p) for p in corpus_prompts(models.tokenizer, "evaluation", request.prompts,
+                                            request.prompt_tokens, seed=request.seed)]
+
+
+@contextmanager
+def torch_threads(threads: int | None) -> Iterator[None]:
+    """Run the block with ``threads`` torch intra-op threads (None: unchanged), then restore.
+
+    On a machine shared with other busy processes, every multi-threaded operator waits for a
+    descheduled worker thread (measured here: one SDPA call 8 us with 1 thread, ~12 ms median with
+    2 threads under a load of 6 on 2 cores), so timings are taken with ``--threads 1`` there.
+    """
+    before = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

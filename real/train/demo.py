@@ -1,0 +1,207 @@
+"""Demo models trained on the Python standard library, cached per user.
+
+:data:`DEMO_PRESETS` is the one table of shapes and budgets. :func:`load_demo` returns the
+target, the draft, the Medusa heads and the tokenizer of a preset, training them first
+(:mod:`real.train.pipeline`) when the cache holds no models of the same recipe (fingerprint of
+the recipe, the training code's revision and the Python version, whose stdlib is the corpus).
+
+Cache folder: ``$HETSPEC_CACHE_DIR/demo/<preset>`` when the variable is set, else
+``platformdirs.user_cache_dir("hetspec")/demo/<preset>`` (``~/.cache/hetspec/demo/<preset>``
+on Linux). Layout: ``tokenizer.json``, ``target/`` and ``draft/`` (Hugging Face
+``config.json`` + ``model.safetensors``), ``medusa/`` (``medusa_config.json`` +
+``medusa_heads.safetensors``), ``summary.json`` and ``summary.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from platformdirs import user_cache_dir
+
+from hwmodels.errors import UnknownNameError
+from real.model.checkpoint import load_model
+from real.model.medusa_heads import MedusaHeads
+from real.model.tokenizer import BPETokenizer
+from real.model.transformer import Transformer
+from real.train.loops import TrainConfig
+from real.train.pipeline import (
+    DRAFT_DIR,
+    MEDUSA_DIR,
+    SUMMARY_JSON,
+    SUMMARY_MD,
+    TARGET_DIR,
+    TOKENIZER_FILE,
+    summary_markdown,
+    train_models,
+)
+from real.train.recipe import RECIPE_REVISION, DemoRecipe, Shape, with_steps
+from real.train.timing import ForwardTime, forward_times, heads_time
+
+__all__ = ["CACHE_ENV", "DEMO_PRESETS", "RECIPE_REVISION", "DemoModels", "DemoRecipe", "Shape", "TrainConfig",
+           "cache_folder", "cache_root", "cached_fingerprint", "demo_forward_times", "get_recipe", "load_demo",
+           "preset_names", "summary_markdown", "train_demo", "with_steps"]
+
+CACHE_ENV = "HETSPEC_CACHE_DIR"
+
+
+# One table: shapes and budgets of both presets, sized on the 2-core AMD EPYC (Zen 5) this
+# project is developed on (docs/demo-models.md has the measured times). ``small``: the target
+# (8 x 384, ~15.7 M parameters = 63 MB fp32) is larger than the 32 MB L3, so a one-token decode
+# step streams its weights and a 16-token verification costs only ~1.5x a one-token step; the
+# draft (2 x 256) is ~13x cheaper per one-token step. A larger target (8 x 512) decodes equally
+# well but trains ~1.5x slower per token, which this budget cannot afford.
+DEMO_PRESETS: dict[str, DemoRecipe] = {
+    "tiny": DemoRecipe(
+        name="tiny", vocab=512, tokenizer_chars=1_000_000, corpus_chars=2_000_000, max_position=1024,
+        target=Shape(n_layers=2, hidden=128, intermediate=352, n_heads=4, n_kv_heads=2),
+        draft=Shape(n_layers=1, hidden=64, intermediate=176, n_heads=2, n_kv_heads=1),
+        target_train=TrainConfig(steps=300, batch=8, seq_len=128, lr=3e-3, warmup_steps=30),
+        draft_train=TrainConfig(steps=200, batch=8, seq_len=128, lr=3e-3, warmup_steps=20, seed=1),
+        draft_distill=TrainConfig(steps=60, batch=8, seq_len=128, lr=1e-3, warmup_steps=6, seed=2),
+        medusa_heads=3,
+        heads_train=TrainConfig(steps=150, batch=256, seq_len=0, lr=3e-3, warmup_steps=15,
+                                weight_decay=0.0, seed=3),
+        distill_prompts=64, distill_prompt_tokens=32, distill_new_tokens=48,
+        eval_prompts=16, eval_prompt_tokens=32, eval_new_tokens=32, eval_windows=32,
+    ),
+    "small": DemoRecipe(
+        name="small", vocab=4096, tokenizer_chars=8_000_000, corpus_chars=16_000_000, max_position=2048,
+        target=Shape(n_layers=8, hidden=384, intermediate=1024, n_heads=6, n_kv_heads=2),
+        draft=Shape(n_layers=2, hidden=256, intermediate=704, n_heads=4, n_kv_heads=2),
+        target_train=TrainConfig(steps=2400, batch=4, seq_len=256, lr=2e-3, warmup_steps=100),
+        draft_train=TrainConfig(steps=2000, batch=4, seq_len=256, lr=3e-3, warmup_steps=100, seed=1),
+        draft_distill=TrainConfig(steps=300, batch=8, seq_len=256, lr=1e-3, warmup_steps=30, seed=2),
+        medusa_heads=4,
+        heads_train=TrainConfig(steps=800, batch=512, seq_len=0, lr=2e-3, warmup_steps=40,
+                                weight_decay=0.0, seed=3),
+        distill_prompts=1024, distill_prompt_tokens=64, distill_new_tokens=96,
+        eval_prompts=32, eval_prompt_tokens=64, eval_new_tokens=64, eval_windows=64,
+    ),
+}
+
+
+def preset_names() -> tuple[str, ...]:
+    return tuple(DEMO_PRESETS)
+
+
+def get_recipe(preset: str | DemoRecipe) -> DemoRecipe:
+    if isinstance(preset, DemoRecipe):
+        return preset
+    if preset not in DEMO_PRESETS:
+        raise UnknownNameError("demo preset", preset, DEMO_PRESETS)
+    return DEMO_PRESETS[preset]
+
+
+def cache_root() -> Path:
+    """``$HETSPEC_CACHE_DIR`` or the per-user cache folder of hetspec."""
+    env = os.environ.get(CACHE_ENV)
+    return Path(env) if env else Path(user_cache_dir("hetspec"))
+
+
+def cache_folder(preset: str | DemoRecipe) -> Path:
+    return cache_root() / "demo" / get_recipe(preset).name
+
+
+@dataclass(frozen=True)
+class DemoModels:
+    target: Transformer
+    draft: Transformer
+    heads: MedusaHeads
+    tokenizer: BPETokenizer
+    folder: Path
+    preset: str
+    summary: dict = field(repr=False)
+
+
+def load_demo(preset: str | DemoRecipe, force: bool = False, progress: bool = True) -> DemoModels:
+    """The demo models of ``preset``: from the cache when it holds this recipe's fingerprint,
+    otherwise (or with ``force``) trained first and cached."""
+    recipe = get_recipe(preset)
+    folder = cache_folder(recipe)
+    if force or cached_fingerprint(folder) != recipe.fingerprint():
+        train_demo(recipe, folder, progress=progress)
+    return _load_folder(folder, recipe.name)
+
+
+def cached_fingerprint(folder: Path) -> str | None:
+    try:
+        return json.loads((folder / SUMMARY_JSON).read_text()).get("fingerprint")
+    except (OSError, json.JSONDecodeError, AttributeError):
+        return None
+
+
+def _load_folder(folder: Path, preset: str) -> DemoModels:
+    summary = json.loads((folder / SUMMARY_JSON).read_text())
+    target = load_model(folder / TARGET_DIR).requires_grad_(False)
+    draft = load_model(folder / DRAFT_DIR).requires_grad_(False)
+    heads = MedusaHeads.load(folder / MEDUSA_DIR, target.spec).requires_grad_(False)
+    tokenizer = BPETokenizer.load(folder / TOKENIZER_FILE)
+    return DemoModels(target, draft, heads, tokenizer, folder, preset, summary)
+
+
+def _remove_stale_work_folders(folder: Path) -> None:
+    """Delete temporary folders of earlier runs whose process is gone (a run killed by a signal
+    skips its own clean-up)."""
+    for stale in folder.parent.glob(f".{folder.name}.*-*"):
+        pid = stale.name.rsplit("-", 1)[-1]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)          # signal 0: only checks that the process exists
+        except ProcessLookupError:
+            shutil.rmtree(stale, ignore_errors=True)
+        except PermissionError:           # alive, another user's
+            pass
+
+
+def train_demo(recipe: DemoRecipe, folder: Path, progress: bool = True) -> dict:
+    """Train every model of ``recipe`` into ``folder`` (replaced atomically) and return the summary.
+
+    Files are written to a sibling temporary folder first and renamed at the end, so an
+    interrupted run never leaves a half-written cache that would look valid.
+    """
+    folder = Path(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_work_folders(folder)
+    work = folder.parent / f".{folder.name}.tmp-{os.getpid()}"
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir()
+    try:
+        summary = train_models(recipe, work, progress)
+        summary["folder"] = str(folder)
+        (work / SUMMARY_JSON).write_text(json.dumps(summary, indent=2) + "\n")
+        (work / SUMMARY_MD).write_text(summary_markdown(summary))
+        old = folder.parent / f".{folder.name}.old-{os.getpid()}"
+        if folder.exists():
+            folder.rename(old)
+        work.rename(folder)
+        if old.exists():
+            shutil.rmtree(old)
+    finally:
+        if work.exists():
+            shutil.rmtree(work)
+    return summary
+
+
+def demo_forward_times(demo: DemoModels, repeats: int = 200) -> list[ForwardTime]:
+    """Forward times of the target and the draft at q = 1, 16, 64 over a 128-token cache, and of
+    the Medusa heads on one hidden state (see :mod:`real.train.timing`)."""
+    return (forward_times(demo.target, name="target", repeats=repeats)
+            + forward_times(demo.draft, name="draft", repeats=repeats)
+            + [heads_time(demo.heads, repeats=repeats)])
+
+
+def choose_preset(preset: str | None) -> tuple[str, str]:
+    """The demo preset to validate and why: the one asked, else ``small`` when it is cached, else ``tiny``."""
+    if preset is not None:
+        get_recipe(preset)
+        return preset, "asked for"
+    small = get_recipe("small")
+    if cached_fingerprint(cache_folder(small)) == small.fingerprint():
+        return "small", "the small demo models are cached"
+    return "tiny", "the small demo models are not cached (train them with `hetspec train-demo --preset small`)"

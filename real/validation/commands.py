@@ -1,0 +1,160 @@
+"""The commands that set the simulator against this machine: ``hetspec calibrate``, ``hetspec validate``
+and ``hetspec demo``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def register(subparsers) -> None:
+    register_calibrate(subparsers)
+    register_validate(subparsers)
+    register_demo(subparsers)
+
+
+# ---------------------------------------------------------------------------- hetspec calibrate
+def register_calibrate(subparsers) -> None:
+    p = subparsers.add_parser(
+        "calibrate", help="measure this machine (torch micro-benchmarks) and write the host platform",
+        description="Measure this machine with torch micro-benchmarks: GEMM FLOP/s against the token count "
+                    "(weights in the cache and streamed from DRAM), stream bandwidth beyond and inside the "
+                    "last-level cache, the real path's fixed cost per operator, 1 thread vs all threads, and "
+                    "two workers streaming at once. Writes a platform file (every number with the measurement "
+                    "as its source) so that --platform host works afterwards.")
+    p.add_argument("--out", default=None, metavar="FILE",
+                   help="platform file to write (default: host.toml in $HETSPEC_PLATFORMS_DIR or the user "
+                        "platform folder)")
+    p.add_argument("--quick", action="store_true", help="fewer sizes and repeats (about 20 s instead of 1-2 min)")
+    p.set_defaults(func=handle_calibrate)
+
+
+def handle_calibrate(args: argparse.Namespace) -> int:
+    from hwmodels.errors import HetSpecError
+
+    if args.out is not None and not args.out.endswith(".toml"):
+        raise HetSpecError(f"--out {args.out}: a platform file ends in .toml")
+    from real.validation.calibrate import calibrate, raw_path, summary_lines
+
+    platform, path, cal = calibrate(args.out, quick=args.quick, progress=True)
+    for line in summary_lines(platform, cal):
+        print(line)
+    print(f"wrote {path} (measurements: {raw_path(path)})")
+    return 0
+
+
+# ---------------------------------------------------------------------------- hetspec validate
+def register_validate(subparsers) -> None:
+    p = subparsers.add_parser(
+        "validate", help="predict and measure the demo models' decode speed on this machine; write a report",
+        description="Measure the acceptance profile on calibration prompts, predict step latency and tokens/s "
+                    "of a grid (ar; chain gamma 1-8; draft-tree budgets; medusa widths 1-64) with the simulator "
+                    "on the calibrated host platform, run the same grid for real on held-out evaluation prompts, "
+                    "time random-weight Llama-shaped models, and write report.md, PNG plots and results.json.")
+    p.add_argument("--quick", action="store_true",
+                   help="fewer prompts, tokens and repeats (the issue's acceptance run; minutes)")
+    p.add_argument("--out", default=None, metavar="DIR", help="output folder (default reports/validation)")
+    p.add_argument("--preset", default=None, metavar="P",
+                   help="demo preset: tiny or small (default: small if its models are cached, else tiny)")
+    p.add_argument("--platform", default="host", help="calibrated platform name or .toml file (default host)")
+    p.add_argument("--device", default="cpu",
+                   help="device of the platform to run on: cpu (all threads, default) or a single-thread worker "
+                        "cpu0, cpu1, ... (steadier on a machine shared with other jobs)")
+    p.add_argument("--hetero", action="store_true",
+                   help="add the heterogeneous section (issue 7): hcmp ratio sweep with its regret, dovetail "
+                        "placements, alspec hit rates, weight streaming")
+    p.add_argument("--hetero-only", action="store_true",
+                   help="run only the heterogeneous section (writes hetero.md, hetero.json and its plots)")
+    p.add_argument("--json", action="store_true",
+                   help="print the acceptance check (per method: median errors, best configs, regret) as JSON")
+    p.set_defaults(func=handle_validate)
+
+
+def handle_validate(args: argparse.Namespace) -> int:
+    from hwmodels.errors import HetSpecError
+
+    if args.preset is not None and args.preset not in ("tiny", "small"):
+        raise HetSpecError(f"unknown demo preset {args.preset!r}; valid: small, tiny")
+    from real.validation.validate import DEFAULT_OUT, acceptance_check, validate
+
+    out = args.out or DEFAULT_OUT
+    if args.hetero_only:
+        return _hetero_only(args, out)
+    parts = ["hetspec validate"] + (["--quick"] if args.quick else []) + (["--hetero"] if args.hetero else []) + \
+        ([f"--preset {args.preset}"] if args.preset else []) + \
+        ([f"--platform {args.platform}"] if args.platform != "host" else []) + \
+        ([f"--device {args.device}"] if args.device != "cpu" else []) + [f"--out {out}"]
+    doc = validate(out, preset=args.preset, quick=args.quick, device=args.device, platform=args.platform,
+                   progress=True, command=" ".join(parts), hetero=args.hetero)
+    check = acceptance_check(doc)
+    if doc.get("hetero"):
+        check["hcmp_ratio_regret"] = doc["hetero"]["hcmp"]["regret"]
+    check["report"] = f"{out}/report.md"
+    if args.json:
+        print(json.dumps(check, indent=2))
+        return 0
+    print(f"\nreport: {out}/report.md (plots and results.json next to it)")
+    for method, m in check["methods"].items():
+        print(f"  {method:<10} step error {_pct(m['median_step_error'])}, tokens/s error "
+              f"{_pct(m['median_tokens_per_s_error'])}, regret {_pct(m['regret'])} "
+              f"(predicted best {m['predicted_best']}, measured best {m['measured_best']})"
+              f"{'' if m['passes'] else '  <- misses the target'}")
+    return 0
+
+
+def _hetero_only(args: argparse.Namespace, out: str) -> int:
+    """``--hetero-only``: the heterogeneous section on its own."""
+    from real.validation.hetero import MARKDOWN_FILE, validate_hetero_only
+
+    parts = ["hetspec validate --hetero-only"] + (["--quick"] if args.quick else []) + \
+        ([f"--preset {args.preset}"] if args.preset else []) + \
+        ([f"--platform {args.platform}"] if args.platform != "host" else []) + [f"--out {out}"]
+    doc = validate_hetero_only(out, preset=args.preset, quick=args.quick, platform=args.platform, progress=True,
+                               command=" ".join(parts))
+    h, d = doc["hcmp"], doc["dovetail"]
+    summary = {"report": f"{out}/{MARKDOWN_FILE}", "hcmp_regret": h["regret"],
+               "hcmp_predicted_best_ratio": h["predicted_best_ratio"], "hcmp_measured_best_ratio": h["measured_best_ratio"],
+               "dovetail_regret": d.get("regret"), "dovetail_predicted_best": d.get("predicted_best"),
+               "dovetail_measured_best": d.get("measured_best")}
+    if args.json:
+        print(json.dumps(summary, indent=2))
+        return 0
+    print(f"\nreport: {summary['report']} (plots and hetero.json next to it)")
+    print(f"  hcmp      predicted best r={h['predicted_best_ratio']}, measured best r={h['measured_best_ratio']}, "
+          f"regret {_pct(h['regret'])}")
+    if d.get("regret") is not None:
+        print(f"  dovetail  predicted best {d['predicted_best']}, measured best {d['measured_best']}, "
+              f"regret {_pct(d['regret'])}")
+    return 0
+
+
+def _pct(x) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f} %"
+
+
+# ---------------------------------------------------------------------------- hetspec demo
+def register_demo(subparsers) -> None:
+    p = subparsers.add_parser(
+        "demo", help="the whole job on the demo models: train, calibrate, predict, validate",
+        description="Train the demo models if they are not cached (tiny unless small is cached or asked for), "
+                    "calibrate this machine (reusing a fresh host platform), predict the best configuration of "
+                    "every decode method on it, validate the predictions with quick real runs, and print where "
+                    "the report is.")
+    p.add_argument("--preset", default=None, metavar="P",
+                   help="demo preset: tiny (trains in ~2 min) or small (~20-25 min on 2 cores); default: small if "
+                        "cached, else tiny")
+    p.add_argument("--recalibrate", action="store_true", help="measure the host again even if host.toml is fresh")
+    p.add_argument("--out", default=None, metavar="DIR", help="folder of the validation report (default reports/demo)")
+    p.add_argument("--device", default="cpu", help="host device: cpu (all threads, default) or a worker cpu0, ...")
+    p.set_defaults(func=handle_demo)
+
+
+def handle_demo(args: argparse.Namespace) -> int:
+    from hwmodels.errors import HetSpecError
+
+    if args.preset is not None and args.preset not in ("tiny", "small"):
+        raise HetSpecError(f"unknown demo preset {args.preset!r}; valid: small, tiny")
+    from real.validation.demo_job import DEFAULT_OUT, run_demo
+
+    run_demo(preset=args.preset, recalibrate=args.recalibrate, out=args.out or DEFAULT_OUT, device=args.device)
+    return 0

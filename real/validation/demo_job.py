@@ -1,0 +1,148 @@
+"""``hetspec demo``: the whole job on an embedded default, for a first-time user.
+
+1. **Demo models**: the ``small`` preset if its models are cached, else ``tiny`` (trained in about
+   two minutes; ``small`` takes 20-25 minutes on two cores, so the demo does not start it
+   unasked: ``--preset small`` does, and says so).
+2. **Calibrate** this host (``hetspec calibrate``), unless a host platform younger than
+   :data:`real.validation.host_facts.FRESH_DAYS` days already exists (``--recalibrate`` forces it).
+3. **Predict** the best configuration of every decode method for the demo models on ``host``
+   (the optimizer's full search, with the acceptance profile measured on calibration prompts).
+4. **Validate** quickly (``hetspec validate --quick``) and print where the report is.
+
+Every stage is announced with a banner and shows a progress bar while it works.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from hwmodels.errors import HetSpecError
+from real.train.demo import choose_preset
+
+#: Methods the demo predicts (the ones the single-worker real path runs).
+DEMO_METHODS = ("ar", "chain", "draft-tree", "medusa")
+#: Default output folder of the demo's validation report.
+DEFAULT_OUT = "reports/demo"
+
+
+def say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def banner(step: int, total: int, text: str) -> None:
+    say(f"\n=== [{step}/{total}] {text}")
+
+
+def host_platform(recalibrate: bool, device: str):
+    """The ``host`` platform: reused when fresh, else measured now."""
+    from hwmodels.loader import get_platform
+    from real.validation.calibrate import (
+        calibrate,
+        calibration_age_days,
+        default_out,
+        summary_lines,
+    )
+    from real.validation.host_facts import FRESH_DAYS
+
+    path = default_out()
+    age = calibration_age_days(path)
+    if age is not None and age < FRESH_DAYS and not recalibrate:
+        say(f"reusing {path} (calibrated {age:.1f} days ago; --recalibrate to measure again)")
+        return get_platform(str(path))
+    say("measuring this machine (about 1-2 minutes)..." if age is None else
+        f"{path} is {age:.0f} days old: measuring again..." if not recalibrate else "measuring again (--recalibrate)...")
+    platform, path, cal = calibrate(path, progress=True)
+    for line in summary_lines(platform, cal):
+        say(line)
+    say(f"wrote {path}")
+    platform.device(device)
+    return platform
+
+
+def predict_best(models, platform, device: str, profile, context: int) -> list[dict]:
+    """The optimizer's best configuration of every demo method on ``platform:device``."""
+    from tqdm.auto import tqdm
+
+    from sim.acceptance import from_profile
+    from sim.optimizer import optimize
+    from sim.strategies.base import Problem
+
+    problem = Problem(model=models.target.spec, platform=platform, acceptance=from_profile(profile), context=context)
+    draft = str(Path(models.folder) / "draft" / "config.json")
+    spaces = {
+        "ar": {"device": device},
+        "chain": {"device": device, "draft_device": device, "draft_model": draft},
+        "draft-tree": {"device": device, "draft_device": device, "draft_model": draft},
+        "medusa": {"device": device, "medusa_heads": models.heads.n_heads, "medusa_heads_impl": "hetspec"},
+    }
+    rows = []
+    for method in tqdm(DEMO_METHODS, desc="predict", unit="method", file=sys.stderr):
+        try:
+            result = optimize(problem, method, spaces[method])
+        except HetSpecError as exc:
+            rows.append({"method": method, "error": str(exc)})
+            continue
+        best = result.best
+        rows.append({"method": method, "tree_width": int(best["tree_width"]), "draft_depth": int(best["draft_depth"]),
+                     "tokens_per_step": float(best["tokens_per_step"]), "step_ms": 1e3 * float(best["step_s"]),
+                     "tokens_per_s": float(best["tokens_per_s"]), "speedup_vs_ar": float(best["speedup_vs_ar"]),
+                     "evaluated": len(result.table)})
+    return rows
+
+
+def prediction_table(rows: list[dict]) -> str:
+    lines = [f"{'method':<11} {'width':>5} {'depth':>5} {'tok/step':>8} {'step ms':>8} {'tok/s':>8} {'vs ar':>6}"]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"{r['method']:<11} no prediction: {r['error']}")
+            continue
+        lines.append(f"{r['method']:<11} {r['tree_width']:>5} {r['draft_depth']:>5} {r['tokens_per_step']:>8.2f} "
+                     f"{r['step_ms']:>8.3f} {r['tokens_per_s']:>8.0f} {r['speedup_vs_ar']:>5.2f}x")
+    return "\n".join(lines)
+
+
+def run_demo(preset: str | None = None, recalibrate: bool = False, out: str | Path = DEFAULT_OUT,
+             device: str = "cpu", validate_settings=None) -> dict:
+    """The whole demo; returns the predictions and the validation's acceptance check."""
+    from real.run.acceptance import measure_profile
+    from real.run.session import load_models
+    from real.train.corpus import prompts as corpus_prompts
+    from real.validation.microbench import torch_threads
+    from real.validation.validate import QUICK, acceptance_check, validate
+
+    total = 5
+    preset, why = choose_preset(preset)
+    banner(1, total, f"demo models: preset {preset} ({why})")
+    models = load_models(preset, progress=True)
+    say(f"target {models.target.spec.params / 1e6:.1f} M parameters, draft {models.draft.spec.params / 1e6:.2f} M, "
+        f"{models.heads.n_heads} Medusa heads (cache: {models.folder})")
+
+    banner(2, total, "calibrate this machine (hetspec calibrate)")
+    platform = host_platform(recalibrate, device)
+    threads = platform.device(device).cores
+
+    settings = validate_settings or QUICK
+    banner(3, total, f"acceptance on {settings.calibration_prompts} calibration prompts")
+    calib = [list(p) for p in corpus_prompts(models.tokenizer, "calibration", settings.calibration_prompts,
+                                             settings.prompt_tokens, seed=0)]
+    with torch_threads(threads):
+        profile = measure_profile(models, calib, settings.max_new_tokens, name=f"demo-{preset}",
+                                  source=f"measured by hetspec demo on {len(calib)} calibration prompts")
+    say(f"draft per-token acceptance {profile.draft_alpha:.3f}; Medusa top-1 by head "
+        + ", ".join(f"{row[0]:.2f}" for row in profile.medusa_accuracy))
+
+    banner(4, total, f"predict the best configuration per method on {platform.name}:{device}")
+    rows = predict_best(models, platform, device, profile, settings.prompt_tokens + settings.max_new_tokens // 2)
+    print(prediction_table(rows))
+
+    banner(5, total, "validate: predicted vs measured (hetspec validate --quick)")
+    doc = validate(out, preset=preset, device=device, progress=True, settings=settings,
+                   command=f"hetspec validate --quick --preset {preset} --out {out}"
+                           + (f" --device {device}" if device != "cpu" else ""))
+    check = acceptance_check(doc)
+    print(f"\nreport: {Path(out) / 'report.md'} (plots and results.json next to it)")
+    for method, m in check["methods"].items():
+        print(f"  {method:<10} measured best {m['measured_best']}, predicted best {m['predicted_best']}, "
+              f"regret {100 * (m['regret'] or 0):.1f} %, step error {100 * (m['median_step_error'] or 0):.1f} %")
+    return {"preset": preset, "predictions": rows, "check": check, "report": str(Path(out) / "report.md")}

@@ -1,0 +1,118 @@
+"""The heterogeneous section of ``hetspec validate``: ratio sweep, placements, ALSpec, streaming.
+
+1. **hcmp ratio sweep** -- the demo target's greedy Medusa tree (from the head accuracies measured on
+   calibration prompts) verified by ``hcmp`` on two workers at r = 0, 0.1, ..., 1: measured on
+   held-out evaluation prompts (interleaved repeats, medians) and predicted by the simulator's
+   ``hcmp`` strategy on the calibrated ``host`` platform with ``device`` / ``secondary`` = the two
+   workers (``cpu0`` / ``cpu1``), ``attention_split=static`` (the real split: dense part on the
+   primary, sparse on the secondary), the heads the real path computes. The page syncs are priced
+   at the round trip of the barrier the split step really uses (:func:`real.hetero.workers.barrier_round_trip_s`,
+   measured at the start of this section; the platform's calibrated hand-off is kept for the record).
+   Reported: predicted and measured step latency and tokens/s per ratio, both optima, and the
+   **regret** of the predicted best ratio (:func:`real.validation.metrics.regret`).
+2. **dovetail placements** -- drafter and verifier on each pair of workers (``cpu0``, ``cpu1`` and
+   ``cpu`` = all cores; ``cuda:0`` where one exists): measured, and predicted by the ``dovetail``
+   strategy with the demo draft model as drafter, tokens per round measured on calibration prompts.
+   The host platform links its single-thread workers to one another only; links between ``cpu``
+   and a ``cpuN`` (the same zero-copy hand-over between threads) are added with the calibrated
+   hand-off latency (:func:`with_worker_links`).
+3. **alspec** -- hit rate against lambda and S, and the agreement of the tokens with exact decoding.
+4. **streaming** -- ``draft-tree`` with the target's layers streamed from disk under budgets that
+   keep all, half or none of its layers resident: loading vs compute time, tokens vs resident.
+
+Predictions that need a device the platform does not describe (``cuda:0`` on a host calibrated
+without one) are reported as missing, with the reason; their measurements are still reported.
+
+Each experiment is a module of its own (``hetero_hcmp``, ``hetero_dovetail``, ``hetero_alspec``,
+``hetero_streaming``); what they share is :mod:`real.validation.hetero_setup`.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from real.validation.hetero_alspec import alspec_table
+from real.validation.hetero_dovetail import dovetail_placements
+from real.validation.hetero_hcmp import hcmp_sweep
+from real.validation.hetero_setup import (
+    JSON_FILE,
+    MARKDOWN_FILE,
+    HeteroSettings,
+    default_cpu_pair,
+    default_pair,
+    settings_for,
+    split_prompts,
+)
+from real.validation.hetero_streaming import streaming_table
+
+
+def validate_hetero(models, platform, ctx, out: str | Path, settings: HeteroSettings, progress: bool = True,
+                    pair: tuple[str, str] | None = None) -> dict:
+    """Run the four parts, write the plots and ``hetero.md`` / ``hetero.json`` into ``out``; return the document."""
+    import json
+
+    from real.validation.hetero_report import markdown, write_plots
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    pair = pair or default_pair()
+    t0 = time.perf_counter()
+    doc = {"settings": asdict(settings), "pair": list(pair)}
+
+    def announce(text: str) -> None:
+        if progress:
+            print(f"\n== heterogeneous: {text}", file=sys.stderr, flush=True)
+
+    announce(f"hcmp ratio sweep on {pair[0]} + {pair[1]}")
+    doc["hcmp"] = hcmp_sweep(models, platform, ctx, settings, pair, progress)
+    announce("dovetail placements")
+    doc["dovetail"] = dovetail_placements(models, platform, ctx, settings, pair, progress)
+    announce("alspec hit rate vs lambda and S")
+    doc["alspec"] = alspec_table(models, settings, pair, progress)
+    announce("LLMCad weight streaming")
+    doc["streaming"] = streaming_table(models, settings, default_cpu_pair()[0], progress)
+    doc["seconds"] = round(time.perf_counter() - t0, 1)
+    doc["plots"] = write_plots(doc, out)
+    (out / JSON_FILE).write_text(json.dumps(doc, indent=1, default=float) + "\n")
+    (out / MARKDOWN_FILE).write_text("\n".join(markdown(doc, standalone=True)) + "\n")
+    return doc
+
+
+def validate_hetero_only(out: str | Path, preset: str | None = None, quick: bool = False, platform: str = "host",
+                         progress: bool = True, command: str = "hetspec validate --hetero-only") -> dict:
+    """The section on its own (``hetspec validate --hetero-only``): models, host, acceptance on calibration
+    prompts, then :func:`validate_hetero`."""
+    import torch
+
+    from real.run.acceptance import measure_profile
+    from real.run.session import load_models
+    from real.train.demo import choose_preset
+    from real.validation.machine import load_host
+    from real.validation.predict import PredictionContext
+
+    settings = settings_for(quick)
+    host = load_host(platform)
+    preset, why = choose_preset(preset)
+    if progress:
+        print(f"== demo models: preset {preset} ({why}); platform {host.name}", file=sys.stderr, flush=True)
+    models = load_models(preset, progress)
+    calib = split_prompts(models, "calibration", 16 if quick else 32, settings.prompt_tokens)
+    with torch.inference_mode():
+        profile = measure_profile(models, calib, settings.max_new_tokens, name=f"demo-{preset}-hetero",
+                                  source=f"measured by {command} on {len(calib)} calibration prompts",
+                                  meta={"preset": preset, "prompt_tokens": settings.prompt_tokens})
+    ctx = PredictionContext(target=models.target.spec, draft_config=str(Path(models.folder) / "draft" / "config.json"),
+                            medusa_heads=models.heads.n_heads, platform=host, device="cpu",
+                            context=settings.prompt_tokens + settings.max_new_tokens // 2, profile=profile)
+    doc = validate_hetero(models, host, ctx, out, settings, progress)
+    doc.update({"command": command, "preset": preset, "platform": host.name, "date": time.strftime("%Y-%m-%d %H:%M")})
+    from real.validation.hetero_report import markdown
+
+    (Path(out) / MARKDOWN_FILE).write_text("\n".join(markdown(doc, standalone=True)) + "\n")
+    import json
+
+    (Path(out) / JSON_FILE).write_text(json.dumps(doc, indent=1, default=float) + "\n")
+    return doc

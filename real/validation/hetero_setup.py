@@ -1,0 +1,132 @@
+"""What the heterogeneous experiments of ``hetspec validate`` share: their settings, the workers
+they run on, the platform devices those workers stand for, and prompts and progress bars."""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass, replace
+
+from hwmodels.errors import HetSpecError
+from real.run.repeats import median
+
+#: Output files of the section (next to report.md).
+JSON_FILE = "hetero.json"
+MARKDOWN_FILE = "hetero.md"
+
+
+@dataclass(frozen=True)
+class HeteroSettings:
+    eval_prompts: int
+    prompt_tokens: int
+    max_new_tokens: int
+    repeats: int
+    ratios: tuple[float, ...]
+    hcmp_width: int                 # Medusa tree tokens verified per step (the real path's default)
+    dovetail_width: int
+    dovetail_depth: int
+    dovetail_top_k: int
+    tau_prompts: int                # calibration prompts the dovetail tokens per round are measured on
+    alspec_lambdas: tuple[float, ...]
+    alspec_windows: tuple[int, ...]
+    alspec_prompts: int
+    stream_prompts: int
+    all_core_placements: bool = True   # dovetail placements with ``cpu`` (all cores) as drafter or verifier
+    label: str = "quick"
+
+
+#: 11 ratios (the issue's sweep), Dovetail's tree (top-k 10, depth 7, 16 tokens), ALSpec's lambda range
+#: (Table 1: 0.05-0.25; 0 = exact) and windows from 4 to 32 tokens of the ~100-token demo contexts.
+QUICK = HeteroSettings(eval_prompts=4, prompt_tokens=64, max_new_tokens=64, repeats=3,
+                       ratios=tuple(round(0.1 * i, 1) for i in range(11)), hcmp_width=16,
+                       dovetail_width=16, dovetail_depth=7, dovetail_top_k=10, tau_prompts=8,
+                       alspec_lambdas=(0.0, 0.05, 0.1, 0.2, 0.3), alspec_windows=(4, 8, 16, 32), alspec_prompts=3,
+                       stream_prompts=2, label="quick")
+FULL = replace(QUICK, eval_prompts=8, max_new_tokens=96, repeats=5, tau_prompts=16, alspec_prompts=6,
+               stream_prompts=4, label="full")
+
+
+def settings_for(quick: bool) -> HeteroSettings:
+    return QUICK if quick else FULL
+
+
+# ---------------------------------------------------------------------------- workers and platforms
+def default_pair() -> tuple[str, str]:
+    """The two workers of the ratio sweep: ``cuda:0`` + ``cpu`` where CUDA exists, else the first two cores."""
+    from real.hetero.workers import allowed_cores, cuda_devices
+
+    if cuda_devices():
+        return "cuda:0", "cpu"
+    cores = allowed_cores()
+    if len(cores) < 2:
+        raise HetSpecError("the heterogeneous validation needs two workers: this process may use one core")
+    return f"cpu{cores[0]}", f"cpu{cores[1]}"
+
+
+def placements(pair: tuple[str, str], all_cores: bool = True) -> tuple[tuple[str, str], ...]:
+    """(drafter, verifier) placements compared for dovetail (``all_cores``: also with ``cpu`` = every core)."""
+    a, b = pair
+    if a.startswith("cuda"):
+        return ((a, b), (b, a), (a, a), (b, b))
+    return ((a, b), (b, a), (a, a)) + ((("cpu", "cpu"), (a, "cpu"), ("cpu", a)) if all_cores else ())
+
+
+def platform_device(platform, worker: str) -> str | None:
+    """The platform's device for a worker name (``cuda:0`` may be called ``cuda:0``, ``cuda`` or ``gpu``)."""
+    names = [worker] + (["cuda", "gpu"] if worker.startswith("cuda") else [])
+    return next((n for n in names if n in platform.devices), None)
+
+
+def with_worker_links(platform, latency_s: float | None = None):
+    """``platform`` plus a unified link between every two devices of one memory domain that have none
+    (latency: ``latency_s`` or that of the platform's first unified link; zero-copy bandwidth = the domain's)."""
+    from hwmodels.platform import Link
+
+    unified = [l for l in platform.links if l.kind == "unified"]
+    base = unified[0] if unified else None
+    lat_us = latency_s * 1e6 if latency_s is not None else (base.latency_us if base else 0.0)
+    added = []
+    for domain in platform.memory_domains:
+        devs = list(domain.devices)
+        for i, a in enumerate(devs):
+            for b in devs[i + 1:]:
+                if not platform.has_link(a, b, "unified"):
+                    added.append(Link(name=f"{a}-{b}", kind="unified", src=a, dst=b,
+                                      description="zero-copy hand-over between worker threads (added by validation)",
+                                      bw_gbps=domain.bw_gbps, latency_us=lat_us, efficiency=1.0,
+                                      sources={"latency_us": "the platform's calibrated hand-off between threads"}))
+    return replace(platform, links=tuple(platform.links) + tuple(added))
+
+
+def with_sync_latency(platform, a: str, b: str, latency_s: float):
+    """``platform`` with the unified link between ``a`` and ``b`` at ``latency_s`` (the split step's barrier)."""
+    links = tuple(replace(l, latency_us=latency_s * 1e6,
+                          sources={**l.sources, "latency_us": "measured: PairBarrier round trip between the two "
+                                                              "workers (real.hetero.workers.barrier_round_trip_s)"})
+                  if l.kind == "unified" and l.connects(a, b) else l for l in platform.links)
+    return replace(platform, links=links)
+
+
+def default_cpu_pair() -> tuple[str, str]:
+    from real.hetero.workers import allowed_cores
+
+    cores = allowed_cores()
+    return (f"cpu{cores[0]}", f"cpu{cores[-1]}") if len(cores) > 1 else ("cpu", f"cpu{cores[0]}")
+
+
+# ---------------------------------------------------------------------------- helpers
+def finite_median(xs) -> float:
+    """The median of the finite values of ``xs`` (NaN when none)."""
+    return median(x for x in xs if x is not None and math.isfinite(x))
+
+
+def split_prompts(models, split: str, n: int, tokens: int) -> list[list[int]]:
+    from real.train.corpus import prompts as corpus_prompts
+
+    return [list(p) for p in corpus_prompts(models.tokenizer, split, n, tokens, seed=0)]
+
+
+def progress_bar(total: int, desc: str, progress: bool):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit="run", disable=not progress, file=sys.stderr)

@@ -1,0 +1,89 @@
+"""Host-side work of HetSpec's decode loops beyond their forwards, fitted from the probe loops of
+``hetspec calibrate``: per method, per step, per draft pass or per verified token."""
+
+from __future__ import annotations
+
+import math
+
+from hwmodels.platform import Device, Platform
+from real.validation.host_facts import Settings
+
+#: Host costs fitted per method: which per-step counts explain the loop's time beyond its forwards.
+#: (chain and draft-tree: passes and verified tokens move together, so the per-token part is folded
+#: into the per-pass one; medusa has no draft passes.)
+HOST_COST_TERMS = {"ar": ("step",), "chain": ("step", "pass"), "draft-tree": ("step", "pass"),
+                   "medusa": ("step", "node"), "dovetail": ("step", "pass")}
+
+
+def _model_price(device: Device, sample, context: int) -> float:
+    """What the model prices for the forwards (and heads) of one probe decode step on ``device``."""
+    from real.validation.microbench import probe_specs
+    from sim.closed_form import step_seconds
+    from sim.strategies.base import Problem
+    from sim.strategies.medusa import heads_seconds
+
+    spec, draft = probe_specs()
+    platform = Platform(name="probe", description="", devices={device.name: device})
+    q = max(int(round(sample.nodes)), 1)
+    price = float(step_seconds(spec, platform, device.name, q, context))
+    if sample.method == "dovetail":       # the drafter's passes: the accepted tokens, then top-k per level
+        from real.hetero.dovetail import DEFAULT_TOP_K
+        from sim.strategies.dovetail import tree_draft_passes
+
+        n0 = max(math.ceil(sample.tokens), 1)
+        passes = tree_draft_passes(n0, int(round(sample.passes)) - 1, DEFAULT_TOP_K, context)
+        return price + sum(float(step_seconds(draft, platform, device.name, p.tokens, p.context)) for p in passes)
+    price += sample.passes * float(step_seconds(draft, platform, device.name, 1, context))
+    if sample.heads:
+        price += heads_seconds(Problem(model=spec, platform=platform), device.name, 1, sample.heads, batched=True)
+    return price
+
+
+def _nonneg_fit(xs, ys, terms: tuple[str, ...]) -> dict[str, float]:
+    """Least squares ``y = a + b x`` (or ``y = a``) with a, b >= 0."""
+    import numpy as np
+
+    xs, ys = np.asarray(xs, float), np.asarray(ys, float)
+    if len(terms) == 1 or np.ptp(xs) == 0:
+        return {terms[0]: max(float(np.mean(ys)), 0.0)}
+    b, a = np.polyfit(xs, ys, 1)
+    if b < 0:
+        return {terms[0]: max(float(np.mean(ys)), 0.0), terms[1]: 0.0}
+    if a < 0:
+        return {terms[0]: 0.0, terms[1]: max(float(np.dot(xs, ys) / np.dot(xs, xs)), 0.0)}
+    return {terms[0]: float(a), terms[1]: float(b)}
+
+
+def fit_host_costs(device: Device, loops, settings: Settings, by: str, on: str) -> tuple[dict, dict]:
+    """``host_costs_us`` of ``device`` and their sources: per method, the probe loops' step time minus
+    the model's price of their forwards and heads, fitted per step / per pass / per verified token."""
+    from real.decode import ALL_DECODER_MODULES
+    from real.validation.microbench import (
+        LOOP_NEW_TOKENS,
+        LOOP_PROMPT_TOKENS,
+        PROBE_HIDDEN,
+        REFERENCE_LAYERS,
+    )
+
+    context = LOOP_PROMPT_TOKENS + LOOP_NEW_TOKENS // 2
+    costs, sources = {}, {}
+    for method, terms in HOST_COST_TERMS.items():
+        rows = [s for s in loops if s.method == method]
+        if not rows:
+            continue
+        residual = [s.step_s - _model_price(device, s, context) for s in rows]
+        x = [s.passes if "pass" in terms else s.nodes for s in rows]
+        fitted = _nonneg_fit(x, residual, terms)
+        knobs = ", ".join(str(s.knob) for s in rows) if method != "ar" else "-"
+        for term, value in fitted.items():
+            key = f"{method}_{term}"
+            costs[key] = round(value * 1e6, 3)
+            sources[f"host_costs_us.{key}"] = (
+                f"measured {by}: HetSpec's {method} decode loop ({ALL_DECODER_MODULES[method][0]}) on probe models "
+                f"(hidden {PROBE_HIDDEN}: "
+                f"a {REFERENCE_LAYERS}-layer target, a 1-layer draft; configs {knobs}) costs "
+                + ", ".join(f"{1e6 * s.step_s:.1f}" for s in rows)
+                + " us per step; minus the model's price of its forwards and heads, the rest ("
+                + ", ".join(f"{1e6 * r:.1f}" for r in residual)
+                + f" us) is fitted as {' + '.join(terms)} (least squares, >= 0; median of {settings.loop_repeats}) {on}")
+    return costs, sources

@@ -1,0 +1,159 @@
+"""What ``hetspec calibrate`` knows of this machine before and after measuring it: the CPU, its
+cores, last-level cache and memory, the measurement settings, and the record of one calibration."""
+
+from __future__ import annotations
+
+import os
+import platform as pyplatform
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from hwmodels.errors import HetSpecError
+
+#: File name of the calibrated platform in the user platform folder (``--platform host``).
+HOST_NAME = "host"
+#: Suffix of the raw-measurement file written next to the platform file.
+RAW_SUFFIX = ".calibration.json"
+#: Last-level cache assumed when the OS does not report one (sysfs): a typical desktop L3.
+FALLBACK_LLC_BYTES = 32 * 2**20
+#: Stream working set for DRAM bandwidth, in multiples of the last-level cache (STREAM's rule:
+#: each array at least 4x the cache; three arrays of 4/3 x LLC... we take 8x LLC in total).
+DRAM_WORKING_SET_LLC = 8
+#: Pool of distinct GEMM weights for the cold (DRAM-streamed) rates, in multiples of the cache: each
+#: weight is evicted long before it is used again.
+COLD_POOL_LLC = 4
+#: Stream working sets (MiB) probed for the *effective* cache: on a machine whose last-level cache
+#: is shared with other cores or tenants, less of it is ours than the OS reports. Sizes from 2 MiB
+#: (past a private L2) up to the reported last-level cache.
+CACHE_PROBE_MIB = (2, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+#: Weights of at most this size give the in-cache GEMM curve (larger ones may not stay resident).
+WARM_WEIGHT_MAX_BYTES = 4 * 2**20
+#: Single-thread workers linked to one another by ``unified`` links (all pairs among the first
+#: ones; a machine with hundreds of cores would otherwise get tens of thousands of links).
+MAX_LINKED_WORKERS = 8
+#: Calibrations older than this are stale for ``hetspec demo`` (it recalibrates).
+FRESH_DAYS = 7
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How much to measure: sizes, repeats and warm-up of every benchmark."""
+
+    m_values: tuple[int, ...]
+    shapes: tuple[tuple[int, int], ...]       # (K, N) of the GEMM weights
+    repeats: int
+    warmup: int
+    dram_working_set_bytes: int | None = None  # None: DRAM_WORKING_SET_LLC x the last-level cache
+    cold_pool_bytes: int | None = None         # None: COLD_POOL_LLC x the last-level cache
+    overhead_repeats: int = 9
+    loop_repeats: int = 5
+    label: str = "full"
+
+
+#: Token counts 1..256 (the issue's range), dense where verification widths and draft lengths live
+#: (the curve is read as a step function, and CPU GEMM kernels change path between small M: here
+#: M = 2 runs slower per row than M = 3 or 4), and weight shapes around the demo and random-weight
+#: models' layers (hidden 512-1024, MLP 1408-4096); 2048 x 2048 gives the peak.
+FULL = Settings(m_values=(1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 20, 24, 32, 48, 64, 96, 128, 192, 256),
+                shapes=((512, 512), (512, 2048), (2048, 512), (1024, 1024), (2048, 2048)),
+                repeats=7, warmup=2)
+QUICK = Settings(m_values=(1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64, 128, 256), shapes=((512, 512), (1024, 1024)),
+                 repeats=5, warmup=1, overhead_repeats=5, loop_repeats=3, label="quick")
+
+
+def settings_for(quick: bool) -> Settings:
+    return QUICK if quick else FULL
+
+
+# ---------------------------------------------------------------------------- host facts
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo`` on Linux, else :func:`platform.processor`)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return pyplatform.processor() or pyplatform.machine() or "unknown CPU"
+
+
+def core_count() -> int:
+    """Cores this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def llc_bytes() -> tuple[int, str]:
+    """Size of the last-level cache and where the number came from."""
+    base = Path("/sys/devices/system/cpu/cpu0/cache")
+    best, where = 0, ""
+    if base.is_dir():
+        for index in sorted(base.glob("index*")):
+            try:
+                level = int((index / "level").read_text())
+                text = (index / "size").read_text().strip()
+            except (OSError, ValueError):
+                continue
+            units = {"K": 2**10, "M": 2**20, "G": 2**30}
+            size = int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text)
+            if level >= 2 and size > best:
+                best, where = size, f"{index}/size = {text} (level {level})"
+    if best:
+        return best, where
+    return FALLBACK_LLC_BYTES, f"assumed {FALLBACK_LLC_BYTES // 2**20} MiB (the OS reports no cache sizes)"
+
+
+def physical_memory_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        raise HetSpecError("cannot read this machine's memory size (os.sysconf)") from None
+
+
+# ---------------------------------------------------------------------------- measurement
+@dataclass(frozen=True)
+class WorkerMeasurement:
+    """Everything measured with one thread count."""
+
+    threads: int
+    gemm_warm: tuple              # real.validation.microbench.GemmPoint rows, weights in the cache
+    gemm_cold: tuple              # the same, weights streamed from DRAM
+    peak_flops_per_s: float
+    efficiency_curve: tuple[tuple[int, float], ...]        # cold: a model larger than the cache
+    cache_efficiency_curve: tuple[tuple[int, float], ...]  # warm: a model resident in the cache
+    dram_bw_bytes_per_s: float
+    cache_bw_bytes_per_s: float
+    cache_bytes: int              # effective cache: the largest working set still streaming from it
+    cache_curve: tuple            # (working-set bytes, triad bytes/s) probed
+    dispatch_s: float
+    overhead: object              # real.validation.microbench.LayerOverhead
+    loops: tuple = ()             # real.validation.microbench.LoopSample rows: the real decode loops on the probe
+    streaming: object = None      # real.validation.microbench.StreamingProbe: a step of a model larger than the cache
+
+
+@dataclass(frozen=True)
+class Calibration:
+    cpu: str
+    cores: int
+    date: str
+    settings: Settings
+    llc_bytes: int
+    llc_source: str
+    memory_bytes: int
+    dram_working_set_bytes: int
+    cache_working_set_bytes: int
+    all_threads: WorkerMeasurement
+    one_thread: WorkerMeasurement
+    concurrent_bw_bytes_per_s: tuple[float, ...]   # each of two single-thread workers, streaming together
+    handoff_s: float
+    torch_version: str
+    seconds: float = 0.0
+    command: str = "hetspec calibrate"
+    extra: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        out = asdict(self)
+        out["settings"] = asdict(self.settings)
+        return out

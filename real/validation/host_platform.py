@@ -1,0 +1,169 @@
+"""The ``host`` platform built from a calibration: one device for the whole CPU, one per
+single-thread worker, the shared DRAM domain and the hand-over links between workers."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hwmodels.platform import Device, Link, MemoryDomain, Platform
+from real.validation.host_costs import fit_host_costs
+from real.validation.host_facts import (
+    COLD_POOL_LLC,
+    DRAM_WORKING_SET_LLC,
+    HOST_NAME,
+    MAX_LINKED_WORKERS,
+    WARM_WEIGHT_MAX_BYTES,
+    Calibration,
+    Settings,
+    WorkerMeasurement,
+)
+
+
+# ---------------------------------------------------------------------------- the platform
+def _mib(nbytes: float) -> str:
+    return f"{nbytes / 2**20:.0f} MiB"
+
+
+def _device(name: str, w: WorkerMeasurement, cal: Calibration, description: str) -> Device:
+    s = cal.settings
+    by = f"by {cal.command}"
+    on = f"on {cal.cpu}, {cal.date}"
+    thr = f"{w.threads} thread{'s' if w.threads > 1 else ''}"
+    best = max(w.gemm_warm + w.gemm_cold, key=lambda p: p.flops_per_s)
+    ov = w.overhead
+    sources = {
+        "peak_tflops.fp32": (f"measured: {w.peak_flops_per_s / 1e9:.1f} GFLOP/s {by} (best F.linear of M in "
+                             f"{list(s.m_values)} x (K, N) in {[list(x) for x in s.shapes]}, reached at M={best.m}, "
+                             f"K={best.k}, N={best.n}; {thr}, median of {s.repeats}) {on}"),
+        "compute_efficiency": "1: peak_tflops is the measured best GEMM rate, so it is achievable by definition; "
+                              "gemm_efficiency_curve gives the rate at each token count",
+        "gemm_efficiency_curve": (f"measured {by}: per M, the median over (K, N) in {[list(x) for x in s.shapes]} "
+                                  f"of the F.linear rate with the weight streamed from DRAM (a ring of distinct "
+                                  f"weights totalling {COLD_POOL_LLC} x the last-level cache) divided by "
+                                  f"peak_tflops ({thr}, median of {s.repeats}) {on}"),
+        "cache_gemm_efficiency_curve": (f"measured {by}: as gemm_efficiency_curve with the weight resident in the "
+                                        f"cache (the same weight every call; shapes of at most "
+                                        f"{_mib(WARM_WEIGHT_MAX_BYTES)}) ({thr}, median of {s.repeats}) {on}"),
+        "mem_bw_gbps": (f"measured: {w.dram_bw_bytes_per_s / 1e9:.1f} GB/s {by} (stream triad a = b + 3c, "
+                        f"3 arrays totalling {_mib(cal.dram_working_set_bytes)} = {DRAM_WORKING_SET_LLC} x the "
+                        f"last-level cache; {thr}, median of {s.repeats}) {on}"),
+        "bw_efficiency": "1: mem_bw_gbps is the measured achievable stream bandwidth, not a datasheet peak",
+        "cache_gb": (f"measured {by}: stream triad at working sets "
+                     + ", ".join(f"{_mib(ws)} {bw / 1e9:.0f}" for ws, bw in w.cache_curve)
+                     + f" GB/s (DRAM {w.dram_bw_bytes_per_s / 1e9:.0f}); the largest still above the geometric "
+                       f"midpoint of the fastest and DRAM ({_mib(w.cache_bytes)}) is the cache this process gets "
+                       f"(the OS reports {cal.llc_source}; {thr}, median of {s.repeats}) {on}"),
+        "cache_bw_gbps": (f"measured: {w.cache_bw_bytes_per_s / 1e9:.1f} GB/s {by} (stream triad, median over the "
+                          f"working sets up to the effective cache; {thr}, median of {s.repeats}) {on}"),
+        "mem_capacity_gb": f"os.sysconf: {cal.memory_bytes / 1e9:.1f} GB of physical memory",
+        "op_overhead_us": (f"measured: {ov.per_op_s * 1e6:.2f} us per step-graph operator {by}: the real path's "
+                           f"forward (real/model/transformer.py at hidden {ov.hidden}, compute negligible, {ov.context} cached "
+                           f"tokens; mean of a 1-token unmasked and a 2-token tree-masked step) costs "
+                           f"{ov.per_layer_s * 1e6:.1f} us per layer + {ov.per_forward_s * 1e6:.1f} us per forward "
+                           f"(fit over depths {ov.layers[0]} and {ov.layers[1]}); a {ov.reference_layers}-layer forward "
+                           f"spread over its {ov.reference_layers * ov.graph_ops_per_layer + ov.graph_ops_outside} "
+                           f"step-graph operators. The layer issues {ov.aten_ops_per_layer} torch operators for "
+                           f"{ov.graph_ops_per_layer} step-graph ones, at {w.dispatch_s * 1e6:.2f} us of bare dispatch "
+                           f"each (torch.add on 4 elements); the rest is Python module and argument handling ({thr}, "
+                           f"{s.overhead_repeats} interleaved repeats) {on}"),
+        "token_tile": "1: the measured gemm_efficiency_curve is useful FLOP/s at each token count, so any "
+                      "rounding of M by the kernels is already in it",
+        "sparse_attn_efficiency": "0: the real path computes tree attention densely (scaled_dot_product_attention "
+                                  "with a boolean mask)",
+        "cores": (f"{w.threads} of this machine's {cal.cores} cores (torch intra-op threads)"),
+    }
+    device = Device(
+        name=name, kind="cpu", description=description,
+        peak_tflops={"fp32": round(w.peak_flops_per_s / 1e12, 6)},
+        mem_bw_gbps=round(w.dram_bw_bytes_per_s / 1e9, 3), mem_capacity_gb=round(cal.memory_bytes / 1e9, 3),
+        bw_efficiency=1.0, compute_efficiency=1.0, op_overhead_us=round(ov.per_op_s * 1e6, 3),
+        cache_op_overhead_us=round(ov.per_op_s * 1e6, 3), token_tile=1,
+        sparse_attn_efficiency=0.0, cores=w.threads, gemm_efficiency_curve=w.efficiency_curve,
+        cache_gemm_efficiency_curve=w.cache_efficiency_curve,
+        cache_gb=round(w.cache_bytes / 1e9, 6), cache_bw_gbps=round(w.cache_bw_bytes_per_s / 1e9, 3),
+        sources=sources)
+    if w.streaming is not None:
+        per_op, source = streaming_overhead(device, w.streaming, thr, s, by, on)
+        probe = w.streaming
+        rewarm_source = (f"measured {by}: a draft-sized random model (10 MB of weights) takes "
+                         f"{probe.draft_warm_s * 1e3:.3f} ms per pass in a loop of its own, "
+                         f"{probe.draft_cold_s * 1e3:.3f} ms for its first pass after a step of the streaming probe "
+                         f"({probe.spec.weight_bytes() / 1e6:.0f} MB) and {probe.draft_later_s * 1e3:.3f} ms on average for "
+                         f"the next ones: it recovers {probe.rewarm:.2f} of the cold-to-warm gap ({thr}, median of "
+                         f"{s.overhead_repeats}) {on}")
+        device = replace(device, op_overhead_us=round(per_op * 1e6, 3), cache_rewarm=round(probe.rewarm, 4),
+                         sources={**device.sources, "op_overhead_us": source,
+                                  "cache_op_overhead_us": sources["op_overhead_us"], "cache_rewarm": rewarm_source})
+    if not w.loops:
+        return device
+    costs, cost_sources = fit_host_costs(device, w.loops, s, by, on)
+    return replace(device, host_costs_us=costs, sources={**device.sources, **cost_sources})
+
+
+def streaming_overhead(device: Device, probe, thr: str, settings: Settings, by: str, on: str) -> tuple[float, str]:
+    """Fixed seconds per operator launch of a model whose weights stream from DRAM: the streaming
+    probe's step minus the same step's GEMMs run alone (interleaved with it, so both see the same
+    state of the machine), over the step's launches (mean of the one-token and the masked
+    verification step). Small operators between weight streams find their data evicted, so they cost
+    more than in the cache-resident probe; the GEMMs themselves are priced by the DRAM GEMM curve."""
+    from sim.step_graph import build_step_graph
+
+    spec = probe.spec
+    launches = sum(op.launches * op.count for op in build_step_graph(spec, 1, probe.context).ops)
+    rest = [(t - g) / launches for t, g in ((probe.unmasked_s, probe.gemm_unmasked_s),
+                                             (probe.masked_s, probe.gemm_masked_s))]
+    per_op = max(sum(rest) / len(rest), 0.0)
+    source = (f"measured: {per_op * 1e6:.2f} us per step-graph operator {by}: a random-weight decoder larger than "
+              f"the last-level cache ({spec.n_layers} layers, hidden {spec.hidden}, {spec.weight_bytes() / 1e6:.0f} MB "
+              f"of fp32 weights) takes {probe.unmasked_s * 1e3:.2f} ms for one token and {probe.masked_s * 1e3:.2f} ms "
+              f"for {probe.masked_tokens} under a tree mask, its GEMMs alone {probe.gemm_unmasked_s * 1e3:.2f} and "
+              f"{probe.gemm_masked_s * 1e3:.2f} ms; the rest over its {launches} operators ({thr}, median of {settings.overhead_repeats}) {on}. "
+              f"Models that fit the cache use cache_op_overhead_us")
+    return per_op, source
+
+
+def build_platform(cal: Calibration, name: str = HOST_NAME) -> Platform:
+    """The ``host`` platform of a calibration (see the module docstring)."""
+    whole, single = cal.all_threads, cal.one_thread
+    devices = {"cpu": _device("cpu", whole, cal, f"{cal.cpu}: all {whole.threads} torch threads")}
+    workers = [f"cpu{i}" for i in range(cal.cores)]
+    for w in workers:
+        devices[w] = _device(w, single, cal, f"{cal.cpu}: one single-thread worker (identical to every cpuN; "
+                                             "measured once)")
+    domain_bw = max(whole.dram_bw_bytes_per_s, single.dram_bw_bytes_per_s)
+    together = sum(cal.concurrent_bw_bytes_per_s)
+    n_conc = len(cal.concurrent_bw_bytes_per_s)
+    contention = min(together / domain_bw, 1.0) if n_conc > 1 else 1.0
+    by, on = f"by {cal.command}", f"on {cal.cpu}, {cal.date}"
+    rates = " + ".join(f"{r / 1e9:.1f}" for r in cal.concurrent_bw_bytes_per_s)
+    domain = MemoryDomain(
+        name="dram", devices=tuple(devices), description="this machine's DRAM, shared by every worker",
+        bw_gbps=round(domain_bw / 1e9, 3), capacity_gb=round(cal.memory_bytes / 1e9, 3),
+        contention_efficiency=round(max(contention, 0.01), 4),
+        sources={
+            "bw_gbps": f"measured: the larger of the all-thread and one-thread stream triad bandwidths {by} "
+                       f"(see devices.cpu.mem_bw_gbps) {on}",
+            "capacity_gb": f"os.sysconf: {cal.memory_bytes / 1e9:.1f} GB of physical memory",
+            "contention_efficiency": (
+                f"measured {by}: {n_conc} single-thread workers streaming at once (stream triad, "
+                f"{_mib(cal.dram_working_set_bytes)} each, median of {cal.settings.repeats}) got {rates} = "
+                f"{together / 1e9:.1f} GB/s together, vs {domain_bw / 1e9:.1f} GB/s for the whole CPU alone "
+                f"(one worker alone: {single.dram_bw_bytes_per_s / 1e9:.1f} GB/s) {on}"
+                if n_conc > 1 else "1: a single core has no second worker to contend with"),
+        })
+    linked = workers[:MAX_LINKED_WORKERS]
+    links = tuple(
+        Link(name=f"{a}-{b}", kind="unified", src=a, dst=b, description="zero-copy hand-over between worker threads",
+             bw_gbps=round(domain_bw / 1e9, 3), latency_us=round(cal.handoff_s * 1e6, 3), efficiency=1.0,
+             sources={
+                 "bw_gbps": "zero-copy: the receiver reads the shared DRAM (dram.bw_gbps)",
+                 "latency_us": (f"measured: {cal.handoff_s * 1e6:.1f} us {by} (threading.Event ping-pong between "
+                                f"two Python threads, one-way = round trip / 2, median of "
+                                f"{20 * cal.settings.repeats}) {on}"),
+                 "efficiency": "1: a zero-copy hand-over moves no bytes; the reader's streaming is priced by the roofline",
+             })
+        for i, a in enumerate(linked) for b in linked[i + 1:])
+    return Platform(name=name,
+                    description=f"this machine, calibrated by {cal.command} on {cal.date}: {cal.cpu}, "
+                                f"{cal.cores} cores, torch {cal.torch_version}",
+                    devices=devices, links=links, memory_domains=(domain,))

@@ -1,0 +1,525 @@
+"""Torch micro-benchmarks of this host: what ``hetspec calibrate`` measures, one function each.
+
+Every benchmark runs its kernel a few times untimed (warm-up: first calls allocate, page in and
+pick kernels), then times ``repeats`` runs and keeps the **median**, which a burst of noise from
+other processes does not move. Times come from ``time.perf_counter``. Torch threads: each
+function takes ``threads`` and restores the previous setting on exit.
+
+- :func:`gemm_rates`: FLOP/s of ``F.linear`` (the real path's linear layers) over token counts M
+  and weight shapes K x N.
+- :func:`stream_bandwidth`: STREAM "triad" ``a = b + s*c`` bytes/s for a working-set size
+  (3 arrays; bytes counted as 3 x array size, the STREAM convention).
+- :func:`dispatch_overhead_s`: seconds per tiny torch operator (the framework's fixed cost).
+- :func:`layer_overhead`: fixed seconds per step-graph operator of the real path's own decoder
+  layer (:class:`real.model.transformer.Transformer` at a size where compute is negligible), and the aten
+  operators that layer issues (counted with a dispatch mode).
+- :func:`concurrent_stream`: bandwidth of ``workers`` single-thread workers streaming at once.
+- :func:`handoff_latency_s`: one-way latency of handing work from one worker thread to another.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+#: Bytes per fp32 element (the real path computes in fp32).
+FP32_BYTES = 4
+
+
+@contextmanager
+def torch_threads(threads: int) -> Iterator[None]:
+    """Run the body with ``threads`` intra-op threads, then restore the previous count."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def median_time(fn: Callable[[], object], repeats: int, warmup: int, inner: int = 1) -> float:
+    """Median seconds of one call of ``fn`` over ``repeats`` timed batches of ``inner`` calls."""
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        samples.append((time.perf_counter() - t) / inner)
+    return statistics.median(samples)
+
+
+# ---------------------------------------------------------------------------- GEMM
+@dataclass(frozen=True)
+class GemmPoint:
+    m: int            # token dimension (rows of the activation)
+    k: int            # input features
+    n: int            # output features
+    seconds: float    # median time of one F.linear
+    flops_per_s: float
+
+
+def gemm_rates(m_values: Sequence[int], shapes: Sequence[tuple[int, int]], threads: int, repeats: int,
+               warmup: int, cold_pool_bytes: int = 0,
+               progress: Callable[[], None] | None = None) -> tuple[GemmPoint, ...]:
+    """``F.linear(x [M, K], W [N, K])`` FLOP/s (2*M*K*N per call) for every M and (K, N).
+
+    ``cold_pool_bytes`` 0: the same weight every call, so it stays in the cache (warm).
+    Otherwise each call uses the next of a pool of distinct weights totalling at least that many
+    bytes (choose several times the last-level cache), so every call streams its weight from
+    DRAM (cold), as a decode step of a model larger than the cache does.
+    """
+    out = []
+    gen = torch.Generator().manual_seed(0)
+    with torch_threads(threads), torch.inference_mode():
+        for k, n in shapes:
+            pool = max(1, -(-cold_pool_bytes // (k * n * FP32_BYTES))) if cold_pool_bytes else 1
+            weights = [torch.randn(n, k, generator=gen) for _ in range(pool)]
+            for m in m_values:
+                x = torch.randn(m, k, generator=gen)
+                # aim for >= ~1 ms per timed batch so the timer's resolution does not matter; the
+                # ring of a pool continues across batches, so consecutive calls never reuse a weight
+                inner = min(max(1, int(2e-3 * 50e9 / (2.0 * m * k * n))), 64)
+                ring = iter(())
+
+                def call():
+                    nonlocal ring
+                    w = next(ring, None)
+                    if w is None:
+                        ring = iter(weights)
+                        w = next(ring)
+                    return F.linear(x, w)
+                s = median_time(call, repeats, warmup, inner=inner)
+                out.append(GemmPoint(m, k, n, s, 2.0 * m * k * n / s))
+                if progress:
+                    progress()
+            weights = None      # free the pool before the next shape
+    return tuple(out)
+
+
+# ---------------------------------------------------------------------------- memory
+def stream_bandwidth(working_set_bytes: int, threads: int, repeats: int, warmup: int) -> float:
+    """STREAM triad bytes/s with three fp32 arrays totalling ``working_set_bytes``."""
+    n = max(working_set_bytes // (3 * FP32_BYTES), 1024)
+    with torch_threads(threads), torch.inference_mode():
+        a, b, c = torch.empty(n), torch.ones(n), torch.full((n,), 2.0)
+        inner = max(1, int(1e6 // n))        # small arrays: batch calls so one sample is >~ 1 ms
+        s = median_time(lambda: torch.add(b, c, alpha=3.0, out=a), repeats, warmup, inner=inner)
+    return 3 * n * FP32_BYTES / s
+
+
+def concurrent_stream(working_set_bytes: int, workers: int, repeats: int, warmup: int) -> tuple[float, ...]:
+    """Triad bytes/s of each of ``workers`` single-thread workers while all stream at once.
+
+    Workers are Python threads (torch releases the GIL inside operators), each running with one
+    intra-op thread on its own arrays, as the heterogeneous real path runs CPU workers. Each
+    worker's arrays total ``working_set_bytes``; all start each repeat at a barrier, and a
+    worker's rate is the median over repeats of its bytes over its own elapsed time.
+    """
+    n = max(working_set_bytes // (3 * FP32_BYTES), 1024)
+    arrays = [(torch.empty(n), torch.ones(n), torch.full((n,), 2.0)) for _ in range(workers)]
+    barrier = threading.Barrier(workers)
+    samples: list[list[float]] = [[] for _ in range(workers)]
+
+    def work(i: int) -> None:
+        a, b, c = arrays[i]
+        with torch.inference_mode():
+            for r in range(warmup + repeats):
+                barrier.wait()
+                t = time.perf_counter()
+                torch.add(b, c, alpha=3.0, out=a)
+                if r >= warmup:
+                    samples[i].append(time.perf_counter() - t)
+
+    with torch_threads(1):
+        pool = [threading.Thread(target=work, args=(i,)) for i in range(workers)]
+        for t in pool:
+            t.start()
+        for t in pool:
+            t.join()
+    return tuple(3 * n * FP32_BYTES / statistics.median(s) for s in samples)
+
+
+# ---------------------------------------------------------------------------- fixed costs
+def dispatch_overhead_s(threads: int, repeats: int, warmup: int) -> float:
+    """Seconds of one tiny torch operator (``torch.add`` of two 4-element tensors, inference mode)."""
+    with torch_threads(threads), torch.inference_mode():
+        a, b = torch.ones(4), torch.ones(4)
+        return median_time(lambda: torch.add(a, b), repeats, warmup, inner=200)
+
+
+@dataclass(frozen=True)
+class LayerOverhead:
+    """Fixed costs of the real path's forward pass, from probes where compute is negligible.
+
+    ``per_layer_s`` / ``per_forward_s``: slope and intercept of the forward time against the depth,
+    averaged over a one-token step without a mask (``ar``, draft passes) and a two-token step under
+    a tree mask (verification); ``per_op_s`` spreads a whole forward of ``reference_layers`` layers
+    over its step-graph operators, so the intercept (embedding, positions, masks, final norm, LM
+    head, the Python call) is priced where it matters most: shallow models, whose steps are mostly
+    fixed costs.
+    """
+
+    per_op_s: float            # fixed seconds per step-graph operator (see above)
+    per_layer_s: float         # fixed seconds per decoder layer
+    per_forward_s: float       # fixed seconds of one forward outside the layers
+    per_layer_unmasked_s: float
+    per_forward_unmasked_s: float
+    per_layer_masked_s: float
+    per_forward_masked_s: float
+    reference_layers: int      # depth whose whole forward defines per_op_s
+    graph_ops_per_layer: int   # step-graph operator launches per layer (sim.step_graph)
+    graph_ops_outside: int     # step-graph operator launches outside the layers
+    aten_ops_per_layer: int    # torch (aten) operators the real path issues per layer
+    hidden: int
+    layers: tuple[int, int]    # the two depths timed
+    context: int
+
+
+#: Shape of the overhead probe: hidden 64 keeps every GEMM far below a microsecond of compute
+#: (2 * 64 * 64 FLOP per token and matrix), so a forward's time is its fixed costs; 4 query heads
+#: over 2 KV heads take the grouped-query path of the demo models.
+PROBE_HIDDEN = 64
+PROBE_HEADS = (4, 2)
+PROBE_VOCAB = 64
+#: Depths timed: the slope between them is the per-layer cost, the intercept the per-forward cost.
+PROBE_LAYERS = (1, 5)
+#: Depth whose whole forward is spread over its operators: the tiny demo target's 2 layers (the
+#: shallowest model validated; deeper models' steps are dominated by the per-layer part anyway).
+REFERENCE_LAYERS = 2
+#: Cached tokens the probe attends to (a typical demo prompt length).
+PROBE_CONTEXT = 64
+
+
+def _probe_spec(n_layers: int):
+    from sim.model_spec import ModelSpec
+
+    return ModelSpec(name=f"overhead-probe-{n_layers}", n_layers=n_layers, hidden=PROBE_HIDDEN,
+                     intermediate=PROBE_HIDDEN, n_heads=PROBE_HEADS[0], n_kv_heads=PROBE_HEADS[1],
+                     vocab=PROBE_VOCAB, dtype="fp32", max_position=4 * PROBE_CONTEXT)
+
+
+def _probe_model(n_layers: int):
+    from real.model.transformer import Transformer
+
+    torch.manual_seed(0)
+    return Transformer(_probe_spec(n_layers)).eval()
+
+
+def probe_specs():
+    """The shapes of :func:`probe_models`' target and draft (for pricing, without building them)."""
+    return _probe_spec(REFERENCE_LAYERS), _probe_spec(1)
+
+
+def _probe_step(model, masked: bool, tokens: int = 2) -> Callable[[], object]:
+    """A decode step at ``PROBE_CONTEXT`` cached tokens: one token without a mask (as ``ar`` and a
+    draft pass run it) or ``tokens`` tokens (a chain) under a tree mask with explicit positions (a
+    verification)."""
+    from sim.tree import TokenTree
+
+    cache = model.new_cache(2 * PROBE_CONTEXT)
+    model(torch.zeros(1, PROBE_CONTEXT, dtype=torch.long), cache)
+    cache.keep(range(PROBE_CONTEXT))
+    if not masked:
+        token = torch.zeros(1, 1, dtype=torch.long)
+
+        def step():
+            model(token, cache)
+            cache.discard()
+        return step
+    tree = TokenTree.chain(tokens - 1)
+    block = torch.zeros(1, tree.size, dtype=torch.long)
+    mask = torch.from_numpy(tree.attention_mask())
+    positions = cache.length + torch.tensor(tree.depths)
+
+    def step():
+        model(block, cache, positions=positions, tree_mask=mask)
+        cache.discard()
+    return step
+
+
+def count_aten_ops(fn: Callable[[], object]) -> int:
+    """Number of aten operators ``fn`` dispatches (views included)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Counter(TorchDispatchMode):
+        calls = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            Counter.calls += 1
+            return func(*args, **(kwargs or {}))
+
+    with Counter():
+        fn()
+    return Counter.calls
+
+
+def layer_overhead(threads: int, repeats: int, warmup: int) -> LayerOverhead:
+    """Fixed costs of the real path's forward, from probe depths :data:`PROBE_LAYERS`, unmasked and masked."""
+    from sim.step_graph import build_step_graph
+
+    lo, hi = PROBE_LAYERS
+    fits: dict[bool, tuple[float, float]] = {}
+    with torch_threads(threads), torch.inference_mode():
+        models = {n: _probe_model(n) for n in (lo, hi)}
+        for masked in (False, True):
+            steps = {n: _probe_step(m, masked) for n, m in models.items()}
+            # interleave the two depths so slow drifts of the machine hit both alike
+            samples: dict[int, list[float]] = {lo: [], hi: []}
+            for n in (lo, hi):
+                median_time(steps[n], 1, warmup)
+            for _ in range(repeats):
+                for n in (lo, hi):
+                    samples[n].append(median_time(steps[n], 1, 0, inner=20))
+            t_lo, t_hi = statistics.median(samples[lo]), statistics.median(samples[hi])
+            per_layer = max(t_hi - t_lo, 0.0) / (hi - lo)
+            fits[masked] = (per_layer, max(t_lo - lo * per_layer, 0.0))
+        aten = count_aten_ops(_probe_step(models[hi], False)) - count_aten_ops(_probe_step(models[lo], False))
+    per_layer = (fits[False][0] + fits[True][0]) / 2.0
+    per_forward = (fits[False][1] + fits[True][1]) / 2.0
+    graph = build_step_graph(models[lo].spec, 1, PROBE_CONTEXT)
+    in_layer = sum(op.launches for op in graph.section("layer"))
+    outside = sum(op.launches for op in graph.ops if op.section != "layer")
+    reference = per_forward + REFERENCE_LAYERS * per_layer
+    return LayerOverhead(
+        per_op_s=reference / (REFERENCE_LAYERS * in_layer + outside), per_layer_s=per_layer,
+        per_forward_s=per_forward, per_layer_unmasked_s=fits[False][0], per_forward_unmasked_s=fits[False][1],
+        per_layer_masked_s=fits[True][0], per_forward_masked_s=fits[True][1], reference_layers=REFERENCE_LAYERS,
+        graph_ops_per_layer=in_layer, graph_ops_outside=outside, aten_ops_per_layer=aten // (hi - lo),
+        hidden=PROBE_HIDDEN, layers=PROBE_LAYERS, context=PROBE_CONTEXT)
+
+
+def handoff_latency_s(repeats: int, warmup: int) -> float:
+    """One-way seconds to hand a job from one thread to another and be woken (ping-pong / 2)."""
+    ping, pong = threading.Event(), threading.Event()
+    rounds = warmup + repeats
+    stop = threading.Event()
+
+    def responder() -> None:
+        for _ in range(rounds):
+            ping.wait()
+            ping.clear()
+            pong.set()
+        stop.set()
+
+    samples = []
+    thread = threading.Thread(target=responder)
+    thread.start()
+    for r in range(rounds):
+        t = time.perf_counter()
+        ping.set()
+        pong.wait()
+        pong.clear()
+        if r >= warmup:
+            samples.append((time.perf_counter() - t) / 2.0)
+    thread.join()
+    return statistics.median(samples)
+
+
+# ---------------------------------------------------------------------------- decode loops
+@dataclass(frozen=True)
+class LoopSample:
+    """One real decode loop timed on the overhead probe."""
+
+    method: str
+    knob: int                 # gamma / tree budget / tree width (0 for ar)
+    step_s: float             # median over repeats of decode seconds per step
+    passes: float             # draft passes per step
+    nodes: float              # tokens verified per step (proposed + the root)
+    heads: int                # Medusa heads computed per step (medusa only)
+    tokens: float = 1.0       # tokens emitted per step (dovetail: the next round's first drafter pass)
+
+
+#: Probe decode runs: prompt and new tokens per run.
+LOOP_PROMPT_TOKENS = 48
+LOOP_NEW_TOKENS = 96
+#: Logit scale of the probe's LM head: makes its predictions confident (top-1 probability near 1),
+#: so draft-tree rounds grow instead of falling back after one token, as a trained draft's do.
+PROBE_LOGIT_SCALE = 40.0
+#: Configurations timed per method (two or more, so a per-pass or per-node cost can be fitted).
+LOOP_CONFIGS = {"ar": (0,), "chain": (1, 3, 6), "draft-tree": (4, 8), "medusa": (1, 8, 32), "dovetail": (2, 7)}
+#: Medusa heads of the probe (the tiny demo preset has 3).
+PROBE_MEDUSA_HEADS = 3
+
+
+def probe_models():
+    """A ``REFERENCE_LAYERS``-deep probe target, a one-layer probe draft (drafts are shallower than
+    their targets) that predicts what the target does, both with a confident LM head (so draft trees
+    grow to their budget, as a trained draft's do), and untrained Medusa heads on the target."""
+    from real.decode.common import DecodeModels
+    from real.model.medusa_heads import MedusaHeads
+
+    target, draft = _probe_model(REFERENCE_LAYERS), _probe_model(1)
+    with torch.no_grad():
+        target.lm_head.weight.mul_(PROBE_LOGIT_SCALE)
+        # the draft agrees with the target, so draft trees grow round after round (a draft that
+        # never agrees makes draft-tree's fallback stop every round after one pass, and its per-pass
+        # cost cannot be told from its per-step one): the target's later layers add nothing to the
+        # residual stream (zero output projections: the same shapes, so the same cost) and the
+        # draft is the target's first layer with the target's embedding, norm and LM head
+        for layer in target.model.layers[1:]:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+        draft.load_state_dict({k: v for k, v in target.state_dict().items() if k in draft.state_dict()})
+    heads = MedusaHeads.from_target(target, PROBE_MEDUSA_HEADS).eval()
+    return DecodeModels(target=target, draft=draft, heads=heads)
+
+
+def decode_loop_samples(threads: int, repeats: int) -> tuple[LoopSample, ...]:
+    """Time HetSpec's real decode loops (real.decode) on the probe models: per method and config the
+    median step time, with the draft passes and verified tokens per step."""
+    from real.decode import decoder
+    from real.decode.common import Clock
+    from real.validation.grid import GridPoint, medusa_tree, real_config
+
+    models = probe_models()
+    # accuracies only shape the Medusa trees (greedy sparse trees of the demo kind)
+    accuracy = [[0.6, 0.15, 0.05, 0.05], [0.5, 0.15, 0.05, 0.05], [0.4, 0.15, 0.05, 0.05]]
+    prompt = [1 + (7 * i) % (PROBE_VOCAB - 1) for i in range(LOOP_PROMPT_TOKENS)]
+    jobs = []
+    for method, knobs in LOOP_CONFIGS.items():
+        for knob in knobs:
+            if method == "dovetail":
+                config = dovetail_probe_config(knob, threads)
+            else:
+                tree = medusa_tree(knob, accuracy) if method == "medusa" else None
+                config = real_config(GridPoint(method, knob), accuracy, tree)
+            jobs.append((method, knob, config, decoder(method).generate))
+    runs: list[list] = [[] for _ in jobs]
+    with torch_threads(threads), torch.inference_mode():
+        for _, _, config, gen in jobs:
+            gen(models, prompt, 8, config, Clock())                         # warm-up
+        # every repeat runs every loop once, so a slow moment of the machine hits them all alike
+        for _ in range(repeats):
+            for i, (_, _, config, gen) in enumerate(jobs):
+                runs[i].append(gen(models, prompt, LOOP_NEW_TOKENS, config, Clock()))
+    out = []
+    for (method, knob, _, _), results in zip(jobs, runs):
+        run = sorted(results, key=lambda r: r.decode_s)[len(results) // 2]
+        out.append(LoopSample(method, knob, statistics.median(r.decode_s / r.steps for r in results),
+                              passes=run.draft_passes / run.steps, nodes=1.0 + sum(run.proposed_per_step) / run.steps,
+                              heads=PROBE_MEDUSA_HEADS if method == "medusa" else 0,
+                              tokens=run.mean_accepted_per_step))
+    return tuple(out)
+
+
+def dovetail_probe_config(depth: int, threads: int):
+    """The probe's dovetail round: Dovetail's tree (top-k 10, 16 verified tokens) from ``1 + depth``
+    drafter passes, drafter and verifier on the one worker the calibrated device stands for (``cpu``
+    = all cores; one thread: ``cpuN`` on the first allowed core)."""
+    from real.hetero.dovetail import DEFAULT_TOP_K, DEFAULT_WIDTH, DovetailConfig
+    from real.hetero.workers import allowed_cores
+
+    cores = allowed_cores()
+    worker = "cpu" if threads > 1 or len(cores) == 1 else f"cpu{cores[0]}"
+    return DovetailConfig(width=DEFAULT_WIDTH, depth=depth, top_k=DEFAULT_TOP_K, workers=(worker, worker))
+
+
+# ---------------------------------------------------------------------------- streaming probe
+@dataclass(frozen=True)
+class StreamingProbe:
+    """One decode step of a random-weight decoder whose weights stream from DRAM."""
+
+    spec: object              # sim.model_spec.ModelSpec
+    unmasked_s: float         # one token, no mask
+    masked_s: float           # STREAM_MASKED_TOKENS tokens under a tree mask
+    context: int
+    masked_tokens: int = 4
+    gemm_unmasked_s: float = 0.0   # the same step's GEMMs alone (same weights, same order, M = 1)
+    gemm_masked_s: float = 0.0     # ... with M = masked_tokens
+    draft_cold_s: float = 0.0      # a draft-sized model's first pass right after a probe step
+    draft_later_s: float = 0.0     # its next passes (mean of the medians of passes 2..REWARM_PASSES)
+    draft_warm_s: float = 0.0      # its pass in a loop of its own
+
+    @property
+    def rewarm(self) -> float:
+        """Share of the cold-to-warm gap the draft recovers on its later passes (0..1)."""
+        gap = self.draft_cold_s - self.draft_warm_s
+        return min(max((self.draft_cold_s - self.draft_later_s) / gap, 0.0), 1.0) if gap > 0 else 1.0
+
+
+#: Layer shape of the streaming probe (a narrow Llama layer, grouped-query attention, 7 MB of fp32
+#: weights). The fixed cost per operator of a streaming model grows with its width (measured here:
+#: about 11-16 us at hidden 384, 20-23 us at hidden 768, 8 us in the cache), so the probe takes the
+#: narrow end, the small demo target's width: fixed costs matter most for narrow models, whose
+#: steps have the least GEMM time to hide them in; a wide model's fixed costs are then priced a
+#: little low, a few percent of its step.
+STREAM_HIDDEN = 384
+STREAM_INTERMEDIATE = 1536
+STREAM_HEADS = (6, 2)
+STREAM_VOCAB = 4096
+#: Weights of the streaming probe, in multiples of the last-level cache (each step evicts them all).
+STREAM_WEIGHTS_LLC = 4
+#: Depth cap (a machine with a huge cache would otherwise build a very deep probe).
+STREAM_MAX_LAYERS = 32
+#: Draft-sized model of the re-warming measurement (2 layers, hidden 256, vocabulary 4096: 10 MB
+#: of fp32 weights read per pass, a third of a desktop last-level cache), and its passes per round.
+REWARM_DRAFT = dict(n_layers=2, hidden=256, intermediate=704, n_heads=4, n_kv_heads=2, vocab=4096)
+REWARM_PASSES = 6
+#: Tokens of the masked streaming step: a typical verification; not 2, where this CPU's GEMM
+#: kernels take a slow path for some shapes (measured: M = 2 slower per row than M = 1 or 4), which
+#: would be mistaken for fixed cost.
+STREAM_MASKED_TOKENS = 4
+
+
+def streaming_probe(threads: int, repeats: int, warmup: int, llc_bytes: int) -> StreamingProbe:
+    """Time one and two-token steps of a decoder several times larger than the last-level cache."""
+    from real.model.random_models import random_transformer
+    from sim.model_spec import ModelSpec
+
+    h, i = STREAM_HIDDEN, STREAM_INTERMEDIATE
+    kv = h // STREAM_HEADS[0] * STREAM_HEADS[1]
+    per_layer = FP32_BYTES * (2 * h * h + 2 * h * kv + 3 * h * i)
+    layers = min(max(1, -(-STREAM_WEIGHTS_LLC * llc_bytes // per_layer)), STREAM_MAX_LAYERS)
+    spec = ModelSpec(name="streaming-probe", n_layers=int(layers), hidden=h, intermediate=i, n_heads=STREAM_HEADS[0],
+                     n_kv_heads=STREAM_HEADS[1], vocab=STREAM_VOCAB, dtype="fp32", max_position=4 * PROBE_CONTEXT)
+    model = random_transformer(spec)
+    # the step's GEMMs alone, in the forward's order: linear layers then the LM head
+    weights = [w for layer in model.model.layers for w in (
+        layer.self_attn.q_proj.weight, layer.self_attn.k_proj.weight, layer.self_attn.v_proj.weight,
+        layer.self_attn.o_proj.weight, layer.mlp.gate_proj.weight, layer.mlp.up_proj.weight,
+        layer.mlp.down_proj.weight)] + [model.lm_head.weight]
+
+    def gemms(m: int) -> Callable[[], object]:
+        xs = {w.shape[1]: torch.randn(1, m, w.shape[1]) for w in weights}
+
+        def run():
+            for w in weights:
+                F.linear(xs[w.shape[1]], w)
+        return run
+
+    draft = random_transformer(ModelSpec(name="rewarm-draft", dtype="fp32", max_position=4 * PROBE_CONTEXT,
+                                         **REWARM_DRAFT))
+    with torch_threads(threads), torch.inference_mode():
+        jobs = {"step1": _probe_step(model, False), "stepq": _probe_step(model, True, STREAM_MASKED_TOKENS),
+                "gemm1": gemms(1), "gemmq": gemms(STREAM_MASKED_TOKENS)}
+        for fn in jobs.values():
+            median_time(fn, 1, warmup)
+        # interleaved: the forward and its GEMMs alone see the same state of the machine
+        samples = {k: [] for k in jobs}
+        for _ in range(repeats):
+            for k, fn in jobs.items():
+                samples[k].append(median_time(fn, 1, 0, inner=3))
+        # re-warming: a round = one probe step (evicts the draft), then the draft's passes one by one
+        draft_pass = _probe_step(draft, False)
+        warm = median_time(draft_pass, repeats, 5, inner=3)
+        rounds: list[list[float]] = [[] for _ in range(REWARM_PASSES)]
+        for _ in range(repeats):
+            jobs["step1"]()
+            for j in range(REWARM_PASSES):
+                t = time.perf_counter()
+                draft_pass()
+                rounds[j].append(time.perf_counter() - t)
+    med = {k: statistics.median(v) for k, v in samples.items()}
+    later = statistics.mean(statistics.median(r) for r in rounds[1:])
+    return StreamingProbe(spec, med["step1"], med["stepq"], PROBE_CONTEXT, STREAM_MASKED_TOKENS,
+                          gemm_unmasked_s=med["gemm1"], gemm_masked_s=med["gemmq"],
+                          draft_cold_s=statistics.median(rounds[0]), draft_later_s=later, draft_warm_s=warm)

@@ -1,0 +1,283 @@
+"""``hetspec validate``: predict the demo models' decode speed on the calibrated host, measure it, compare.
+
+Stages (each announced, each with a progress bar):
+
+1. the demo models of a preset (trained first if not cached);
+2. the ``host`` platform written by ``hetspec calibrate`` (a device of it: ``cpu`` = all torch
+   threads, or one single-thread worker ``cpuN``);
+3. the acceptance profile, measured on **calibration** prompts (:mod:`real.run.acceptance`);
+4. predictions of the grid (:mod:`real.validation.grid`) by the simulator's closed form
+   (:mod:`real.validation.predict`);
+5. real runs of the same grid on held-out **evaluation** prompts, interleaved repeats, medians
+   (:mod:`real.validation.measure`);
+6. one forward step of random-weight Llama-shaped models large enough to be memory-bound here,
+   for several token counts, predicted vs measured (:mod:`real.model.random_models`);
+
+then ``results.json``, the PNG plots (:mod:`real.validation.plots`) and ``report.md``
+(:mod:`real.validation.report`) in the output folder. Per method: median absolute step-latency
+and tokens/s errors, predicted and measured best configuration, and the regret of the predicted
+best (:mod:`real.validation.metrics`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from hwmodels.errors import HetSpecError
+from real.train.demo import choose_preset
+from real.validation.machine import DRIFT_WARNING, load_host, machine_drift
+
+#: Default output folder (relative to the working directory).
+DEFAULT_OUT = "reports/validation"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How much validation decodes and times."""
+
+    calibration_prompts: int     # calibration prompts the acceptance profile is measured on
+    eval_prompts: int            # evaluation prompts every grid point decodes, per repeat
+    prompt_tokens: int
+    max_new_tokens: int
+    repeats: int                 # interleaved repeats of the whole grid
+    random_models: tuple[str, ...]
+    random_tokens: tuple[int, ...]
+    random_repeats: int
+    random_context: int
+    label: str = "full"
+
+
+#: Quick: the issue's acceptance run (under 10 minutes on the 2-core reference machine with the
+#: small preset). Full: more prompts, tokens and repeats, every token count of the random models.
+QUICK = Settings(calibration_prompts=24, eval_prompts=6, prompt_tokens=64, max_new_tokens=64, repeats=3,
+                 random_models=("random-smollm-135m", "random-smollm-360m"), random_tokens=(1, 4, 16, 64),
+                 random_repeats=3, random_context=128, label="quick")
+FULL = Settings(calibration_prompts=48, eval_prompts=12, prompt_tokens=64, max_new_tokens=96, repeats=5,
+                random_models=("random-smollm-135m", "random-smollm-360m"), random_tokens=(1, 2, 4, 8, 16, 32, 64),
+                random_repeats=5, random_context=256, label="full")
+
+
+def settings_for(quick: bool) -> Settings:
+    return QUICK if quick else FULL
+
+
+def banner(text: str, progress: bool = True) -> None:
+    if progress:
+        print(f"\n== {text}", file=sys.stderr, flush=True)
+
+
+def _row(point, pred, meas) -> dict:
+    from real.validation.metrics import signed_error
+
+    return {
+        "method": point.method, "knob": point.knob, "value": point.value, "label": point.label,
+        "pred_step_ms": pred.step_s * 1e3, "meas_step_ms": meas.step_s * 1e3,
+        "meas_step_ms_min": min(meas.step_samples) * 1e3, "meas_step_ms_max": max(meas.step_samples) * 1e3,
+        "pred_tokens_per_s": pred.tokens_per_s, "meas_tokens_per_s": meas.tokens_per_s,
+        "meas_tokens_per_s_min": min(meas.tps_samples), "meas_tokens_per_s_max": max(meas.tps_samples),
+        "pred_tokens_per_step": pred.tokens_per_step, "meas_tokens_per_step": meas.tokens_per_step,
+        "pred_tokens_per_step_independent": pred.tokens_per_step_independent,
+        "step_error_signed": signed_error(pred.step_s, meas.step_s),
+        "tps_error_signed": signed_error(pred.tokens_per_s, meas.tokens_per_s),
+        "pred_breakdown_ms": {k: v * 1e3 for k, v in pred.breakdown.items()},
+        "meas_phase_ms": meas.phase_ms, "meas_draft_passes_per_step": meas.draft_passes_per_step,
+        "meas_verified_per_step": meas.verified_per_step,
+        "meas_step_ms_samples": [s * 1e3 for s in meas.step_samples],
+        "missing": pred.missing,
+    }
+
+
+def point_rows(points, preds, meas) -> list[dict]:
+    return [_row(p, pr, m) for p, pr, m in zip(points, preds, meas)]
+
+
+def method_summaries(rows: list[dict]) -> list[dict]:
+    from real.validation.grid import SPECULATIVE_METHODS
+    from real.validation.metrics import summarize_method
+
+    out = []
+    for method in ("ar",) + SPECULATIVE_METHODS:
+        pts = [r for r in rows if r["method"] == method and not r["missing"]]
+        if not pts:
+            continue
+        s = summarize_method(method, [r["label"] for r in pts], [r["pred_step_ms"] for r in pts],
+                             [r["meas_step_ms"] for r in pts], [r["pred_tokens_per_s"] for r in pts],
+                             [r["meas_tokens_per_s"] for r in pts], [r["pred_tokens_per_step"] for r in pts],
+                             [r["meas_tokens_per_step"] for r in pts])
+        out.append(s.to_json())
+    return out
+
+
+def _random_weight(settings: Settings, platform, device: str, threads: int, progress: bool) -> list[dict]:
+    from tqdm.auto import tqdm
+
+    from real.model.random_models import random_spec, random_transformer, time_steps
+    from real.validation.microbench import torch_threads
+    from sim.closed_form import step_seconds
+
+    rows = []
+    total = len(settings.random_models) * len(settings.random_tokens) * settings.random_repeats
+    with tqdm(total=total, desc="random-weight timing", unit="step", disable=not progress, file=sys.stderr) as bar:
+        for name in settings.random_models:
+            spec = random_spec(name)
+            bar.set_postfix_str(f"{name} ({spec.params / 1e6:.0f} M params)")
+            model = random_transformer(spec)
+            with torch_threads(threads):
+                timings = time_steps(model, settings.random_tokens, settings.random_context, settings.random_repeats,
+                                     tick=bar.update)
+            del model
+            for t in timings:
+                pred = float(step_seconds(spec, platform, device, t.tokens, t.context))
+                rows.append({"model": name, "params": spec.params, "weight_mb": spec.weight_bytes() / 1e6,
+                             "tokens": t.tokens, "context": t.context, "meas_ms": t.seconds * 1e3,
+                             "pred_ms": pred * 1e3, "error_signed": (pred - t.seconds) / t.seconds,
+                             "label": "random-weight timing run"})
+    return rows
+
+
+def validate(out: str | Path = DEFAULT_OUT, preset: str | None = None, quick: bool = False, device: str = "cpu",
+             platform: str = "host", progress: bool = True, command: str = "hetspec validate",
+             settings: Settings | None = None, grid=None, hetero: bool = False, hetero_settings=None) -> dict:
+    """Run the whole validation; write ``results.json``, the plots and ``report.md`` into ``out``.
+
+    ``grid``: the :class:`~real.validation.grid.GridPoint` s to run (default: the whole grid).
+    Returns the results document (what ``results.json`` holds).
+    """
+    import torch
+    from tqdm.auto import tqdm
+
+    from real.run.acceptance import measure_profile
+    from real.run.session import load_models
+    from real.train.corpus import prompts as corpus_prompts
+    from real.validation.grid import default_grid, medusa_tree, real_config
+    from real.validation.measure import measure_grid
+    from real.validation.microbench import torch_threads
+    from real.validation.predict import PredictionContext, predict_point
+    from real.validation.report import write_report
+
+    t_start = time.perf_counter()
+    settings = settings or settings_for(quick)
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise HetSpecError(f"--out {out} is a file; give a folder")
+
+    banner("[1/6] host platform", progress)
+    host = load_host(platform)
+    dev = host.device(device)
+    threads = dev.cores or torch.get_num_threads()
+    if progress:
+        print(f"{host.name}: {host.description}\ndevice {device}: {dev.description} ({threads} torch threads)",
+              file=sys.stderr)
+
+    drift = machine_drift(dev, threads)
+    if progress:
+        print(f"fixed cost per operator now {drift['now_us']:.2f} us vs {drift['calibrated_us']:.2f} us at calibration "
+              f"({100 * drift['change']:+.0f} %)" + ("  <- the machine's state changed: recalibrate on a quiet machine"
+                                                   if abs(drift["change"]) > DRIFT_WARNING else ""), file=sys.stderr)
+
+    preset, why = choose_preset(preset)
+    banner(f"[2/6] demo models: preset {preset} ({why})", progress)
+    models = load_models(preset, progress)
+    grid = tuple(grid) if grid else default_grid()
+
+    banner(f"[3/6] acceptance profile on {settings.calibration_prompts} calibration prompts", progress)
+    calib = [list(p) for p in corpus_prompts(models.tokenizer, "calibration", settings.calibration_prompts,
+                                             settings.prompt_tokens, seed=0)]
+    with torch_threads(threads):
+        profile = measure_profile(models, calib, settings.max_new_tokens, name=f"demo-{preset}-validation",
+                                  source=f"measured by {command} on {len(calib)} calibration prompts of the demo "
+                                         f"{preset} models",
+                                  meta={"preset": preset, "prompt_tokens": settings.prompt_tokens})
+    out.mkdir(parents=True, exist_ok=True)
+    profile.save(out / "acceptance-profile.json")
+
+    banner(f"[4/6] predictions for {len(grid)} configurations ({host.name}:{device})", progress)
+    trees = {p: medusa_tree(p.value, profile.medusa_accuracy) for p in grid if p.method == "medusa"}
+    ctx = PredictionContext(target=models.target.spec, draft_config=str(Path(models.folder) / "draft" / "config.json"),
+                            medusa_heads=models.heads.n_heads, platform=host, device=device,
+                            context=settings.prompt_tokens + settings.max_new_tokens // 2, profile=profile)
+    preds = [predict_point(p, ctx, trees.get(p)) for p in grid]
+
+    banner(f"[5/6] real runs: {len(grid)} configurations x {settings.repeats} repeats on "
+           f"{settings.eval_prompts} evaluation prompts x {settings.max_new_tokens} tokens", progress)
+    evaluation = [list(p) for p in corpus_prompts(models.tokenizer, "evaluation", settings.eval_prompts,
+                                                  settings.prompt_tokens, seed=0)]
+    configs = [real_config(p, profile.medusa_accuracy, trees.get(p)) for p in grid]
+    with tqdm(total=len(grid) * settings.repeats, desc="real runs", unit="run", disable=not progress,
+              file=sys.stderr) as bar, torch_threads(threads):
+        meas = measure_grid(models, grid, configs, evaluation, settings.max_new_tokens, settings.repeats,
+                            worker=device, tick=bar.update)
+
+    banner(f"[6/6] random-weight timing runs: {', '.join(settings.random_models) or 'none'}", progress)
+    random_rows = _random_weight(settings, host, device, threads, progress) if settings.random_models else []
+
+    rows = point_rows(grid, preds, meas)
+    doc = {
+        "format": "hetspec-validation/1",
+        "command": command,
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "seconds": round(time.perf_counter() - t_start, 1),
+        "preset": preset, "preset_reason": why,
+        "platform": {"name": host.name, "description": host.description, "path": host.path, "device": device,
+                     "threads": threads, "device_fields": _device_json(dev)},
+        "settings": asdict(settings),
+        "context_priced": ctx.context,
+        "drift": drift,
+        "models": {"target": models.target.spec.to_dict(), "draft": models.draft.spec.to_dict(),
+                   "medusa_heads": models.heads.n_heads, "summary": {k: models.summary.get(k) for k in (
+                       "fingerprint", "trained_at", "target_eval_perplexity", "draft_greedy_agreement")}},
+        "acceptance": {"draft_alpha": profile.draft_alpha, "chain_length": profile.chain_acceptance_length,
+                       "medusa_length": ({p.value: profile.acceptance_length.get(p.value) for p in trees}
+                                         if profile.acceptance_length else None),
+                       "medusa_top1": [row[0] for row in profile.medusa_accuracy] if profile.medusa_accuracy else None,
+                       "positions": profile.meta.get("positions")},
+        "points": rows,
+        "methods": method_summaries(rows),
+        "random_weight": random_rows,
+    }
+    if hetero:   # issue 7: hcmp ratio sweep, dovetail placements, alspec, streaming (real/validation/hetero.py)
+        from real.validation.hetero import validate_hetero
+        from real.validation.hetero_setup import settings_for as default_hetero
+
+        doc["hetero"] = validate_hetero(models, host, ctx, out, hetero_settings or default_hetero(quick), progress)
+    write_report(doc, out)
+    return doc
+
+
+def _device_json(dev) -> dict:
+    out = {}
+    for key in ("peak_tflops", "mem_bw_gbps", "bw_efficiency", "op_overhead_us", "cache_gb", "cache_bw_gbps",
+                "gemm_efficiency_curve", "cache_gemm_efficiency_curve", "cores"):
+        value = getattr(dev, key)
+        out[key] = dict(value) if key == "peak_tflops" else value
+    return out
+
+
+def acceptance_check(doc: dict) -> dict:
+    """The ``--json`` answer: per speculative method, the three numbers issue 5 sets targets for."""
+    out = {"preset": doc["preset"], "device": doc["platform"]["device"], "command": doc["command"], "methods": {}}
+    for m in doc["methods"]:
+        if m["method"] == "ar":
+            continue
+        out["methods"][m["method"]] = {
+            "median_step_error": _round(m["median_step_error"]), "median_tokens_per_s_error":
+                _round(m["median_tokens_per_s_error"]), "regret": _round(m["regret"]),
+            "predicted_best": m["predicted_best"], "measured_best": m["measured_best"], "passes": m["passes"]}
+    out["all_pass"] = bool(out["methods"]) and all(v["passes"] for v in out["methods"].values())
+    return out
+
+
+def _round(x: float) -> float | None:
+    return round(x, 4) if x is not None and math.isfinite(x) else None
+
+
+def load_results(out: str | Path) -> dict:
+    path = Path(out) / "results.json"
+    if not path.exists():
+        raise HetSpecError(f"no validation results at {path} (run `hetspec validate`)")
+    return json.loads(path.read_text())

@@ -1,0 +1,202 @@
+"""The layering of the project, read from the imports of every module (``ast``, nothing imported).
+
+- ``hwmodels`` imports nothing of ours; ``sim`` imports only ``hwmodels``; neither imports torch;
+- nothing outside ``real.validation`` (and the CLI, ``hetspec``) imports ``real.validation``;
+- outside ``sim``, ``real.validation`` and the CLI, nothing prices with the simulator (strategies,
+  closed form, engine, optimizer, step timing): the real path shares only the vocabulary (trees,
+  model specs, traces, acceptance profiles, method knobs);
+- no import cycle anywhere (every import counts, also those inside functions).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGES = ("hwmodels", "sim", "real", "hetspec")
+#: Modules of ``sim`` that price work (the real path must not use them outside ``real.validation``).
+PRICING = ("sim.strategies", "sim.closed_form", "sim.engine", "sim.optimizer", "sim.step_timing", "sim.pricing",
+           "sim.sweep")
+
+
+def module_files(root: Path) -> dict[str, Path]:
+    """Dotted module name -> file, for every ``.py`` file of our packages under ``root``."""
+    out = {}
+    for package in PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            parts = list(path.relative_to(root).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            out[".".join(parts)] = path
+    return out
+
+
+def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
+    """Every module ``name`` imports (absolute names; ``from a import b`` counts ``a`` and ``a.b`` if a module)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join(parts + ([node.module] if node.module else []))
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names if f"{base}.{alias.name}" in known)
+    return found - {name}
+
+
+def import_graph(root: Path) -> dict[str, set[str]]:
+    files = module_files(root)
+    known = set(files)
+    return {name: imports_of(name, path, known) for name, path in files.items()}
+
+
+def _top(module: str) -> str:
+    return module.split(".")[0]
+
+
+def _within(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def violations(graph: dict[str, set[str]]) -> list[str]:
+    """Every broken layering rule, one line each."""
+    out = []
+    for module, targets in sorted(graph.items()):
+        for target in sorted(targets):
+            top = _top(target)
+            if _top(module) in ("hwmodels", "sim") and top == "torch":
+                out.append(f"{module} imports torch")
+            if _top(module) == "hwmodels" and top in ("sim", "real", "hetspec"):
+                out.append(f"{module} imports {target} (hwmodels imports nothing of ours)")
+            if _top(module) == "sim" and top in ("real", "hetspec"):
+                out.append(f"{module} imports {target} (sim imports only hwmodels)")
+            outside_validation = not (_within(module, "real.validation") or _top(module) == "hetspec")
+            if _within(target, "real.validation") and outside_validation:
+                out.append(f"{module} imports {target} (only real.validation and the CLI do)")
+            if (_top(module) == "real" and outside_validation
+                    and any(_within(target, p) for p in PRICING)):
+                out.append(f"{module} imports {target} (pricing; only real.validation sets it against runs)")
+    return out
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import cycles among our modules (strongly connected components of two or more modules)."""
+    ours = {m: {t for t in ts if t in graph} for m, ts in graph.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:   # Tarjan's algorithm, iterative over a work list of (node, children)
+        work = [(v, iter(sorted(ours[v])))]
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(ours[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    component.append(w)
+                    if w == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+
+    for v in sorted(ours):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_project_keeps_its_layering():
+    graph = import_graph(REPO)
+    assert {"hwmodels.platform", "sim.tree", "real.validation.calibrate", "hetspec.cli"} <= set(graph)
+    assert violations(graph) == []
+
+
+def test_the_project_has_no_import_cycle():
+    assert cycles(import_graph(REPO)) == []
+
+
+def test_real_has_at_most_eight_top_level_modules():
+    top = [p.name for p in (REPO / "real").glob("*.py")]
+    assert len(top) <= 8, top
+
+
+def test_no_module_is_over_600_lines():
+    long = {str(p.relative_to(REPO)): n for p in module_files(REPO).values()
+            if (n := len(p.read_text().splitlines())) > 600}
+    assert long == {}
+
+
+def _tree(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    for package in PACKAGES:
+        (root / package).mkdir(exist_ok=True)
+        (root / package / "__init__.py").touch()
+    return root
+
+
+CLEAN = {
+    "hwmodels/platform.py": "import math\n",
+    "sim/tree.py": "from hwmodels.platform import math\n",
+    "sim/closed_form.py": "from sim import tree\n",
+    "real/model/__init__.py": "",
+    "real/model/transformer.py": "import torch\nfrom sim.tree import x\n",
+    "real/validation/__init__.py": "",
+    "real/validation/predict.py": "from sim.closed_form import y\nfrom real.model import transformer\n",
+    "hetspec/cli.py": "import real.validation.predict\n",
+}
+
+
+@pytest.mark.parametrize("rel, line, expected", [
+    ("hwmodels/platform.py", "from sim import tree\n", "hwmodels.platform imports sim"),
+    ("sim/tree.py", "import torch\n", "sim.tree imports torch"),
+    ("sim/tree.py", "def f():\n    from real.model import transformer\n", "sim.tree imports real.model"),
+    ("real/model/transformer.py", "from real.validation import predict\n", "only real.validation and the CLI"),
+    ("real/model/transformer.py", "from sim.closed_form import y\n", "pricing"),
+])
+def test_a_forbidden_import_is_found(tmp_path, rel, line, expected):
+    root = _tree(tmp_path, CLEAN)
+    assert violations(import_graph(root)) == []
+    (root / rel).write_text((root / rel).read_text() + line)
+    found = violations(import_graph(root))
+    assert any(expected in v for v in found), found
+
+
+def test_an_import_cycle_is_found(tmp_path):
+    root = _tree(tmp_path, CLEAN)
+    assert cycles(import_graph(root)) == []
+    (root / "real/model/transformer.py").write_text("import torch\ndef f():\n    from real.validation.predict import z\n")
+    (root / "real/model/helper.py").write_text("from real.model.transformer import f\n")
+    assert cycles(import_graph(root)) == [["real.model.transformer", "real.validation.predict"]]
+    (root / "sim/tree.py").write_text("from sim.closed_form import y\n")
+    assert ["sim.closed_form", "sim.tree"] in cycles(import_graph(root))

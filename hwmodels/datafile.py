@@ -1,9 +1,13 @@
-"""Reading a user's JSON or TOML file, with one clear error line when it is missing or malformed."""
+"""Reading a user's JSON or TOML file, with one clear error line when it is missing or malformed, and
+preparing an output file or folder, with one clear line when it cannot be written."""
 
 from __future__ import annotations
 
 import json
+import os
 import tomllib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +23,12 @@ def read_data_file(path: str | Path, what: str) -> Any:
     path = Path(path)
     if not path.is_file():
         raise HetSpecError(f"{what} {path} does not exist")
-    text = path.read_text()
+    try:
+        text = path.read_text()
+    except UnicodeDecodeError:
+        raise PresetError(str(path), path.suffix.lstrip(".") or "text", "not UTF-8 text") from None
+    except OSError as exc:
+        raise HetSpecError(f"cannot read {what} {path}: {_reason(exc, path)}") from None
     if path.suffix == ".toml":
         try:
             return tomllib.loads(text)
@@ -29,3 +38,50 @@ def read_data_file(path: str | Path, what: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise PresetError(str(path), "json", f"not valid JSON ({exc.msg} at line {exc.lineno})") from None
+
+
+# ---------------------------------------------------------------------- writing
+def _reason(exc: OSError, path: Path) -> str:
+    """``Permission denied``, ``Not a directory (x)``: the OS's reason, and the path it names if not ``path``."""
+    reason = exc.strerror or exc.__class__.__name__
+    where = exc.filename if exc.filename is not None else None
+    return f"{reason} ({where})" if where is not None and str(where) != str(path) else reason
+
+
+def output_path(path: str | Path, what: str = "output file") -> Path:
+    """``path`` ready to be written: its folder created (with parents), and one line if it cannot be.
+
+    Commands call it before the work, so a file that cannot be written (a read-only folder, a
+    parent that is a file) fails in milliseconds as ``cannot write <what> <path>: <reason>``.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise HetSpecError(f"cannot write {what} {path}: it is a folder")
+    with writing(path, what):
+        path.parent.mkdir(parents=True, exist_ok=True)
+    target = path if path.exists() else path.parent
+    if not os.access(target, os.W_OK | (0 if target is path else os.X_OK)):
+        raise HetSpecError(f"cannot write {what} {path}: Permission denied ({target})")
+    return path
+
+
+def output_folder(path: str | Path, what: str = "output folder") -> Path:
+    """Folder ``path`` created (with parents) and writable, else one line (see :func:`output_path`)."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise HetSpecError(f"cannot write {what} {path}: it exists and is not a folder")
+    with writing(path, what):
+        path.mkdir(parents=True, exist_ok=True)
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise HetSpecError(f"cannot write {what} {path}: Permission denied")
+    return path
+
+
+@contextmanager
+def writing(path: str | Path, what: str = "output file") -> Iterator[Path]:
+    """Turn an ``OSError`` raised while writing ``path`` into one line: ``cannot write <what> <path>: <reason>``."""
+    path = Path(path)
+    try:
+        yield path
+    except OSError as exc:
+        raise HetSpecError(f"cannot write {what} {path}: {_reason(exc, path)}") from None

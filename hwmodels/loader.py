@@ -27,6 +27,8 @@ cache_op_overhead_us = { value = 7.0, source = "..." }        # optional: per la
 chain_step = { value = 40.0, source = "..." }                 # <method>_step / _pass / _node
 [devices.gpu.peak_tflops]
 fp16 = { value = 142.0, source = "..." }
+[devices.cpu.derived_peak_tflops]  # optional: dtypes not measured, priced as factor x a measured peak
+fp16 = { from = "fp32", factor = 1.0, source = "..." }
 
 [[links]]
 name = "pcie"
@@ -47,17 +49,23 @@ contention_efficiency = { value = 0.85, source = "..." }
 
 A bad file raises :class:`~hwmodels.errors.PresetError` naming the file, the field and the
 problem, e.g. ``x.toml: devices.gpu.mem_bw_gbps: must be > 0 (got -1)``.
+
+Names: a platform in a platform folder (the built-in presets, ``$HETSPEC_PLATFORMS_DIR``) is the
+platform of its file name: ``my-box.toml`` is ``my-box`` in every listing, table and lookup. A
+built-in preset must declare that name; a user file whose ``name`` differs (a copied preset, a
+renamed ``host.toml``) is loaded under its file name. A file given by path keeps its declared name.
 """
 
 from __future__ import annotations
 
 import math
 import os
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from hwmodels.datafile import read_data_file
+from hwmodels.datafile import output_path, read_data_file, writing
 from hwmodels.dtypes import DTYPE_BYTES
 from hwmodels.errors import HetSpecError, PresetError, UnknownNameError
 from hwmodels.platform import DEVICE_KINDS, LINK_KINDS, STORAGE, Device, Link, MemoryDomain, Platform
@@ -153,7 +161,8 @@ class _Reader:
         where = f"devices.{name}."
         if not isinstance(table, dict):
             raise self.fail(f"devices.{name}", "must be a table")
-        allowed = set(_DEVICE_NUMBERS) | {"kind", "description", "peak_tflops", "host_costs_us"} | set(_DEVICE_CURVES)
+        allowed = set(_DEVICE_NUMBERS) | {"kind", "description", "peak_tflops", "derived_peak_tflops",
+                                          "host_costs_us"} | set(_DEVICE_CURVES)
         self.unknown_keys(table, allowed, where)
         kind = self.text(table, "kind", where)
         if kind not in DEVICE_KINDS:
@@ -170,6 +179,7 @@ class _Reader:
             peak_sources: dict[str, str] = {}
             peaks[dtype] = float(self.number(peaks_table, dtype, f"{where}peak_tflops.", "pos", True, peak_sources))
             sources[f"peak_tflops.{dtype}"] = peak_sources[dtype]
+        derived = self.derived_peaks(table.get("derived_peak_tflops"), peaks, where, sources)
         host_costs: dict[str, float] = {}
         if "host_costs_us" in table:
             costs_table = table["host_costs_us"]
@@ -196,10 +206,40 @@ class _Reader:
             sources[key] = source
             curves[key] = curve
         return Device(
-            name=name, kind=kind, peak_tflops=peaks, host_costs_us=host_costs, **curves,
+            name=name, kind=kind, peak_tflops=peaks, derived_peaks=derived, host_costs_us=host_costs, **curves,
             description=self.text(table, "description", where, required=False), sources=sources,
             **numbers,
         )
+
+    def derived_peaks(self, table: Any, peaks: dict[str, float], where: str,
+                      sources: dict[str, str]) -> dict[str, tuple[str, float]]:
+        """``[derived_peak_tflops]``: ``dtype = { from = "<measured dtype>", factor = <x>, source = "..." }``."""
+        if table is None:
+            return {}
+        field = f"{where}derived_peak_tflops"
+        if not isinstance(table, dict):
+            raise self.fail(field, 'must be a table of dtype = { from = "fp32", factor = 1.0, source = "..." }')
+        derived: dict[str, tuple[str, float]] = {}
+        for dtype, entry in table.items():
+            here = f"{field}.{dtype}"
+            if dtype not in DTYPE_BYTES:
+                raise self.fail(here, f"unknown dtype; valid: {', '.join(DTYPE_BYTES)}")
+            if dtype in peaks:
+                raise self.fail(here, f"{dtype} has a measured peak in peak_tflops; give it in one table only")
+            if not isinstance(entry, dict) or set(entry) != {"from", "factor", "source"}:
+                raise self.fail(here, 'must be { from = "<measured dtype>", factor = <number>, source = "..." }')
+            source, factor, text = entry["from"], entry["factor"], entry["source"]
+            if source not in peaks:
+                raise self.fail(f"{here}.from", f"{source!r} has no measured peak; measured: {', '.join(peaks)}")
+            if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not math.isfinite(factor) \
+                    or factor <= 0:
+                raise self.fail(f"{here}.factor", f"must be a number > 0 (got {factor!r})")
+            if not isinstance(text, str) or not text.strip():
+                raise self.fail(f"{here}.source", "missing source (why this peak may be derived)")
+            derived[dtype] = (source, float(factor))
+            sources[f"peak_tflops.{dtype}"] = f"derived: {float(factor):g} x the {source} peak; {text}"
+            sources[f"derived_peak_tflops.{dtype}"] = text
+        return derived
 
     def link(self, i: int, table: Any, devices: dict[str, Device]) -> Link:
         where = f"links[{i}]."
@@ -260,12 +300,23 @@ def parse_platform(data: dict, path: str) -> Platform:
 
 
 def load_platform_file(path: str | Path) -> Platform:
+    """The platform of a file; one in a platform folder is named by its file (see the module docstring)."""
     path = Path(path)
     data = read_data_file(path, "platform file")
     platform = parse_platform(data, str(path))
-    if path.parent == builtin_preset_dir() and platform.name != path.stem:
-        raise PresetError(str(path), "name", f"must equal the file name {path.stem!r} (got {platform.name!r})")
+    if platform.name != path.stem:
+        if path.parent == builtin_preset_dir():
+            raise PresetError(str(path), "name", f"must equal the file name {path.stem!r} (got {platform.name!r})")
+        if _same_folder(path.parent, user_platform_dir()):
+            platform = replace(platform, name=path.stem)
     return platform
+
+
+def _same_folder(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve()
+    except OSError:
+        return False
 
 
 def builtin_preset_dir() -> Path:
@@ -297,6 +348,19 @@ def platform_names() -> tuple[str, ...]:
     return tuple(_platform_files())
 
 
+def load_platforms() -> tuple[dict[str, Platform], tuple[str, ...]]:
+    """Every platform of the platform folders that loads, by name, and one line per file that does not
+    (``<file>: <field>: <problem>``): one bad file in the user folder does not hide the others."""
+    platforms: dict[str, Platform] = {}
+    problems: list[str] = []
+    for name, path in _platform_files().items():
+        try:
+            platforms[name] = load_platform_file(path)
+        except HetSpecError as exc:
+            problems.append(str(exc))
+    return platforms, tuple(problems)
+
+
 def get_platform(name_or_path: str) -> Platform:
     """A platform by preset name, or from a ``.toml`` file path."""
     files = _platform_files()
@@ -305,10 +369,31 @@ def get_platform(name_or_path: str) -> Platform:
     if name_or_path.endswith(".toml") or os.sep in name_or_path:
         return load_platform_file(name_or_path)
     hint = " (run `hetspec calibrate` to create it)" if name_or_path == "host" else ""
+    declaring = _files_declaring(name_or_path, files)
+    if declaring:
+        hint = (f" ({declaring[0].name} declares that name; a platform in a platform folder is named by its file: "
+                f"use {declaring[0].stem!r})")
     err = UnknownNameError("platform", name_or_path, files)
     if hint:
         raise HetSpecError(str(err) + hint)
     raise err
+
+
+def _files_declaring(name: str, files: dict[str, Path]) -> list[Path]:
+    """User platform files whose ``name`` field is ``name`` (for the hint of an unknown name)."""
+    import tomllib
+
+    found = []
+    for path in files.values():
+        if path.parent == builtin_preset_dir():
+            continue
+        try:
+            declared = tomllib.loads(path.read_text()).get("name")
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+            continue
+        if declared == name:
+            found.append(path)
+    return found
 
 
 # ---------------------------------------------------------------------- writing
@@ -330,7 +415,11 @@ def platform_to_dict(platform: Platform) -> dict:
         for key in _DEVICE_CURVES:
             if getattr(d, key):
                 entry[key] = _sourced([list(p) for p in getattr(d, key)], d.sources, key)
-        entry["peak_tflops"] = {dt: _sourced(v, d.sources, f"peak_tflops.{dt}") for dt, v in d.peak_tflops.items()}
+        entry["peak_tflops"] = {dt: _sourced(v, d.sources, f"peak_tflops.{dt}") for dt, v in d.measured_peaks.items()}
+        if d.derived_peaks:
+            entry["derived_peak_tflops"] = {
+                dt: {"from": src, "factor": factor, "source": d.sources.get(f"derived_peak_tflops.{dt}", "unknown")}
+                for dt, (src, factor) in d.derived_peaks.items()}
         if d.host_costs_us:
             entry["host_costs_us"] = {k: _sourced(v, d.sources, f"host_costs_us.{k}") for k, v in d.host_costs_us.items()}
         devices[name] = entry
@@ -354,7 +443,7 @@ def platform_to_dict(platform: Platform) -> dict:
 def write_platform_file(platform: Platform, path: str | Path) -> Path:
     import tomli_w
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(tomli_w.dumps(platform_to_dict(platform)))
+    path = output_path(path, "platform file")
+    with writing(path, "platform file"):
+        path.write_text(tomli_w.dumps(platform_to_dict(platform)))
     return path

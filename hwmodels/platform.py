@@ -54,6 +54,11 @@ class Device:
     per draft pass, ``<method>_node`` per verified token (building inputs and masks, argmax,
     acceptance walk, cache compaction). The strategies price it (:func:`sim.strategies.base.host_seconds`);
     absent keys cost nothing.
+
+    Optional ``derived_peaks`` (dtype -> (source dtype, factor)): peaks that were not measured but are
+    derived from a measured one, ``peak_tflops[dtype] = factor * peak_tflops[source]`` (host calibration
+    measures fp32 GEMMs only, and prices fp16/bf16 from them). ``peak_tflops`` holds the derived values
+    too (computed here), so every dtype prices the same way; ``measured_peaks`` leaves them out.
     """
 
     name: str
@@ -74,12 +79,23 @@ class Device:
     cache_op_overhead_us: float | None = None
     cache_rewarm: float | None = None
     host_costs_us: Mapping[str, float] = field(default_factory=dict)
+    derived_peaks: Mapping[str, tuple[str, float]] = field(default_factory=dict)
     description: str = ""
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
         if self.kind not in DEVICE_KINDS:
             raise HetSpecError(f"device {self.name}: kind {self.kind!r} unknown; valid: {', '.join(DEVICE_KINDS)}")
+        if self.derived_peaks:
+            peaks = dict(self.peak_tflops)
+            for dtype, (source, factor) in self.derived_peaks.items():
+                if source in self.derived_peaks or source not in peaks:
+                    raise HetSpecError(f"device {self.name}: peak for {dtype} derives from {source!r}, which has no "
+                                       f"measured peak; measured: {', '.join(self.measured_peaks) or '(none)'}")
+                if not factor > 0:
+                    raise HetSpecError(f"device {self.name}: derived peak factor for {dtype} must be > 0 (got {factor})")
+                peaks[dtype] = float(factor) * peaks[source]
+            object.__setattr__(self, "peak_tflops", peaks)
         for name in ("gemm_efficiency_curve", "cache_gemm_efficiency_curve"):
             if getattr(self, name) is not None:
                 curve = tuple(sorted((int(t), float(e)) for t, e in getattr(self, name)))
@@ -100,6 +116,11 @@ class Device:
     @property
     def dtypes(self) -> tuple[str, ...]:
         return tuple(self.peak_tflops)
+
+    @property
+    def measured_peaks(self) -> dict[str, float]:
+        """The peaks that were measured or quoted (``peak_tflops`` without the derived ones)."""
+        return {dt: v for dt, v in self.peak_tflops.items() if dt not in self.derived_peaks}
 
     def peak_flops_per_s(self, dtype: str) -> float:
         """Peak FLOP/s at ``dtype``; a dtype the device has no rate for is an error."""

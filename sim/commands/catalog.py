@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
-from hwmodels.loader import get_platform, platform_names
+from hwmodels.loader import get_platform, load_platforms
 from hwmodels.platform import Platform
 from sim.model_spec import get_model, model_names
 
@@ -27,16 +28,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_models)
 
 
+def warn_bad_platform_files(problems) -> None:
+    """One stderr line per platform file that does not load (the listing goes on without it)."""
+    for problem in problems:
+        print(f"hetspec: warning: skipped a platform file that does not load: {problem}", file=sys.stderr)
+
+
 def cmd_platforms(args: argparse.Namespace) -> int:
+    platforms, problems = load_platforms()
+    warn_bad_platform_files(problems)
     rows = []
-    for name in platform_names():
-        plat = get_platform(name)
+    for name, plat in platforms.items():
         kinds = "+".join(f"{d.kind}:{n}" for n, d in plat.devices.items())
         rows.append({"name": name, "devices": kinds, "description": plat.description, "path": plat.path})
     if args.json:
         print(json.dumps(rows, indent=2))
     else:
-        width = max(len(r["name"]) for r in rows)
+        width = max((len(r["name"]) for r in rows), default=0)
         for r in rows:
             print(f"{r['name']:<{width}}  {r['devices']:<18}  {r['description']}")
     return 0
@@ -56,7 +64,8 @@ def cmd_platform_show(args: argparse.Namespace) -> int:
     print(f"{plat.name}: {plat.description}\n  file: {plat.path}")
     for name, d in plat.devices.items():
         print(f"\ndevice {name} ({d.kind}) {d.description}")
-        peaks = ", ".join(f"{dt} {v:g}" for dt, v in d.peak_tflops.items())
+        peaks = ", ".join(f"{dt} {v:g}" + (f" (derived from {d.derived_peaks[dt][0]})" if dt in d.derived_peaks else "")
+                          for dt, v in d.peak_tflops.items())
         print(f"  peak TFLOP/s       {peaks}")
         for key, unit in (("mem_bw_gbps", "GB/s"), ("mem_capacity_gb", "GB"), ("bw_efficiency", ""),
                           ("compute_efficiency", ""), ("op_overhead_us", "us"), ("token_tile", "tokens"),

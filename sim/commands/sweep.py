@@ -29,7 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from hwmodels.errors import HetSpecError
-    from hwmodels.loader import platform_names
+    from hwmodels.loader import load_platforms
+    from sim.commands.catalog import warn_bad_platform_files
     from sim.strategies import available_methods
     from sim.sweep import parse_int_list, sweep, write_table
 
@@ -40,8 +41,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             import pyarrow  # noqa: F401
         except ImportError:
             raise HetSpecError("writing .parquet needs pyarrow (pip install pyarrow); use a .csv file instead") from None
+    platforms = _names(args.platforms, ["all"])
+    if platforms == ["all"]:
+        loaded, problems = load_platforms()
+        warn_bad_platform_files(problems)
+        platforms = list(loaded)
     start = time.perf_counter()
-    result = sweep(models=_names(args.models, []), platforms=_names(args.platforms, platform_names()),
+    result = sweep(models=_names(args.models, []), platforms=platforms,
                    methods=_names(args.methods, available_methods()), acceptances=args.acceptance or (),
                    contexts=parse_int_list(args.contexts, "--contexts"), batches=parse_int_list(args.batches, "--batches"),
                    space=space_from_args(args), progress=not args.no_progress, refine=not args.no_refine,

@@ -57,6 +57,7 @@ def output_path(path: str | Path, what: str = "output file") -> Path:
     path = Path(path)
     if path.is_dir():
         raise HetSpecError(f"cannot write {what} {path}: it is a folder")
+    _check_folders(path.parent, path, what)
     with writing(path, what):
         path.parent.mkdir(parents=True, exist_ok=True)
     target = path if path.exists() else path.parent
@@ -70,11 +71,21 @@ def output_folder(path: str | Path, what: str = "output folder") -> Path:
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise HetSpecError(f"cannot write {what} {path}: it exists and is not a folder")
+    _check_folders(path, path, what)
     with writing(path, what):
         path.mkdir(parents=True, exist_ok=True)
     if not os.access(path, os.W_OK | os.X_OK):
         raise HetSpecError(f"cannot write {what} {path}: Permission denied")
     return path
+
+
+def _check_folders(folder: Path, path: Path, what: str) -> None:
+    """One line if an existing part of ``folder`` (or a parent) is a file, where a folder is needed."""
+    for part in (folder, *folder.parents):
+        if part.exists():
+            if not part.is_dir():
+                raise HetSpecError(f"cannot write {what} {path}: {part} is a file, not a folder")
+            return
 
 
 @contextmanager

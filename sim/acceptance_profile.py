@@ -25,7 +25,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hwmodels.datafile import read_data_file
+from hwmodels.datafile import output_path, read_data_file, writing
 from hwmodels.errors import HetSpecError, PresetError
 
 FORMAT = "hetspec-acceptance-profile/1"
@@ -106,9 +106,9 @@ class AcceptanceProfile:
         return out
 
     def save(self, path: str | Path) -> Path:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.to_json(), indent=2) + "\n")
+        path = output_path(path, "acceptance profile")
+        with writing(path, "acceptance profile"):
+            path.write_text(json.dumps(self.to_json(), indent=2) + "\n")
         return path
 
     @classmethod

@@ -49,7 +49,10 @@ def finish_axes(ax: Any, *, title: str | None = None, xlabel: str | None = None,
 def save_figure(fig: Any, path: Path, *, dpi: int = DEFAULT_DPI,
                 rect: tuple[float, float, float, float] | None = None) -> Path:
     """Lay out (``tight_layout`` within ``rect``, unless the figure has its own layout) and write ``path``."""
+    from hwmodels.datafile import writing
+
     if fig.get_layout_engine() is None:
         fig.tight_layout(rect=rect)
-    fig.savefig(path, dpi=dpi)
+    with writing(path, "figure"):
+        fig.savefig(path, dpi=dpi)
     return Path(path)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hwmodels.datafile import output_path, writing
 from hwmodels.errors import HetSpecError
 from hwmodels.loader import get_platform
 from sim.acceptance import load_acceptance
@@ -129,21 +130,29 @@ def sweep(models: Sequence[str], platforms: Sequence[str], methods: Sequence[str
 
 def write_table(table, path: str | Path) -> Path:
     """Write a table as ``.csv`` or ``.parquet`` (parquet needs pyarrow: a clear error without it)."""
+    path = check_table_path(path)
+    with writing(path, "output table"):
+        if path.suffix.lower() == ".csv":
+            table.to_csv(path, index=False)
+        else:
+            table.to_parquet(path, index=False)
+    return path
+
+
+def check_table_path(path: str | Path) -> Path:
+    """``path`` checked before a sweep: ``.csv`` or ``.parquet`` (with pyarrow installed), in a place
+    that can be written; one line otherwise."""
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix not in (".csv", ".parquet"):
         raise HetSpecError(f"output file {path}: suffix must be .csv or .parquet")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if suffix == ".csv":
-        table.to_csv(path, index=False)
-        return path
-    try:
-        import pyarrow  # noqa: F401
-    except ImportError:
-        raise HetSpecError("writing .parquet needs pyarrow (pip install pyarrow, or hetspec[parquet]); "
-                           "use a .csv file instead") from None
-    table.to_parquet(path, index=False)
-    return path
+    if suffix == ".parquet":
+        try:
+            import pyarrow  # noqa: F401
+        except ImportError:
+            raise HetSpecError("writing .parquet needs pyarrow (pip install pyarrow, or hetspec[parquet]); "
+                               "use a .csv file instead") from None
+    return output_path(path, "output table")
 
 
 def parse_int_list(text: str, what: str = "value") -> tuple[int, ...]:

@@ -23,6 +23,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from hwmodels.datafile import output_path, writing
 from hwmodels.errors import HetSpecError
 
 #: Phases in use. ``decode`` = one autoregressive target step; ``verify`` = one target pass over
@@ -59,12 +60,23 @@ TRACE_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(TraceRecord))
 
 def write_trace(records: Iterable[TraceRecord], path: str | Path) -> Path:
     """Write records as ``.csv``, ``.jsonl`` or Chrome-trace ``.json`` (chosen by the suffix)."""
-    path = Path(path)
+    path = check_trace_path(path)
     records = list(records)
     suffix = path.suffix.lower()
-    if suffix not in (".csv", ".jsonl", ".json"):
+    with writing(path, "trace file"):
+        _write_records(records, path, suffix)
+    return path
+
+
+def check_trace_path(path: str | Path) -> Path:
+    """``path`` checked before a run: a trace suffix, and a place that can be written (one line otherwise)."""
+    path = Path(path)
+    if path.suffix.lower() not in (".csv", ".jsonl", ".json"):
         raise HetSpecError(f"trace file {path}: suffix must be .csv, .jsonl or .json (Chrome trace)")
-    path.parent.mkdir(parents=True, exist_ok=True)
+    return output_path(path, "trace file")
+
+
+def _write_records(records: list[TraceRecord], path: Path, suffix: str) -> None:
     if suffix == ".csv":
         with path.open("w", newline="") as fh:
             writer = csv.DictWriter(fh, fieldnames=TRACE_COLUMNS)
@@ -76,7 +88,6 @@ def write_trace(records: Iterable[TraceRecord], path: str | Path) -> Path:
                 fh.write(json.dumps(asdict(r)) + "\n")
     else:
         path.write_text(json.dumps(to_chrome_trace(records), indent=1))
-    return path
 
 
 def read_trace(path: str | Path) -> list[TraceRecord]:

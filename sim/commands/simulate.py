@@ -26,8 +26,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 def cmd_simulate(args: argparse.Namespace) -> int:
     from sim.engine import simulate
     from sim.optimizer import optimize
-    from sim.trace import write_trace
+    from sim.trace import check_trace_path, write_trace
 
+    if args.trace:
+        check_trace_path(args.trace)        # before the run: a trace that cannot be written fails at once
     problem = problem_from_args(args)
     chosen = optimize(problem, args.method, space_from_args(args))
     sim = simulate(problem, args.method, chosen.best_config, steps=args.steps, seed=args.seed,

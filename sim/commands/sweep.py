@@ -28,19 +28,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from hwmodels.errors import HetSpecError
     from hwmodels.loader import load_platforms
     from sim.commands.catalog import warn_bad_platform_files
     from sim.strategies import available_methods
-    from sim.sweep import parse_int_list, sweep, write_table
+    from sim.sweep import check_table_path, parse_int_list, sweep, write_table
 
-    if not args.out.lower().endswith((".csv", ".parquet")):
-        raise HetSpecError(f"output file {args.out}: suffix must be .csv or .parquet")
-    if args.out.lower().endswith(".parquet"):
-        try:
-            import pyarrow  # noqa: F401
-        except ImportError:
-            raise HetSpecError("writing .parquet needs pyarrow (pip install pyarrow); use a .csv file instead") from None
+    check_table_path(args.out)              # before the sweep: a table that cannot be written fails at once
     platforms = _names(args.platforms, ["all"])
     if platforms == ["all"]:
         loaded, problems = load_platforms()

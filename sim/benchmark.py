@@ -1,8 +1,8 @@
 """Speed benchmark of the simulator: ``python -m sim.benchmark``.
 
-Measures the two speed targets of issue 4 and prints them:
+Measures the simulator's two speed targets and prints them:
 
-1. one ``hetspec predict`` with its full search (the issue's example: Vicuna-7B on the Jetson
+1. one ``hetspec predict`` with its full search (the reference example: Vicuna-7B on the Jetson
    Xavier NX at 204 MHz, Medusa, Ghidorah's MBPP table), as a fresh process (Python start-up and
    imports included: what a user waits for) and in-process (the search alone); target < 2 s;
 2. a sweep of at least 100,000 configurations (models x platforms x methods x acceptance x

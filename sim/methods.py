@@ -12,7 +12,7 @@ from hwmodels.errors import UnknownNameError
 class MethodInfo:
     name: str
     title: str
-    source: str       # the seed paper (see ../shared/seeds/README.md)
+    source: str       # the paper the method comes from (short name)
     lossless: bool    # greedy output equals autoregressive greedy output
     summary: str
 
@@ -43,7 +43,8 @@ METHODS: dict[str, MethodInfo] = {
     )
 }
 
-#: Methods the real PyTorch path implements on a single worker (issue: real path I).
+#: Methods the real PyTorch path implements on a single worker (its decoders; the heterogeneous methods run on
+#: several workers).
 SINGLE_WORKER_METHODS = ("ar", "chain", "draft-tree", "medusa")
 
 

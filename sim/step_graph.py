@@ -3,7 +3,7 @@
 Each :class:`Op` carries FLOPs and bytes moved (weights, activations, KV cache) per instance,
 its token (GEMM M) dimension, and how many identical instances the step runs (``count``: one
 per layer for layer operators). The accounting follows the Medusa paper's roofline appendix
-exactly (seeds/notes/medusa.md §2), so the intensities reproduce its Tables 6-8:
+(App. G.1, Table 5) exactly, so the intensities reproduce its Tables 6-8 (App. G.2):
 
 - a linear layer on T = b*q tokens with an h x i weight: FLOPs 2*T*h*i, bytes
   dt*(T*h + T*i + h*i), intensity T*h*i / (T*(h+i) + h*i);

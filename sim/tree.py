@@ -30,8 +30,8 @@ import numpy as np
 
 from hwmodels.errors import HetSpecError
 
-#: The 63-node tree of FasterDecoding/Medusa ``mc_sim_7b_63`` (Medusa-2 Vicuna-7B, four heads),
-#: quoted in the Medusa extract (../shared/seeds/notes/medusa.md §1). With the root: 64 tokens.
+#: The 63-node tree of FasterDecoding/Medusa ``mc_sim_7b_63`` (Medusa-2 Vicuna-7B, four heads): the sparse
+#: tree of Medusa §2.3.3 drawn in App. C, Fig. 6 (the node list is the reference code's). With the root: 64 tokens.
 MEDUSA_MC_SIM_7B_63: tuple[tuple[int, ...], ...] = (
     (0,), (0, 0), (1,), (0, 1), (2,), (0, 0, 0), (1, 0), (0, 2), (3,), (0, 3), (4,), (0, 4),
     (2, 0), (0, 5), (0, 0, 1), (5,), (0, 6), (6,), (0, 7), (0, 1, 0), (1, 1), (7,), (0, 8),

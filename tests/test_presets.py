@@ -16,7 +16,7 @@ from sim.model_spec import get_model
 from sim.step_graph import build_step_graph
 from sim.step_timing import price_step
 
-#: Issue 2's preset names, exactly.
+#: The built-in platform presets, exactly.
 REQUIRED = (
     "jetson-xavier-nx", "jetson-xavier-nx-204mhz", "jetson-orin-nx", "jetson-tx2", "apple-m2",
     "xeon4214r-rtx2080super", "xeon4310-rtx3090", "a100-80gb-pcie", "h100-sxm", "rtx4090-pcie4",

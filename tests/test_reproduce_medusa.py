@@ -120,7 +120,7 @@ def test_pricing_tree_has_the_asked_size_and_depth():
 
 
 # ---------------------------------------------------------------------- the report
-def test_report_meets_the_issue_targets(report):
+def test_report_meets_the_reproduction_targets(report):
     rep, _ = report
     s = rep.summary()
     assert s["predictions"] >= 90

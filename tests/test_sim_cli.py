@@ -30,7 +30,7 @@ def one_line_error(capsys, *args: str, match: str) -> str:
 
 
 @pytest.mark.skipif(JETSON not in platform_names(), reason="Jetson preset not in the tree yet")
-def test_issue_example_predict_medusa_on_the_jetson():
+def test_reference_example_predict_medusa_on_the_jetson():
     proc = ok("predict", "--model", "vicuna-7b", "--platform", JETSON, "--method", "medusa",
               "--acceptance", "ghidorah-mbpp", "--json")
     out = json.loads(proc.stdout)

@@ -18,8 +18,8 @@ from sim.tree import TokenTree
 
 from cli_runner import run_cli
 
-# Medusa App. tables (Llama-33B on A100-80GB-PCIe): the paper's numbers, kept once in the reproduction
-# module (seeds/notes/medusa.md, appendix); these tests check the arithmetic intensity column exactly.
+# Medusa App. G.2, Tables 6-8 (Llama-33B on A100-80GB-PCIe): the paper's numbers, kept once in the reproduction
+# module; these tests check the arithmetic intensity column exactly.
 # Columns: ar (q=1), then q = 16, 32, 48, 64, 80, 96, 112 candidates.
 TABLE6_ATTENTION_OI = {s: tuple(oi for _, oi in row) for s, row in TABLE6.items()}   # batch 16, rows = s
 TABLE7_BATCHES = tuple(TABLE7_TFLOPS)            # at s = 1024 the intensity is the same for every batch
@@ -54,7 +54,7 @@ def test_medusa_table8_mlp_intensity(batch):
             assert _close(graph.op(name).intensity, expected), (batch, q, name, graph.op(name).intensity)
 
 
-def test_issue_example_attention_intensity_llama2_7b():
+def test_medusa_example_attention_intensity_llama2_7b():
     graph = build_step_graph(get_model("llama2-7b"), 64, 1024)
     assert round(graph.op("attn_score").intensity, 2) == 40.96
 

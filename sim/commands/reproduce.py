@@ -10,7 +10,7 @@ from sim.reproduce import DEFAULT_OUT, paper_names, run
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("reproduce", help="reproduce the seed papers' results with the presets; write reports")
+    p = sub.add_parser("reproduce", help="reproduce the papers' published results with the presets; write reports")
     p.add_argument("paper", choices=(*paper_names(), "all"), help="which paper (or all)")
     p.add_argument("--out", default=str(DEFAULT_OUT), help=f"output folder (default {DEFAULT_OUT})")
     p.add_argument("--json", action="store_true", help="print the summaries as JSON")

@@ -1,4 +1,5 @@
-"""Reproductions of the seed papers' results with HetSpec's presets (``hetspec reproduce``).
+"""Reproductions of the five papers' results with HetSpec's presets (``hetspec reproduce``): Medusa, Ghidorah,
+Dovetail, LLMCad and ALSpec (each module's ``CITATION`` gives the full reference).
 
 Each paper has one module exposing ``reproduce(out_dir: Path) -> PaperReport``: it computes every
 result it can from the platform presets, model presets and acceptance tables, writes its figures

@@ -1,6 +1,6 @@
-"""ALSpec (attention-level speculation, ICML 2025) against HetSpec: ``hetspec reproduce alspec``.
+"""ALSpec ("Attention-Level Speculation", Cai et al., ICML 2025) against HetSpec: ``hetspec reproduce alspec``.
 
-Three kinds of result (extract ../shared/seeds/notes/alspec.md; paper seed 003):
+Three kinds of result:
 
 1. **The paper's own arithmetic (exact).** App. F's latency formula on the N150 kernel tables
    (Tables 4-7, ``sim/presets/alspec_kernels.json``): token latency of full TP1/2/4/8 at 1K; and
@@ -32,6 +32,7 @@ from sim.strategies.alspec_formulas import app_f_latency, projection_latency, tp
 from sim.strategies.alspec_tables import kernel_tables
 from sim.strategies.base import Problem, StrategyConfig
 
+CITATION = "Cai, Vora, Zhang, O'Connor, Jeffrey: \"Attention-Level Speculation\", ICML 2025 (PMLR 267)"
 N150 = "tenstorrent-n150x8"
 H100 = "h100-sxm"
 MODEL = "llama3.1-8b"
@@ -44,7 +45,8 @@ H100_NODE_GPUS = 8
 SP_HIT_RATES = (0.5, 0.625, 0.75, 0.875)
 #: Contexts of Fig. 7 and Table 3 (1K ... 128K tokens).
 CONTEXTS = (1024, 32768, 65536, 98304, 131072)
-#: Extract's [derived] App. F token latencies at 1K from Tables 4-7 (ms), as printed in the extract.
+#: App. F token latencies at 1K worked out by hand from Tables 4-7 (ms, 2 decimals; the paper prints the tables,
+#: not these totals).
 DERIVED_TOKEN_MS = {1: 31.64, 2: 21.03, 4: 14.83, 8: 16.08}
 #: Headline (abstract, §5.2): "up to 1.65x per-user throughput vs full TP8 at 96K with 87.5 % hit rate".
 HEADLINE_SPEEDUP = 1.65
@@ -111,7 +113,7 @@ def _exact_rows(report: PaperReport) -> None:
     for tp, derived in DERIVED_TOKEN_MS.items():
         report.add(_cmp("App. F formula on Tables 4-7", f"full TP{tp} token latency at 1K", derived,
                               round(paper_token_latency_ms(tp), 2), "exact", "ms",
-                              "fixed + 32 (per_layer + FD(1K)); the extract's [derived] value"))
+                              "fixed + 32 (per_layer + FD(1K)); the value worked out by hand from the tables"))
     proj = tables["h100_projection"]
     for row in proj["rows"]:
         k = row["context"] // 1024
@@ -329,7 +331,7 @@ def reproduce(out_dir: Path) -> PaperReport:
     n150 = n150_predictions(fd_fixed)
     h100 = h100_predictions()
     report = PaperReport(paper="alspec", title="ALSpec: Attention-Level Speculation (ICML 2025)",
-                         seed="003_17db7670161d9ece.txt")
+                         citation=CITATION)
     acc = load_acceptance(ACCEPTANCE)
     mean_hit = acc.alspec_hit_rate()
     report.setup = (

@@ -1,7 +1,7 @@
 """Dovetail (arXiv 2412.18934 v1) against HetSpec: CPU-only speed, Tables I-III, the best number of
 verified tokens and the drafter depth (``hetspec reproduce dovetail``).
 
-Setting (Dovetail §III-§IV; seeds/notes/dovetail.md): ``llama2-7b`` as LLaMA2-Chat-7B, the target
+Setting (Dovetail §III-§IV): ``llama2-7b`` as LLaMA2-Chat-7B, the target
 in fp32 on the CPU, drafters in fp16 on the GPU; System A = ``xeon4214r-rtx2080super``, System B =
 ``xeon4310-rtx3090``; KV context 256 (not given by the paper); acceptance = the paper's tau
 (presets ``dovetail-<dataset>``; Table II's own tau where Table II gives it, as option ``tau``).
@@ -34,7 +34,7 @@ from sim.strategies import Problem, StrategyConfig, get_strategy
 from sim.strategies.dovetail import drafter_spec, fusion_ops
 
 TITLE = "Dovetail: A CPU/GPU Heterogeneous Speculative Decoding for LLM inference"
-SEED = "004_db7f1985f6258c22.txt"
+CITATION = f"Zhang et al.: \"{TITLE}\", arXiv 2412.18934 v1, 2024"
 MODEL = "llama2-7b"
 SYSTEMS = {"A": "xeon4214r-rtx2080super", "B": "xeon4310-rtx3090"}
 #: Not given by the paper; MT-bench prompts plus a few hundred generated tokens.
@@ -144,7 +144,7 @@ def drafter_params_gib(drafter: str, blocks: int) -> float:
 # ---------------------------------------------------------------------- the report
 def reproduce(out_dir: Path) -> PaperReport:
     out_dir = Path(out_dir)
-    report = PaperReport(paper="dovetail", title=TITLE, seed=SEED)
+    report = PaperReport(paper="dovetail", title=TITLE, citation=CITATION)
     cpu = {s: cpu_only_tokens_per_s(s) for s in SYSTEMS}
     for s in SYSTEMS:
         for ds, paper in CPU_ONLY[s].items():

@@ -1,7 +1,7 @@
 """Ghidorah (arXiv 2505.23219) against HetSpec: Fig. 9 speedups, the best widths, the 7.6x peak,
 the MBPP averages and Fig. 10 (``hetspec reproduce ghidorah``).
 
-Setting (Ghidorah §V; seeds/notes/ghidorah.md §3): ``jetson-xavier-nx-204mhz`` (GPU locked at 204
+Setting (Ghidorah §V): ``jetson-xavier-nx-204mhz`` (GPU locked at 204
 MHz, CPU at 1.9 GHz, one LPDDR4x), ``vicuna-7b`` in fp16 with the 5-head Medusa, KV context 256,
 the paper's acceptance lengths (Table I, presets ``ghidorah-<dataset>``) and, for the tree shapes
 the paper does not publish, the prefixes of Medusa's ``mc_sim_7b_63`` list (``medusa-list``).
@@ -36,7 +36,7 @@ from sim.strategies import Problem, StrategyConfig, get_strategy
 from sim.strategies.hcmp import attention_split, standalone_ratio
 
 TITLE = "Ghidorah: Fast LLM Inference on Edge with Speculative Decoding and Hetero-Core Parallelism"
-SEED = "000_61469ea7ba156dc4.txt"
+CITATION = f"\"{TITLE}\", arXiv 2505.23219, 2025"
 PLATFORM = "jetson-xavier-nx-204mhz"
 MODEL = "vicuna-7b"
 #: "We select a context length (KV cache length) of approximately 256" (§V-C).
@@ -52,7 +52,7 @@ LABELS = {"medusa": "Medusa (GPU)", "em": "Medusa+EM", "ghidorah": "Ghidorah"}
 
 # ---------------------------------------------------------------------- paper numbers
 #: Fig. 9, normalised decoding speed (sequential = 1), widths 4/8/16/32/64, read off the bars
-#: (seeds/notes/ghidorah.md §4 [F]); the text gives MBPP w = 16 as 7.6 (the bar reads 7.2).
+#: (approximate values); the text gives MBPP w = 16 as 7.6 (the bar reads 7.2).
 FIG9 = {
     "mtbench": {"medusa": (2.2, 2.6, 2.9, 3.2, 3.3), "em": (4.1, 4.7, 5.3, 5.5, 4.4), "ghidorah": (5.3, 5.9, 6.8, 5.7, 5.2)},
     "gsm8k": {"medusa": (2.4, 2.7, 3.0, 3.3, 3.5), "em": (4.4, 4.8, 5.5, 5.7, 4.7), "ghidorah": (5.6, 6.1, 6.8, 5.9, 5.6)},
@@ -67,7 +67,7 @@ PARALLEL_SPEEDUP = 2.31
 AVG_VS_MEDUSA = 2.06
 AVG_VS_EM = 1.20
 BEST_WIDTH = {"medusa": 64, "ghidorah": 16}
-#: Fig. 10(a), attention module only, w = 64: dynamic / static time (static = 1) per context [F].
+#: Fig. 10(a), attention module only, w = 64: dynamic / static time (static = 1) per context, read off the figure.
 FIG10A = {16: 1.00, 32: 0.99, 64: 0.98, 128: 0.97, 256: 0.95, 512: 0.85, 1024: 0.75, 2048: 0.70}
 FIG10A_WIDTH = 64
 #: Fig. 10(b): the optimised sparse kernel is 1.90x faster than the dense kernel on the CPU (w = 64).
@@ -144,7 +144,7 @@ def sparse_vs_dense(width: int = FIG10A_WIDTH) -> float:
 # ---------------------------------------------------------------------- the report
 def reproduce(out_dir: Path) -> PaperReport:
     out_dir = Path(out_dir)
-    report = PaperReport(paper="ghidorah", title=TITLE, seed=SEED)
+    report = PaperReport(paper="ghidorah", title=TITLE, citation=CITATION)
     results: dict[str, dict[str, list[dict]]] = {}
     for ds, label in DATASETS.items():
         problem = problem_for(ds)

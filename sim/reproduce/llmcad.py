@@ -1,8 +1,8 @@
 """LLMCad (on-device LLM inference with a memory-resident draft) against HetSpec: ``hetspec reproduce llmcad``.
 
-LLMCad gives few absolute numbers (extract ../shared/seeds/notes/llmcad.md): its results are in
-figures, its storage, memory budgets of most runs, acceptance per task and tree sizes are not
-given. What HetSpec reproduces, through the ``draft-tree`` strategy (variants ``llmcad`` and ``std``)
+LLMCad gives few absolute numbers: its results are in figures, its storage, memory budgets of
+most runs, acceptance per task and tree sizes are not given. What HetSpec reproduces, through the
+``draft-tree`` strategy (variants ``llmcad`` and ``std``)
 and ``offload`` (StdPL: streaming from storage) on the presets ``jetson-tx2`` and ``snapdragon865`` (the Xiaomi 10):
 
 1. **Table 1**, one iteration of the target alone (Std) on TX2 (PyTorch, fp32) and Xiaomi 10
@@ -36,6 +36,8 @@ from sim.strategies import get_strategy
 from sim.strategies.base import Problem, StrategyConfig
 from sim.strategies.draft_tree import fallback_chain, storage_link, swap_all_budget_gb
 
+CITATION = ("Xu, Yin, Jin, Zhang, Wei, Xu, Liu: \"LLMCad: Fast and Scalable On-device Large Language Model "
+            "Inference\", 2023")
 TX2, PHONE = "jetson-tx2", "snapdragon865"
 #: Prompt length: LLMCad gives none; 128 tokens (a SQuAD question with its context is longer, but
 #: at these sizes the KV cache barely moves an iteration dominated by loading weights).
@@ -322,7 +324,7 @@ def _figures(out_dir: Path, its: dict, spec: dict, sweep_by_alpha: dict) -> list
 def reproduce(out_dir: Path) -> PaperReport:
     out_dir = Path(out_dir)
     report = PaperReport(paper="llmcad", title="LLMCad: Fast and Scalable On-device LLM Inference",
-                         seed="001_44b7775f4d5fc0e4.txt")
+                         citation=CITATION)
     alpha = load_acceptance(ACCEPTANCE).draft_alpha
     report.setup = (
         f"Presets `{TX2}` (Jetson TX2: target and draft on the GPU, PyTorch fp32) and `{PHONE}` (Xiaomi 10: on the "

@@ -35,7 +35,7 @@ from sim.strategies import Problem, StrategyConfig, get_strategy
 from sim.tree import TokenTree
 
 TITLE = "Medusa: Simple LLM Inference Acceleration Framework with Multiple Decoding Heads"
-SEED = "002_e245e75ffe8c8c19.txt"
+CITATION = f"Cai, Li, Geng, Peng, Lee, Chen, Dao: \"{TITLE}\", ICML 2024"
 PLATFORM = "a100-80gb-pcie"
 DEVICE = "gpu"
 ACCEPTANCE = "medusa-log"
@@ -45,7 +45,7 @@ TABLES_MODEL = "vicuna-33b"
 APPG_MODEL = "llama2-7b"
 
 # ---------------------------------------------------------------------- paper numbers
-# Appendix tables (seeds/notes/medusa.md, appendix). Columns: autoregressive (q = 1), then q = 16..112 candidates.
+# App. G.2, Tables 6-8 (Llama-33B on A100-80GB-PCIe). Columns: autoregressive (q = 1), then q = 16..112 candidates.
 Q_COLUMNS = (1, 16, 32, 48, 64, 80, 96, 112)
 #: Table 6, attention (QK^T) at batch 16, rows = KV length s: (TFLOP/s, operational intensity) per column.
 TABLE6 = {
@@ -114,8 +114,8 @@ FIG22_SPEEDUP = {
     64: {16: 0.45, 64: 0.20, 112: 0.15},
 }
 BATCHES = (1, 2, 4, 8, 16, 32, 64)
-#: Best candidate count per batch in Figs. 21/22 (batch 8: 16 and 32 tie at ~1.80; the text and
-#: the issue read 16 for batch 8-16). Batches 32 and 64 never beat vanilla decoding: no optimum.
+#: Best candidate count per batch in Figs. 21/22 (batch 8: 16 and 32 tie at ~1.80 as read off Fig. 22; 16 is
+#: taken, as at batch 16). Batches 32 and 64 never beat vanilla decoding: no optimum.
 FIG22_BEST = {1: 64, 2: 64, 4: 32, 8: 16, 16: 16}
 #: Fig. 23 (batch 4): speedup per KV length at 16..112 candidates; the optimum is 32 for every s.
 FIG23_BATCH = 4
@@ -391,7 +391,7 @@ def reproduce(out_dir: Path) -> PaperReport:
     platform = get_platform(PLATFORM)
     device = platform.device(DEVICE)
     acceptance = load_acceptance(ACCEPTANCE)
-    report = PaperReport(paper="medusa", title=TITLE, seed=SEED)
+    report = PaperReport(paper="medusa", title=TITLE, citation=CITATION)
 
     sim_rows, curves = appg_rows(get_model(APPG_MODEL), device, acceptance)
     chat_rows, chat = overhead_rows()

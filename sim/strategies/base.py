@@ -97,7 +97,7 @@ CONFIG_KNOBS = ("tree_width", "draft_depth", "partition_ratio", "device", "draft
                 "tree_shape")
 
 #: Default draft model for draft-model methods: the Llama-68M drafter of the Medusa paper's
-#: speculative-decoding baseline for Vicuna-7B (seeds/notes/medusa.md §4, Fig. 7).
+#: speculative-decoding baseline for Vicuna-7B (Medusa, App. D, Fig. 7).
 DEFAULT_DRAFT_MODEL = "llama-68m"
 
 

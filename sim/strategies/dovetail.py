@@ -1,6 +1,6 @@
 """``dovetail``: draft on the accelerator, verify the tree with the target on the CPU (Dovetail).
 
-One round (Dovetail §III-A, Fig. 5; seeds/notes/dovetail.md §1):
+One round (Dovetail §III-A, Fig. 5):
 
 1. **Draft** on ``draft_device`` (default the accelerator, fp16, option ``draft_dtype``): an
    EAGLE-2 dynamic tree grown by 1 + ``draft_depth`` forward passes of the drafter: pass 0 over the
@@ -68,7 +68,7 @@ FEATURE_DRAFTERS = ("dgf", "eagle2")
 DEFAULT_TOP_K = 10
 DEFAULT_DEPTH = 7
 DEFAULT_WIDTH = 16
-#: Dovetail's drafter: "w/ DGF + 4" = 5 blocks (seeds/notes/dovetail.md §1, repo config num_hidden_layers=5).
+#: Dovetail's drafter: "w/ DGF + 4" = 5 blocks (§III-C, Table III; the authors' repository: num_hidden_layers=5).
 DEFAULT_DGF_BLOCKS = 5
 #: The EAGLE-2 drafter has one decoder block (EAGLE; Dovetail Table III "w/o both").
 EAGLE_BLOCKS = 1

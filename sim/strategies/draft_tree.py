@@ -1,6 +1,6 @@
 """``draft-tree``: LLMCad's draft token tree verified by a target whose weights stream from storage.
 
-LLMCad (extract ../shared/seeds/notes/llmcad.md): a memory-resident draft model grows a token
+LLMCad (Xu et al., 2023, §3): a memory-resident draft model grows a token
 tree (confidence branching, the branch pacer of Eq. 1-2) until the self-adaptive fallback
 (``T_c < alpha``, Eq. 3) triggers; the target, whose weights exceed the memory budget, verifies
 the whole tree in one non-autoregressive pass. One step (a *round*) here:

@@ -1,6 +1,6 @@
 """``hcmp``: Ghidorah's hetero-core model parallelism, Medusa verification split over two devices.
 
-Ghidorah (seeds/000, §IV-B; seeds/notes/ghidorah.md §1) runs one Medusa step (the target's
+Ghidorah (§IV-B) runs one Medusa step (the target's
 forward over the q = ``tree_width`` tree tokens, then the K heads) on a CPU and a GPU that share
 one DRAM (zero-copy, unified memory). ``partition_ratio`` r is the share of the primary device
 ``device`` (default the GPU); the secondary (option ``secondary``, default the other device of its
@@ -77,7 +77,7 @@ HCMP_SYNC_AFTER = frozenset({"embed", "rope", "attention", "attn_residual", "act
 #: Operators after which a page sync follows under ``megatron`` (before and after each all-reduce).
 MEGATRON_SYNC_AFTER = frozenset({"o_proj", "attn_residual", "down_proj", "mlp_residual", "lm_head",
                                  "medusa_resblock", "medusa_head"})
-#: Attention sub-operators (seeds: X = QK^T, A = softmax(X), O = AV, Ghidorah eq. 1).
+#: Attention sub-operators (X = QK^T, A = softmax(X), O = AV: Ghidorah Eq. 1).
 DENSE_ATTENTION = ("attn_score", "attn_value")
 SPARSE_ATTENTION = ("tree_score", "tree_value")
 #: Megatron pairs: the second linear of each pair is split by rows and ends in an all-reduce.

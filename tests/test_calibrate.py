@@ -341,5 +341,5 @@ def test_the_probe_draft_predicts_the_probe_target_so_draft_trees_grow():
     with torch.inference_mode():
         t_cache, d_cache = models.target.new_cache(64), models.draft.new_cache(64)
         assert torch.equal(models.target(tokens, t_cache).argmax(-1), models.draft(tokens, d_cache).argmax(-1))
-        run = decoder("draft-tree").generate(models, tokens[0].tolist(), 24, DraftTreeConfig(max_tokens=8), Clock())
+        run = decoder("draft-tree").generate(models, tokens[0].tolist(), 24, DraftTreeConfig(tree_width=8), Clock())
     assert run.draft_passes / run.steps > 3          # trees grow past one pass a round

@@ -52,9 +52,9 @@ def profile(demo):
 
 
 @pytest.mark.parametrize("method,config", [
-    ("chain", ChainConfig(gamma=2)), ("chain", ChainConfig(gamma=5)),
-    ("draft-tree", DraftTreeConfig()), ("draft-tree", DraftTreeConfig(max_tokens=6, max_depth=3)),
-    ("draft-tree", DraftTreeConfig(max_tokens=32, max_depth=10, branch_threshold=0.1)),
+    ("chain", ChainConfig(draft_depth=2)), ("chain", ChainConfig(draft_depth=5)),
+    ("draft-tree", DraftTreeConfig()), ("draft-tree", DraftTreeConfig(tree_width=6, draft_depth=3)),
+    ("draft-tree", DraftTreeConfig(tree_width=32, draft_depth=10, branch_threshold=0.1)),
     ("medusa", MedusaConfig(tree=TokenTree.cartesian([3, 2, 2]))),
     ("medusa", MedusaConfig(tree=TokenTree.chain(3))),
 ])
@@ -139,8 +139,8 @@ def test_compare_runs_methods_on_the_same_prompts(demo):
     from real.run.request import RunRequest
 
     common = dict(preset="tiny", prompts=2, prompt_tokens=24, max_new_tokens=16, threads=1)
-    comparison = compare([RunRequest("ar", **common), RunRequest("medusa", width=6, **common),
-                          RunRequest("chain", gamma=2, **common)], repeats=2, progress=False)
+    comparison = compare([RunRequest("ar", **common), RunRequest("medusa", tree_width=6, **common),
+                          RunRequest("chain", draft_depth=2, **common)], repeats=2, progress=False)
     assert [t.method for t in comparison.timings] == ["ar", "medusa", "chain"]
     assert comparison.speedup("ar") == 1.0
     assert comparison.same_tokens("medusa") and comparison.same_tokens("chain")

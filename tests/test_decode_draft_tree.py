@@ -80,7 +80,7 @@ def _scripted(dists: dict[int, list[float]], default: list[float]):
 
 def test_confidence_branching_opens_a_branch_per_candidate_above_threshold():
     run_draft, calls = _scripted({0: [0.5, 0.35, 0.15]}, default=[0.99, 0.01])
-    tree = grow_tree(7, run_draft, budget=4, config=DraftTreeConfig(max_tokens=4), alpha=0.0)
+    tree = grow_tree(7, run_draft, budget=4, config=DraftTreeConfig(tree_width=4), alpha=0.0)
     # root -> children (0.5, 0.35); 0.15 is below the 0.3 threshold and opens nothing
     assert tree.parents[:3] == [-1, 0, 0] and tree.tokens[1:3] == [0, 1] and tree.ranks[1:3] == [0, 1]
     assert tree.cum[1:3] == pytest.approx([0.5, 0.35])
@@ -91,7 +91,7 @@ def test_confidence_branching_opens_a_branch_per_candidate_above_threshold():
 def test_fallback_verifies_as_soon_as_tree_confidence_drops_below_alpha():
     # every pass has top-1 confidence 0.5: after n passes T_c = 0.5 ** n
     run_draft, calls = _scripted({}, default=[0.5, 0.25, 0.25])
-    tree = grow_tree(1, run_draft, budget=64, config=DraftTreeConfig(max_tokens=64, max_depth=60), alpha=0.1)
+    tree = grow_tree(1, run_draft, budget=64, config=DraftTreeConfig(tree_width=64, draft_depth=60), alpha=0.1)
     # 0.5, 0.25, 0.125 >= 0.1 continue; 0.0625 < 0.1 stops: four passes, a chain of depth 4
     assert len(calls) == 4 and tree.size == 5 and max(tree.depths) == 4
     assert tree_confidence([tree.cum[b] for b in tree.branches]) == pytest.approx(0.0625)
@@ -99,16 +99,16 @@ def test_fallback_verifies_as_soon_as_tree_confidence_drops_below_alpha():
 
 def test_depth_cap_and_budget_stop_the_growth():
     run_draft, calls = _scripted({}, default=[0.95, 0.05])
-    tree = grow_tree(1, run_draft, budget=64, config=DraftTreeConfig(max_tokens=64, max_depth=3), alpha=0.0)
+    tree = grow_tree(1, run_draft, budget=64, config=DraftTreeConfig(tree_width=64, draft_depth=3), alpha=0.0)
     assert max(tree.depths) == 3 and len(calls) == 3
     run_draft, calls = _scripted({}, default=[0.4, 0.35, 0.25])
-    tree = grow_tree(1, run_draft, budget=6, config=DraftTreeConfig(max_tokens=6), alpha=0.0)
+    tree = grow_tree(1, run_draft, budget=6, config=DraftTreeConfig(tree_width=6), alpha=0.0)
     assert tree.size == 6
 
 
 def test_tree_is_a_valid_token_tree_with_fed_nodes_first():
     run_draft, calls = _scripted({0: [0.4, 0.35, 0.25], 1: [0.6, 0.4]}, default=[0.7, 0.3])
-    tree = grow_tree(1, run_draft, budget=12, config=DraftTreeConfig(max_tokens=12, branch_threshold=0.3),
+    tree = grow_tree(1, run_draft, budget=12, config=DraftTreeConfig(tree_width=12, branch_threshold=0.3),
                      alpha=0.0)
     shape = tree.to_token_tree()
     assert shape.size == tree.size == 12

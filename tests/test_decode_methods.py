@@ -87,9 +87,9 @@ def _run(models, method, config, setup, new_tokens=NEW_TOKENS, seed=0):
 
 @pytest.mark.parametrize("draft", ["copy", "small", "target"])
 @pytest.mark.parametrize("method,config", [
-    ("chain", ChainConfig(gamma=1)), ("chain", ChainConfig(gamma=4)), ("chain", ChainConfig(gamma=9)),
-    ("draft-tree", DraftTreeConfig()), ("draft-tree", DraftTreeConfig(max_tokens=4, max_depth=2)),
-    ("draft-tree", DraftTreeConfig(max_tokens=32, max_depth=12, branch_threshold=0.05, alpha0=0.001)),
+    ("chain", ChainConfig(draft_depth=1)), ("chain", ChainConfig(draft_depth=4)), ("chain", ChainConfig(draft_depth=9)),
+    ("draft-tree", DraftTreeConfig()), ("draft-tree", DraftTreeConfig(tree_width=4, draft_depth=2)),
+    ("draft-tree", DraftTreeConfig(tree_width=32, draft_depth=12, branch_threshold=0.05, alpha0=0.001)),
 ])
 def test_greedy_draft_methods_equal_ar(setup, draft, method, config):
     models = DecodeModels(setup["target"], draft=setup[draft])
@@ -117,13 +117,13 @@ def test_perfect_chain_draft_accepts_every_proposal(setup):
     consistent after each step for this to hold, greedy and sampled alike."""
     models = DecodeModels(setup["target"], draft=setup["target"])
     for sampling in (Sampling(), Sampling(temperature=1.0)):
-        result = _run(models, "chain", ChainConfig(gamma=3, sampling=sampling), setup)
+        result = _run(models, "chain", ChainConfig(draft_depth=3, sampling=sampling), setup)
         assert all(a == 4 for a in result.accepted_per_step[:-1])
 
 
 def test_perfect_tree_draft_accepts_its_whole_main_branch(setup):
     models = DecodeModels(setup["target"], draft=setup["target"])
-    result = _run(models, "draft-tree", DraftTreeConfig(max_tokens=6, max_depth=5), setup)
+    result = _run(models, "draft-tree", DraftTreeConfig(tree_width=6, draft_depth=5), setup)
     assert result.ids == setup["reference"].ids
     # each round's top-1 chain is right, so every step but the last emits (its depth + 1) >= 2 tokens
     assert min(result.accepted_per_step[:-1]) >= 2
@@ -131,7 +131,7 @@ def test_perfect_tree_draft_accepts_its_whole_main_branch(setup):
 
 def test_sampled_methods_are_reproducible_and_differ_from_greedy(setup):
     models = DecodeModels(setup["target"], draft=setup["copy"])
-    config = ChainConfig(gamma=3, sampling=Sampling(temperature=1.0, top_p=0.9))
+    config = ChainConfig(draft_depth=3, sampling=Sampling(temperature=1.0, top_p=0.9))
     a, b = _run(models, "chain", config, setup, seed=5), _run(models, "chain", config, setup, seed=5)
     assert a.ids == b.ids and len(a.ids) == NEW_TOKENS
     ar_sampled = _run(models, "ar", ArConfig(Sampling(temperature=1.0)), setup, seed=5)
@@ -145,7 +145,7 @@ def test_typical_acceptance_runs_and_accepts(setup):
 
 
 @pytest.mark.parametrize("method,config", [
-    ("ar", ArConfig()), ("chain", ChainConfig(gamma=3)), ("draft-tree", DraftTreeConfig()),
+    ("ar", ArConfig()), ("chain", ChainConfig(draft_depth=3)), ("draft-tree", DraftTreeConfig()),
     ("medusa", MedusaConfig(tree=TokenTree.cartesian([2, 2]))),
 ])
 def test_trace_follows_the_counting_rule(setup, method, config):
@@ -192,9 +192,9 @@ def test_bad_requests_fail_with_one_line(setup):
     with pytest.raises(HetSpecError, match="max_position"):
         decoder("ar").generate(target, [1] * 500, 20, ArConfig(), Clock())
     with pytest.raises(HetSpecError, match="gamma"):
-        ChainConfig(gamma=0)
+        ChainConfig(draft_depth=0)
     with pytest.raises(HetSpecError, match="width"):
-        DraftTreeConfig(max_tokens=1)
+        DraftTreeConfig(tree_width=1)
     with pytest.raises(HetSpecError, match="temperature"):
         Sampling(temperature=-0.1)
     with pytest.raises(HetSpecError, match="unknown method 'beam'"):

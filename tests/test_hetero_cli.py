@@ -59,9 +59,9 @@ def test_alspec_reports_hits_and_agreement(demo_cache_dir):
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--method", "ar", "--ratio", "0.5"], "--ratio does not apply to method ar"),
+    (["--method", "ar", "--ratio", "0.5"], "--partition-ratio does not apply to method ar"),
     (["--method", "medusa", "--workers", "cpu0,cpu1"], "--workers does not apply to method medusa"),
-    (["--method", "hcmp", "--ratio", "-0.1"], "--ratio must be in [0, 1], got -0.1"),
+    (["--method", "hcmp", "--ratio", "-0.1"], "--partition-ratio must be in [0, 1], got -0.1"),
     (["--method", "hcmp", "--workers", "cpu0,cpu0"], "--workers for hcmp needs two different workers"),
     (["--method", "dovetail", "--workers", "cpu0"], "--workers for dovetail takes 2 workers"),
     (["--method", "alspec", "--lambda", "-1"], "--lambda must be >= 0, got -1.0"),

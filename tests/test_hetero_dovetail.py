@@ -29,7 +29,7 @@ def setup(tiny_demo):
 @pytest.mark.parametrize("width,depth,top_k", [(16, 7, 10), (5, 2, 3)])
 def test_greedy_dovetail_equals_greedy_ar(setup, workers, width, depth, top_k):
     demo, prompts, reference = setup
-    config = DovetailConfig(width=width, depth=depth, top_k=top_k, workers=workers, trace_ops=True)
+    config = DovetailConfig(tree_width=width, draft_depth=depth, top_k=top_k, workers=workers, trace_ops=True)
     with prepare(demo, config) as runtime:
         out = run_runtime(runtime, "dovetail", config, prompts, 30, worker=workers[1], warmup=False)
         moved = runtime.bytes_moved
@@ -51,7 +51,7 @@ def test_greedy_dovetail_equals_greedy_ar(setup, workers, width, depth, top_k):
 def test_dovetail_with_an_untrained_dgf_drafter_is_still_lossless(setup):
     demo, prompts, reference = setup
     drafter = DgfDrafter.for_target(demo.target, blocks=1).eval().requires_grad_(False)
-    config = DovetailConfig(width=6, depth=3, top_k=3, drafter="dgf", workers=(A, B))
+    config = DovetailConfig(tree_width=6, draft_depth=3, top_k=3, drafter="dgf", workers=(A, B))
     with prepare(demo, config, dgf=drafter) as runtime:
         out = run_runtime(runtime, "dovetail", config, prompts, 30, worker=B, warmup=False)
         moved = runtime.bytes_moved
@@ -69,8 +69,8 @@ def test_tree_from_reranked_nodes():
 
 
 @pytest.mark.parametrize("kwargs,message", [
-    ({"width": 1}, "width must be an integer >= 2"),
-    ({"width": 30, "depth": 1, "top_k": 2}, "at most 5 tokens"),
+    ({"tree_width": 1}, "tree_width must be an integer >= 2"),
+    ({"tree_width": 30, "draft_depth": 1, "top_k": 2}, "at most 5 tokens"),
     ({"drafter": "eagle"}, "unknown drafter 'eagle'"),
     ({"workers": ("cpu0",)}, "two workers"),
 ])

@@ -122,7 +122,7 @@ def test_greedy_hcmp_equals_greedy_ar(tiny_demo):
     reference = reference_ids(tiny_demo, prompts, 24)
     tree = TokenTree.greedy(tiny_demo.summary["medusa_rank_accuracy"], 10)
     for ratio in (0.0, 0.4, 1.0):
-        out = run_prompts(tiny_demo, "hcmp", HcmpConfig(tree=tree, ratio=ratio, workers=tuple(WORKERS.split(",")),
+        out = run_prompts(tiny_demo, "hcmp", HcmpConfig(tree=tree, partition_ratio=ratio, workers=tuple(WORKERS.split(",")),
                                                         trace_ops=True), prompts, 24, warmup=False,
                           worker=WORKERS.split(",")[0])
         assert token_ids(out) == reference, ratio
@@ -136,7 +136,7 @@ def test_greedy_hcmp_equals_greedy_ar(tiny_demo):
 
 def test_hcmp_config_errors():
     with pytest.raises(HetSpecError, match=r"ratio must be in \[0, 1\]"):
-        HcmpConfig(ratio=1.5)
+        HcmpConfig(partition_ratio=1.5)
     with pytest.raises(HetSpecError, match="two different workers"):
         HcmpConfig(workers=("cpu0", "cpu0"))
     with pytest.raises(HetSpecError, match="exactly two workers"):

@@ -8,15 +8,15 @@ from cli_runner import run_cli
 
 @pytest.mark.parametrize("args,message", [
     (["run", "--method", "beam"], "unknown method 'beam'; valid: alspec, ar, chain, dovetail, draft-tree, hcmp, medusa"),
-    (["run", "--method", "medusa", "--width", "0"], "--width must be >= 1, got 0"),
-    (["run", "--method", "draft-tree", "--width", "1"], "draft-tree needs --width >= 2"),
-    (["run", "--method", "chain", "--gamma", "0"], "--gamma must be >= 1, got 0"),
+    (["run", "--method", "medusa", "--width", "0"], "--tree-width must be >= 1, got 0"),
+    (["run", "--method", "draft-tree", "--width", "1"], "draft-tree needs --tree-width >= 2"),
+    (["run", "--method", "chain", "--gamma", "0"], "--draft-depth must be >= 1, got 0"),
     (["run", "--method", "ar", "--temperature", "-0.5"], "temperature must be >= 0, got -0.5"),
     (["run", "--method", "ar", "--top-p", "1.5"], "top-p must be in (0, 1], got 1.5"),
     (["run", "--method", "ar", "--prompts", "0"], "--prompts must be >= 1, got 0"),
     (["run", "--method", "ar", "--max-new-tokens", "0"], "--max-new-tokens must be >= 1, got 0"),
-    (["run", "--method", "medusa", "--gamma", "3"], "--gamma does not apply to method medusa"),
-    (["run", "--method", "ar", "--width", "4"], "--width does not apply to method ar"),
+    (["run", "--method", "chain", "--width", "3"], "--tree-width does not apply to method chain"),
+    (["run", "--method", "ar", "--width", "4"], "--tree-width does not apply to method ar"),
     (["run", "--method", "draft-tree", "--temperature", "0.7"], "draft-tree verifies greedily"),
     (["run", "--method", "medusa", "--tree", "/no/such/tree.json"], "tree file /no/such/tree.json does not exist"),
     (["run", "--method", "ar", "--trace", "out.txt"], "suffix must be .csv, .jsonl or .json"),
@@ -52,6 +52,6 @@ def test_command_modules_and_validation_do_not_import_torch():
     from cli_runner import REPO
 
     code = ("import sys; import real.run.commands, real.run.request; "
-            "real.run.request.RunRequest('medusa', width=8); assert 'torch' not in sys.modules, 'torch imported'")
+            "real.run.request.RunRequest('medusa', tree_width=8); assert 'torch' not in sys.modules, 'torch imported'")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr

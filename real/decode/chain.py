@@ -44,18 +44,18 @@ DEFAULT_GAMMA = 3
 
 @dataclass(frozen=True)
 class ChainConfig:
-    gamma: int = DEFAULT_GAMMA
+    draft_depth: int = DEFAULT_GAMMA       # gamma: draft tokens per step
     sampling: Sampling = field(default_factory=Sampling)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.gamma, int) or self.gamma < 1:
-            raise HetSpecError(f"chain: gamma (draft tokens per step) must be an integer >= 1, got {self.gamma!r}")
+        if not isinstance(self.draft_depth, int) or self.draft_depth < 1:
+            raise HetSpecError(f"chain: gamma (draft tokens per step) must be an integer >= 1, got {self.draft_depth!r}")
 
 
 def generate(models, prompt, max_new_tokens: int, config: ChainConfig, clock: Clock,
              generator: torch.Generator | None = None) -> DecodeResult:
     target, draft = models.target, require(models, "draft", NAME)
-    cache_len = check_request(models, prompt, max_new_tokens, extra_tokens=config.gamma + 1)
+    cache_len = check_request(models, prompt, max_new_tokens, extra_tokens=config.draft_depth + 1)
     sampling = config.sampling
     log = StepLog(NAME, len(prompt), max_new_tokens, clock)
     with torch.inference_mode():
@@ -70,7 +70,7 @@ def generate(models, prompt, max_new_tokens: int, config: ChainConfig, clock: Cl
 
         while log.remaining > 0:
             step = log.step
-            gamma = min(config.gamma, log.remaining - 1)   # the last step needs no more proposals
+            gamma = min(config.draft_depth, log.remaining - 1)   # the last step needs no more proposals
             drafts: list[int] = []
             q_rows = []
             feed = torch.tensor([lag], dtype=torch.long, device=device)     # [1, m]

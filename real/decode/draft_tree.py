@@ -65,17 +65,17 @@ DEFAULT_MAX_DEPTH = 8
 
 @dataclass(frozen=True)
 class DraftTreeConfig:
-    max_tokens: int = DEFAULT_MAX_TOKENS          # tree budget M, root included (the "width")
-    max_depth: int = DEFAULT_MAX_DEPTH
+    tree_width: int = DEFAULT_MAX_TOKENS          # tree budget M, root included
+    draft_depth: int = DEFAULT_MAX_DEPTH          # depth cap of the drafted tree
     branch_threshold: float = DEFAULT_BRANCH_THRESHOLD
     alpha0: float = DEFAULT_ALPHA0
 
     def __post_init__(self) -> None:
-        if not isinstance(self.max_tokens, int) or self.max_tokens < 2:
+        if not isinstance(self.tree_width, int) or self.tree_width < 2:
             raise HetSpecError(f"draft-tree: the tree budget (width) must be an integer >= 2 "
-                               f"(the root and at least one draft token), got {self.max_tokens!r}")
-        if not isinstance(self.max_depth, int) or self.max_depth < 1:
-            raise HetSpecError(f"draft-tree: max depth must be an integer >= 1, got {self.max_depth!r}")
+                               f"(the root and at least one draft token), got {self.tree_width!r}")
+        if not isinstance(self.draft_depth, int) or self.draft_depth < 1:
+            raise HetSpecError(f"draft-tree: max depth must be an integer >= 1, got {self.draft_depth!r}")
         if not 0.0 < self.branch_threshold <= 1.0:
             raise HetSpecError(f"draft-tree: branch threshold must be in (0, 1], got {self.branch_threshold}")
         if not 0.0 < self.alpha0 <= 1.0:
@@ -208,7 +208,7 @@ def grow_tree(root: int, run_draft: Callable[[DraftTree, int], torch.Tensor], bu
         if tree_confidence(confidences) < alpha:       # self-adaptive fallback: verify now
             break
         lengths = [tree.depths[b] for b in tree.branches]
-        pick = pacer_pick(confidences, lengths, budget, [d < config.max_depth for d in lengths])
+        pick = pacer_pick(confidences, lengths, budget, [d < config.draft_depth for d in lengths])
         if pick is None:
             break
         expand(tree.branches.pop(pick))
@@ -219,14 +219,14 @@ def generate(models, prompt, max_new_tokens: int, config: DraftTreeConfig, clock
              generator: torch.Generator | None = None) -> DecodeResult:
     """Greedy LLMCad decoding (LLMCad verifies against the target's greedy output; no sampling)."""
     target, draft = models.target, require(models, "draft", NAME)
-    cache_len = check_request(models, prompt, max_new_tokens, extra_tokens=config.max_tokens + 2)
+    cache_len = check_request(models, prompt, max_new_tokens, extra_tokens=config.tree_width + 2)
     log = StepLog(NAME, len(prompt), max_new_tokens, clock)
     alpha = config.alpha0
     with torch.inference_mode():
         device = model_device(target)
         # rows[s, j]: the draft's pending slot s may attend to pending slot j. The pending block of a
         # round holds the lag (<= 2 tokens; 3 on a budget-1 final step) and the fed tree nodes.
-        max_slots = config.max_tokens + 3
+        max_slots = config.tree_width + 3
         rows = torch.zeros(max_slots, max_slots, dtype=torch.bool, device=device)
         t = clock.now()
         tokens = prompt_tensor(prompt, device)                                   # [1, n]
@@ -238,7 +238,7 @@ def generate(models, prompt, max_new_tokens: int, config: DraftTreeConfig, clock
 
         while log.remaining > 0:
             step = log.step
-            budget = min(config.max_tokens, log.remaining)   # no speculation past the output length
+            budget = min(config.tree_width, log.remaining)   # no speculation past the output length
             stem = len(lag)
             root_position = d_cache.length + stem - 1
 

@@ -66,21 +66,21 @@ DEFAULT_WORKERS = ("cpu0", "cpu1")
 
 @dataclass(frozen=True)
 class DovetailConfig:
-    width: int = DEFAULT_WIDTH                     # verified tokens per round, root included
-    depth: int = DEFAULT_DEPTH                     # drafter passes after pass 0
+    tree_width: int = DEFAULT_WIDTH                    # verified tokens per round, root included
+    draft_depth: int = DEFAULT_DEPTH                    # drafter passes after pass 0
     top_k: int = DEFAULT_TOP_K                     # nodes expanded per level, children scored per node
     drafter: str = "draft"                         # draft | dgf
     workers: tuple[str, ...] = DEFAULT_WORKERS     # (drafter, verifier); the same worker twice is allowed
     trace_ops: bool = False                        # one trace record per drafter pass and transfer
 
     def __post_init__(self) -> None:
-        for name in ("width", "depth", "top_k"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < (2 if name == "width" else 1):
-                raise HetSpecError(f"dovetail: {name} must be an integer >= {2 if name == 'width' else 1}, got {value!r}")
-        if self.width > 1 + self.top_k * (self.depth + 1):
-            raise HetSpecError(f"dovetail: a tree from {self.depth + 1} passes of top-{self.top_k} has at most "
-                               f"{1 + self.top_k * (self.depth + 1)} tokens (width {self.width} asked)")
+        for name in ("tree_width", "draft_depth", "top_k"):
+            value, low = getattr(self, name), 2 if name == "tree_width" else 1
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise HetSpecError(f"dovetail: {name} must be an integer >= {low}, got {value!r}")
+        if self.tree_width > 1 + self.top_k * (self.draft_depth + 1):
+            raise HetSpecError(f"dovetail: a tree from {self.draft_depth + 1} passes of top-{self.top_k} has at most "
+                               f"{1 + self.top_k * (self.draft_depth + 1)} tokens (tree_width {self.tree_width} asked)")
         if self.drafter not in DRAFTERS:
             raise HetSpecError(f"dovetail: unknown drafter {self.drafter!r}; valid: {', '.join(DRAFTERS)}")
         workers = tuple(self.workers)
@@ -160,7 +160,7 @@ def grow_tree(drafter, d_cache, lag: Tensor, lag_feats: Tensor | None, root_pos:
     pool = [Node(int(t), float(v), -1, r, 1) for r, (v, t) in enumerate(zip(values.tolist(), ids.tolist()))]
     node_feats: dict[int, Tensor] = {-1: feats[0, -1] if feats is not None else None}
     level = list(range(len(pool)))
-    for depth in range(1, config.depth + 1):
+    for depth in range(1, config.draft_depth + 1):
         t0 = time.perf_counter()
         chosen = sorted(level, key=lambda i: (-pool[i].score, i))[:k]               # nodes fed this pass
         q = len(chosen)
@@ -190,7 +190,7 @@ def grow_tree(drafter, d_cache, lag: Tensor, lag_feats: Tensor | None, root_pos:
                 level.append(len(pool) - 1)
         on_pass(depth, t0)
     # rerank: the width-1 best nodes; ties to the shallower, earlier node (a parent precedes its children)
-    best = sorted(range(len(pool)), key=lambda i: (-pool[i].score, pool[i].depth, i))[: config.width - 1]
+    best = sorted(range(len(pool)), key=lambda i: (-pool[i].score, pool[i].depth, i))[: config.tree_width - 1]
     best.sort(key=lambda i: (pool[i].depth, i))
     return pool, best
 
@@ -233,7 +233,7 @@ class DovetailRuntime:
         self.target = _on(models.target, self.verify_dev)
         self.session = WorkerSession(self.workers)
         self.link = "-".join(sorted({w.name for w in self.workers})) if not self.same else ""
-        w, d = config.width, models.target.spec.hidden
+        w, d = config.tree_width, models.target.spec.hidden
         # the verifier's and the drafter's receive buffers (filled by explicit copies)
         self.v_tokens = torch.zeros(1, w, dtype=torch.long, device=self.verify_dev)
         self.v_positions = torch.zeros(w, dtype=torch.long, device=self.verify_dev)
@@ -271,12 +271,12 @@ def generate(models, prompt, max_new_tokens: int, config: DovetailConfig, clock:
 
 
 def _generate(rt: DovetailRuntime, prompt, max_new_tokens: int, config: DovetailConfig, clock: Clock) -> DecodeResult:
-    cache_len = check_request(rt.models, prompt, max_new_tokens, extra_tokens=config.width + 1)
+    cache_len = check_request(rt.models, prompt, max_new_tokens, extra_tokens=config.tree_width + 1)
     log = StepLog(NAME, len(prompt), max_new_tokens, clock)
     drafter, target, session = rt.drafter, rt.target, rt.session
     dname = rt.workers[0].name
     ops = config.trace_ops
-    max_slots = config.top_k * config.depth
+    max_slots = config.top_k * config.draft_depth
     with torch.inference_mode():
         t = clock.now()
 

@@ -49,7 +49,7 @@ DEFAULT_RATIO = 0.5
 @dataclass(frozen=True)
 class HcmpConfig:
     tree: TokenTree = field(default_factory=TokenTree.medusa_default)
-    ratio: float = DEFAULT_RATIO                   # share of every split operator on the primary
+    partition_ratio: float = DEFAULT_RATIO                 # share of every split operator on the primary
     workers: tuple[str, ...] = DEFAULT_WORKERS     # (primary, secondary)
     temperature: float = 0.0                       # 0: greedy acceptance; > 0: typical acceptance
     epsilon: float = DEFAULT_EPSILON
@@ -58,15 +58,15 @@ class HcmpConfig:
     separate_buffers: bool = False                 # explicit copies even on one device (tests)
 
     def __post_init__(self) -> None:
-        if isinstance(self.ratio, bool) or not isinstance(self.ratio, (int, float)) or not 0.0 <= self.ratio <= 1.0:
-            raise HetSpecError(f"hcmp: partition ratio must be in [0, 1], got {self.ratio!r}")
+        if isinstance(self.partition_ratio, bool) or not isinstance(self.partition_ratio, (int, float)) or not 0.0 <= self.partition_ratio <= 1.0:
+            raise HetSpecError(f"hcmp: partition ratio must be in [0, 1], got {self.partition_ratio!r}")
         workers = tuple(self.workers)
         if len(workers) != 2:
             raise HetSpecError(f"hcmp needs exactly two workers (primary,secondary), got {','.join(workers)}")
         if workers[0] == workers[1]:
             raise HetSpecError(f"hcmp needs two different workers, got {workers[0]} twice")
         object.__setattr__(self, "workers", workers)
-        object.__setattr__(self, "ratio", float(self.ratio))
+        object.__setattr__(self, "partition_ratio", float(self.partition_ratio))
         self.medusa()   # checks temperature / epsilon / delta
 
     def medusa(self) -> MedusaConfig:
@@ -79,12 +79,12 @@ class HcmpRuntime:
     def __init__(self, models, config: HcmpConfig, session: WorkerSession | None = None,
                  split: SplitTarget | None = None):
         """``session``: workers already started, in :meth:`SplitTarget.session_order`; ``split``: the target
-        already cut at ``config.ratio`` (a sweep cuts each ratio once). Otherwise both are made here."""
+        already cut at ``config.partition_ratio`` (a sweep cuts each ratio once). Otherwise both are made here."""
         require(models, "heads", NAME)
         self.models = models
         self.target = models.target
         self.workers = parse_workers(config.workers, 2)
-        self.split = split or SplitTarget(models.target, models.heads, config.ratio,
+        self.split = split or SplitTarget(models.target, models.heads, config.partition_ratio,
                                           (self.workers[0].device, self.workers[1].device), config.separate_buffers)
         order = self.split.session_order(self.workers)
         if session is not None and session.workers[:2] != order:

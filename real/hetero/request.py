@@ -1,6 +1,6 @@
 """The heterogeneous knobs of ``hetspec run``, checked without torch (milliseconds, before any model loads).
 
-``--ratio`` (hcmp), ``--workers`` (hcmp, dovetail, alspec), ``--lambda`` and ``--window``
+``--partition-ratio`` (hcmp), ``--workers`` (hcmp, dovetail, alspec), ``--lambda`` and ``--window``
 (alspec), ``--drafter`` (dovetail), ``--memory-budget`` (draft-tree: LLMCad weight streaming).
 :func:`check_knobs` is called by :class:`real.run.request.RunRequest`; availability of a CUDA
 worker is checked when the run starts (that needs torch).
@@ -62,7 +62,7 @@ def check_knobs(method: str, ratio=None, workers=None, lam=None, window=None, me
                 temperature: float = 0.0) -> None:
     """One line for a bad heterogeneous knob value (which knobs apply is RunRequest's table)."""
     if ratio is not None and (isinstance(ratio, bool) or not 0.0 <= float(ratio) <= 1.0):
-        raise HetSpecError(f"--ratio must be in [0, 1], got {ratio}")
+        raise HetSpecError(f"--partition-ratio must be in [0, 1], got {ratio}")
     if workers is not None:
         worker_names(workers, method)
     if lam is not None and not float(lam) >= 0.0:

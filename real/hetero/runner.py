@@ -1,6 +1,5 @@
 """``hetspec run`` for the heterogeneous methods and for ``draft-tree --memory-budget``.
 
-:func:`build_config` turns a :class:`real.run.request.RunRequest` into the method's config;
 :func:`run_runtime` decodes prompts with a prepared runtime (workers started and weights placed
 once per run, an untimed warm-up first, as :func:`real.run.session.run_prompts` does for the single-worker
 methods); :func:`run_hetero_demo` is the whole command on a demo preset, returning the same
@@ -30,43 +29,6 @@ def uses_hetero_runner(request: RunRequest) -> bool:
     return request.method in HETERO_DECODER_MODULES or request.memory_budget is not None
 
 
-def build_config(request: RunRequest, head_accuracy=None, trace_ops: bool = False):
-    """The decoder config of a heterogeneous request (``head_accuracy`` builds hcmp's greedy tree)."""
-    from real.run.session import build_config as single_config
-    from real.run.session import verification_tree
-
-    workers = tuple(request.workers.split(",")) if request.workers else None
-    if request.method == "hcmp":
-        from real.hetero.hcmp import DEFAULT_RATIO, DEFAULT_WORKERS, HcmpConfig
-
-        return HcmpConfig(tree=verification_tree(request, head_accuracy),
-                          ratio=DEFAULT_RATIO if request.ratio is None else request.ratio,
-                          workers=workers or DEFAULT_WORKERS, temperature=request.temperature, trace_ops=trace_ops)
-    if request.method == "dovetail":
-        from real.hetero.dovetail import (
-            DEFAULT_DEPTH,
-            DEFAULT_WIDTH,
-            DEFAULT_WORKERS,
-            DovetailConfig,
-        )
-
-        return DovetailConfig(width=request.width or DEFAULT_WIDTH, depth=request.depth or DEFAULT_DEPTH,
-                              drafter=request.drafter or "draft", workers=workers or DEFAULT_WORKERS,
-                              trace_ops=trace_ops)
-    if request.method == "alspec":
-        from real.hetero.alspec import (
-            DEFAULT_LAMBDA,
-            DEFAULT_WINDOW,
-            DEFAULT_WORKERS,
-            AlspecConfig,
-        )
-
-        return AlspecConfig(lam=DEFAULT_LAMBDA if request.lam is None else request.lam,
-                            window=request.window or DEFAULT_WINDOW, workers=workers or DEFAULT_WORKERS,
-                            trace_ops=trace_ops)
-    return single_config(request, head_accuracy)     # draft-tree with a memory budget: its usual config
-
-
 def run_runtime(runtime, method: str, config, prompts, max_new_tokens: int, worker: str, warmup: bool = True,
                 on_clock=None):
     """Decode ``prompts`` with a prepared runtime (or plain models): warm-up, then one shared clock."""
@@ -90,7 +52,7 @@ def main_worker(method: str, config) -> str:
     if method == "dovetail":
         return config.workers[1]
     if method == "hcmp":   # at ratio 0 the secondary runs the whole step
-        return config.workers[1] if config.ratio <= 0.0 else config.workers[0]
+        return config.workers[1] if config.partition_ratio <= 0.0 else config.workers[0]
     if method == "alspec":
         return config.workers[0]
     return "cpu"
@@ -128,6 +90,7 @@ def agreement(tokens, reference) -> dict:
 def run_hetero_demo(request: RunRequest, trace: str | None = None, progress: bool = True):
     """``hetspec run`` for hcmp / dovetail / alspec / draft-tree --memory-budget on a demo preset."""
     from real.run.session import (
+        build_config,
         demo_profile,
         evaluation_prompts,
         load_models,
@@ -174,7 +137,7 @@ def _run_workers(models, request, config, prompts, worker, progress):
                              on_clock=(lambda c: runtime.reset_stats()) if request.method == "alspec" else None)
         hetero = {"workers": list(config.workers), "pinned": runtime.session.pinned()}
         if request.method == "hcmp":
-            hetero["ratio"] = config.ratio
+            hetero["partition_ratio"] = config.partition_ratio
         elif request.method == "dovetail":
             transfers = [r for r in result.records if r.phase == "transfer"]
             hetero.update({"drafter": config.drafter, "top_k": config.top_k, "bytes_moved": runtime.bytes_moved,
@@ -197,7 +160,7 @@ def streaming_budget_parts(models, request: RunRequest, config) -> tuple[int, in
     from real.decode.common import CACHE_SLACK_TOKENS
     from real.model.checkpoint import model_bytes
 
-    tokens = request.prompt_tokens + request.max_new_tokens + config.max_tokens + 2 + CACHE_SLACK_TOKENS
+    tokens = request.prompt_tokens + request.max_new_tokens + config.tree_width + 2 + CACHE_SLACK_TOKENS
     kv = (models.target.spec.kv_bytes_per_token() + models.draft.spec.kv_bytes_per_token()) * tokens
     return model_bytes(models.draft), int(kv)
 
@@ -236,7 +199,7 @@ def summary_lines(method: str, hetero: dict) -> list[str]:
         pinned = ", ".join(f"{w}{' (pinned)' if p else ''}" for w, p in hetero.get("pinned", {}).items())
         lines.append(f"  workers         {','.join(hetero['workers'])}  [{pinned}]")
     if method == "hcmp":
-        lines.append(f"  ratio           {hetero['ratio']:.3f} of every split operator on {hetero['workers'][0]}")
+        lines.append(f"  partition_ratio {hetero['partition_ratio']:.3f} of every split operator on {hetero['workers'][0]}")
     elif method == "dovetail":
         lines.append(f"  transfers       {hetero['transfers']} in {1e3 * hetero['transfer_s']:.2f} ms "
                      f"({hetero['bytes_moved']} bytes), drafter {hetero['drafter']}")

@@ -28,13 +28,7 @@ def register_run(subparsers) -> None:
                         "are ratios of median tokens/s against the first")
     p.add_argument("--repeats", type=int, default=3, help="repeats per method with --compare (default 3)")
     p.add_argument("--preset", default="tiny", help="demo model preset: tiny or small (default tiny)")
-    p.add_argument("--width", type=int, default=None,
-                   help="medusa: tokens verified per step (greedy tree from measured head accuracies); "
-                        "draft-tree: max tree tokens (default 8 for both)")
-    p.add_argument("--depth", type=int, default=None, help="medusa / draft-tree: max tree depth")
-    p.add_argument("--gamma", type=int, default=None, help="chain: draft tokens per step (default 3)")
-    p.add_argument("--tree", dest="tree_file", default=None, metavar="FILE",
-                   help='medusa: JSON file of choice paths, e.g. [[0], [0, 0], [1]]')
+    add_knob_flags(p)
     p.add_argument("--temperature", type=float, default=0.0,
                    help="0 = greedy (default); > 0 samples (ar, chain: lossless; medusa: typical acceptance)")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling for ar and chain (default 1)")
@@ -44,34 +38,48 @@ def register_run(subparsers) -> None:
     p.add_argument("--seed", type=int, default=0, help="prompt selection and sampling seed (default 0)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch threads while decoding (default: torch's; use 1 on a machine shared with other jobs)")
-    p.add_argument("--ratio", type=float, default=None,
-                   help="hcmp: share of every split operator on the first worker, 0..1 (default 0.5)")
-    p.add_argument("--workers", default=None, metavar="W1,W2",
-                   help="hcmp: primary,secondary; dovetail: drafter,verifier; alspec: sender,receiver "
-                        "(cpu0, cpu1, ...: one pinned single-thread worker; cpu: all cores; cuda:0 where CUDA "
-                        "exists; default cpu0,cpu1)")
-    p.add_argument("--lambda", dest="lam", type=float, default=None,
-                   help="alspec: threshold of the norm check ||A~ - A|| < lambda ||A|| (default 0.1; 0 = exact)")
-    p.add_argument("--window", type=int, default=None,
-                   help="alspec: sink and window size S of the approximate attention (default 16)")
-    p.add_argument("--memory-budget", default=None, metavar="SIZE",
-                   help="draft-tree: stream the target's layers from disk under this budget, e.g. 60MB "
-                        "(LLMCad; a bare number is MB)")
-    p.add_argument("--drafter", default=None, metavar="D",
-                   help="dovetail: the demo draft model (default) or the DGF drafter (hetspec train-demo --dgf)")
     p.add_argument("--trace", default=None, metavar="FILE", help="write the per-step trace (.csv, .jsonl, .json)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a summary")
     p.set_defaults(func=handle_run)
 
 
+#: What each knob means for ``hetspec run`` (type, metavar, help with the real path's default).
+RUN_KNOB_ARGS = {
+    "tree_width": (int, "N", "medusa / hcmp: tokens verified per step (greedy tree from measured head accuracies, "
+                             "default 8); draft-tree: tree budget (default 8); dovetail: verified tokens (default 16)"),
+    "draft_depth": (int, "N", "chain: draft tokens per step, gamma (default 3); draft-tree / medusa / hcmp: max tree "
+                              "depth; dovetail: drafter passes after the first (default 7)"),
+    "tree_file": (str, "FILE", "medusa / hcmp: JSON file of choice paths, e.g. [[0], [0, 0], [1]]"),
+    "partition_ratio": (float, "R", "hcmp: share of every split operator on the first worker, 0..1 (default 0.5)"),
+    "workers": (str, "W1,W2", "hcmp: primary,secondary; dovetail: drafter,verifier; alspec: sender,receiver "
+                              "(cpu0, cpu1, ...: one pinned single-thread worker; cpu: all cores; cuda:0 where CUDA "
+                              "exists; default cpu0,cpu1)"),
+    "top_k": (int, "K", "dovetail: nodes expanded per level, children scored per node (default 10)"),
+    "drafter": (str, "D", "dovetail: draft, the demo draft model (default), or dgf (hetspec train-demo --dgf)"),
+    "lam": (float, "L", "alspec: threshold of the norm check ||A~ - A|| < lambda ||A|| (default 0.1; 0 = exact)"),
+    "window": (int, "S", "alspec: sink and window size S of the approximate attention (default 16)"),
+    "memory_budget": (str, "SIZE", "draft-tree: stream the target's layers from disk under this budget, e.g. 60MB "
+                                   "(LLMCad; a bare number is MB)"),
+}
+
+
+def add_knob_flags(parser) -> None:
+    """One flag per knob of :data:`sim.knobs.KNOBS`, named as there (short aliases accepted)."""
+    from sim.knobs import KNOBS
+
+    for name, (kind, metavar, text) in RUN_KNOB_ARGS.items():
+        info = KNOBS[name]
+        parser.add_argument(info.flag, *info.aliases, dest=name, type=kind, default=None, metavar=metavar, help=text)
+
+
 def _request(args, method: str, only_applicable: bool):
-    from real.run.request import METHOD_KNOBS, RunRequest, check_trace_path
+    from real.run.request import RunRequest, check_trace_path
+    from sim.knobs import RUN_KNOBS
 
     check_trace_path(args.trace)
-    knobs = {k: getattr(args, k) for k in ("width", "depth", "gamma", "tree_file", "ratio", "workers", "lam",
-                                           "window", "memory_budget", "drafter")}
+    knobs = {k: getattr(args, k) for k in RUN_KNOB_ARGS}
     if only_applicable:
-        knobs = {k: v for k, v in knobs.items() if k in METHOD_KNOBS[method]}
+        knobs = {k: v for k, v in knobs.items() if k in RUN_KNOBS[method]}
     return RunRequest(method=method, preset=args.preset, temperature=args.temperature, top_p=args.top_p,
                       prompts=args.prompts, prompt_tokens=args.prompt_tokens,
                       max_new_tokens=args.max_new_tokens, seed=args.seed, threads=args.threads, **knobs)

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import torch
 
-from real.decode import DECODER_MODULES
-from real.hetero.runner import build_config as hetero_config
 from real.hetero.runner import run_hetero_demo, uses_hetero_runner
 from real.run.request import RunRequest, check_trace_path
 from real.run.session import (
@@ -27,8 +25,6 @@ def request_config(request: RunRequest, models):
     accuracy = None
     if request.method in ("medusa", "hcmp") and request.tree_file is None:
         accuracy = demo_profile(models, request.preset).medusa_accuracy
-    if request.method not in DECODER_MODULES or request.memory_budget is not None:
-        return hetero_config(request, accuracy)
     return build_config(request, accuracy)
 
 

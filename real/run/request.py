@@ -13,21 +13,9 @@ from hwmodels.datafile import read_data_file
 from hwmodels.errors import HetSpecError
 from real.decode import check_method
 from real.decode.sampling import Sampling
+from sim.knobs import KNOBS, check_applies, flag
 from sim.tree import TokenTree
 
-#: Which optional knobs apply to which method (anything else given is an error, not ignored).
-METHOD_KNOBS: dict[str, frozenset[str]] = {
-    "ar": frozenset(),
-    "chain": frozenset({"gamma"}),
-    "draft-tree": frozenset({"width", "depth", "memory_budget"}),
-    "medusa": frozenset({"width", "depth", "tree_file"}),
-    # heterogeneous methods (real/hetero, issue 7)
-    "hcmp": frozenset({"width", "depth", "tree_file", "ratio", "workers"}),
-    "dovetail": frozenset({"width", "depth", "workers", "drafter"}),
-    "alspec": frozenset({"lam", "window", "workers"}),
-}
-#: Flag of each knob in error messages.
-KNOB_FLAGS = {"tree_file": "--tree", "lam": "--lambda", "memory_budget": "--memory-budget"}
 TRACE_SUFFIXES = (".csv", ".jsonl", ".json")
 
 
@@ -37,60 +25,60 @@ class RunRequest:
 
     method: str
     preset: str = "tiny"
-    width: int | None = None
-    depth: int | None = None
-    gamma: int | None = None
+    # the method's knobs (names of sim.knobs; None = the method's default)
+    tree_width: int | None = None
+    draft_depth: int | None = None
+    tree_file: str | None = None
+    partition_ratio: float | None = None    # hcmp: share of every split operator on the primary worker
+    workers: str | None = None              # hcmp / dovetail / alspec: "cpu0,cpu1"
+    top_k: int | None = None                # dovetail: nodes expanded per level
+    drafter: str | None = None              # dovetail: draft | dgf
+    lam: float | None = None                # alspec: lambda of the norm check
+    window: int | None = None               # alspec: sink / window size S
+    memory_budget: str | None = None        # draft-tree: stream the target's weights under this budget
+    # sampling and the run
     temperature: float = 0.0
     top_p: float = 1.0
-    tree_file: str | None = None
     prompts: int = 4
     prompt_tokens: int = 64
     max_new_tokens: int = 64
     seed: int = 0
     threads: int | None = None    # torch intra-op threads while decoding (None: torch's default)
-    # heterogeneous knobs (real/hetero/request.py checks their values)
-    ratio: float | None = None          # hcmp: share of every split operator on the primary worker
-    workers: str | None = None          # hcmp / dovetail / alspec: "cpu0,cpu1"
-    lam: float | None = None            # alspec: lambda of the norm check
-    window: int | None = None           # alspec: sink / window size S
-    memory_budget: str | None = None    # draft-tree: stream the target's weights under this budget
-    drafter: str | None = None          # dovetail: draft | dgf
 
     def __post_init__(self) -> None:
         check_method(self.method)
         if self.threads is not None and self.threads < 1:
             raise HetSpecError(f"--threads must be >= 1, got {self.threads}")
-        for name in ("width", "depth", "gamma"):
+        for name in ("tree_width", "draft_depth", "top_k"):
             value = getattr(self, name)
             if value is not None and value < 1:
-                raise HetSpecError(f"--{name} must be >= 1, got {value}")
+                raise HetSpecError(f"{flag(name)} must be >= 1, got {value}")
         for name in ("prompts", "prompt_tokens", "max_new_tokens"):
             if getattr(self, name) < 1:
                 raise HetSpecError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
         Sampling(self.temperature, self.top_p)
-        given = {k for k in ("width", "depth", "gamma", "tree_file", "ratio", "workers", "lam", "window",
-                             "memory_budget", "drafter") if getattr(self, k) is not None}
-        extra = given - METHOD_KNOBS[self.method]
-        if extra:
-            first = sorted(extra)[0]
-            flag = KNOB_FLAGS.get(first, "--" + first.replace("_", "-"))
-            raise HetSpecError(f"{flag} does not apply to method {self.method}")
+        check_applies(self.method, self.knobs())
         from real.hetero.request import check_knobs
 
-        check_knobs(self.method, self.ratio, self.workers, self.lam, self.window, self.memory_budget, self.drafter,
+        check_knobs(self.method, self.partition_ratio, self.workers, self.lam, self.window, self.memory_budget, self.drafter,
                     self.temperature)
-        if self.tree_file is not None and self.width is not None:
-            raise HetSpecError(f"give either --tree or --width for {self.method}, not both")
+        if self.tree_file is not None and self.tree_width is not None:
+            raise HetSpecError(f"give either --tree or --tree-width for {self.method}, not both")
         if self.method == "draft-tree" and self.temperature > 0:
             raise HetSpecError("draft-tree verifies greedily (LLMCad); run it with --temperature 0")
-        if self.method == "draft-tree" and self.width is not None and self.width < 2:
-            raise HetSpecError(f"draft-tree needs --width >= 2 (the root and one draft token), got {self.width}")
+        if self.method == "draft-tree" and self.tree_width is not None and self.tree_width < 2:
+            raise HetSpecError(f"draft-tree needs --tree-width >= 2 (the root and one draft token), got {self.tree_width}")
         if self.method in ("medusa", "hcmp") and self.top_p != 1.0:
             raise HetSpecError(f"{self.method}'s typical acceptance uses --temperature only, not --top-p")
         if self.tree_file is not None:
             tree = load_tree_file(self.tree_file)
-            if self.depth is not None and tree.depth > self.depth:
-                raise HetSpecError(f"tree file {self.tree_file} is {tree.depth} deep, more than --depth {self.depth}")
+            if self.draft_depth is not None and tree.depth > self.draft_depth:
+                raise HetSpecError(f"tree file {self.tree_file} is {tree.depth} deep, more than --draft-depth "
+                                   f"{self.draft_depth}")
+
+    def knobs(self) -> dict:
+        """The method's knobs given (not None), by their names in :data:`sim.knobs.KNOBS`."""
+        return {k: getattr(self, k) for k in KNOBS if getattr(self, k) is not None}
 
 
 def load_tree_file(path: str | Path) -> TokenTree:

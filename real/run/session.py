@@ -19,15 +19,7 @@ import torch
 
 from hwmodels.errors import HetSpecError
 from real.decode import decoder
-from real.decode.ar import ArConfig
-from real.decode.chain import DEFAULT_GAMMA, ChainConfig
 from real.decode.common import Clock, DecodeResult, Sampling
-from real.decode.draft_tree import (
-    DEFAULT_MAX_DEPTH,
-    DEFAULT_MAX_TOKENS,
-    DraftTreeConfig,
-)
-from real.decode.medusa import MedusaConfig
 from real.run.request import (
     RunRequest,
     check_profile_args,
@@ -51,17 +43,22 @@ PROFILE_PROMPT_TOKENS = 64
 PROFILE_NEW_TOKENS = 64
 PROFILE_FILE = "acceptance-profile.json"
 
-def build_config(request: RunRequest, head_accuracy=None):
-    """The decoder config of ``request``; ``head_accuracy`` (depth x rank) builds medusa's greedy tree."""
-    sampling = Sampling(request.temperature, request.top_p)
-    if request.method == "ar":
-        return ArConfig(sampling)
-    if request.method == "chain":
-        return ChainConfig(request.gamma or DEFAULT_GAMMA, sampling)
-    if request.method == "draft-tree":
-        return DraftTreeConfig(max_tokens=request.width or DEFAULT_MAX_TOKENS,
-                               max_depth=request.depth or DEFAULT_MAX_DEPTH)
-    return MedusaConfig(tree=verification_tree(request, head_accuracy), temperature=request.temperature)
+def build_config(request: RunRequest, head_accuracy=None, trace_ops: bool = False):
+    """The decoder config of ``request``: its knobs, by their one name (:mod:`sim.knobs`), are the
+    fields of the method's config class (defaults where not given); medusa and hcmp verify the tree
+    of :func:`verification_tree` (``head_accuracy``: depth x rank, for the greedy tree); sampling and
+    per-operation tracing where the config takes them."""
+    config_type = decoder(request.method).config_type
+    knobs = {k: v for k, v in request.knobs().items() if k != "memory_budget"}   # the runner streams, not the config
+    if request.method in ("medusa", "hcmp"):
+        knobs = {k: v for k, v in knobs.items() if k not in ("tree_width", "draft_depth", "tree_file")}
+        knobs["tree"] = verification_tree(request, head_accuracy)
+    if "workers" in knobs:
+        knobs["workers"] = tuple(knobs["workers"].split(","))
+    takes = {f.name for f in fields(config_type)}
+    extras = {"sampling": Sampling(request.temperature, request.top_p), "temperature": request.temperature,
+              "trace_ops": trace_ops}
+    return config_type(**knobs, **{k: v for k, v in extras.items() if k in takes})
 
 
 def verification_tree(request: RunRequest, head_accuracy=None) -> TokenTree:
@@ -71,7 +68,7 @@ def verification_tree(request: RunRequest, head_accuracy=None) -> TokenTree:
         return load_tree_file(request.tree_file)
     if head_accuracy is None:
         raise HetSpecError(f"{request.method} needs measured head accuracies to build its greedy tree")
-    return TokenTree.greedy(head_accuracy, request.width or DEFAULT_MEDUSA_WIDTH, max_depth=request.depth)
+    return TokenTree.greedy(head_accuracy, request.tree_width or DEFAULT_MEDUSA_WIDTH, max_depth=request.draft_depth)
 
 
 def config_summary(config) -> dict:

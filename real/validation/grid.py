@@ -23,7 +23,8 @@ DRAFT_TREE_BUDGETS = (4, 8, 16, 32)
 MEDUSA_WIDTHS = (1, 2, 4, 8, 16, 32, 64)
 
 #: Which knob each method's grid varies, and its symbol in labels.
-KNOB_OF = {"ar": ("", ""), "chain": ("gamma", "γ"), "draft-tree": ("budget", "M"), "medusa": ("width", "w")}
+KNOB_OF = {"ar": ("", ""), "chain": ("draft_depth", "γ"), "draft-tree": ("tree_width", "M"),
+           "medusa": ("tree_width", "w")}
 #: Methods whose accuracy issue 5 sets a target for (``ar`` is measured and predicted as the baseline).
 SPECULATIVE_METHODS = ("chain", "draft-tree", "medusa")
 
@@ -31,7 +32,7 @@ SPECULATIVE_METHODS = ("chain", "draft-tree", "medusa")
 @dataclass(frozen=True)
 class GridPoint:
     method: str
-    value: int = 0        # gamma / tree budget / tree width; 0 for ar
+    value: int = 0        # the value of the method's knob (KNOB_OF); 0 for ar
 
     def __post_init__(self) -> None:
         if self.method not in KNOB_OF:
@@ -47,6 +48,10 @@ class GridPoint:
     def label(self) -> str:
         symbol = KNOB_OF[self.method][1]
         return self.method if not symbol else f"{self.method} {symbol}={self.value}"
+
+    def knobs(self) -> dict:
+        """The point's knob by its one name (:mod:`sim.knobs`): what both halves are given."""
+        return {self.knob: self.value} if self.knob else {}
 
     @property
     def key(self) -> str:
@@ -75,20 +80,15 @@ def medusa_tree(width: int, head_accuracy) -> TokenTree:
 
 
 def real_config(point: GridPoint, head_accuracy=None, tree: TokenTree | None = None):
-    """The real decoder's config of ``point`` (greedy decoding; medusa: ``tree`` or the greedy tree)."""
-    from real.decode.ar import ArConfig
-    from real.decode.chain import ChainConfig
-    from real.decode.draft_tree import DraftTreeConfig
+    """The real decoder's config of ``point`` (greedy decoding), built from the point's knobs as
+    ``hetspec run`` builds it; medusa verifies ``tree`` when given (the very tree the simulator prices),
+    else the greedy tree of the point's width from ``head_accuracy``."""
     from real.decode.medusa import MedusaConfig
+    from real.run.request import RunRequest
+    from real.run.session import build_config
 
-    if point.method == "ar":
-        return ArConfig()
-    if point.method == "chain":
-        return ChainConfig(gamma=point.value)
-    if point.method == "draft-tree":
-        return DraftTreeConfig(max_tokens=point.value)
-    if tree is None:
-        if head_accuracy is None:
-            raise HetSpecError("medusa grid points need measured head accuracies")
-        tree = medusa_tree(point.value, head_accuracy)
-    return MedusaConfig(tree=tree)
+    if point.method == "medusa" and tree is not None:
+        return MedusaConfig(tree=tree)
+    if point.method == "medusa" and head_accuracy is None:
+        raise HetSpecError("medusa grid points need measured head accuracies")
+    return build_config(RunRequest(point.method, **point.knobs()), head_accuracy)

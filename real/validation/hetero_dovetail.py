@@ -26,7 +26,7 @@ def dovetail_placements(models, platform, ctx, settings: HeteroSettings, pair: t
     from sim.strategies.base import Problem, StrategyConfig
 
     places = placements(pair, settings.all_core_placements)
-    configs = [DovetailConfig(width=settings.dovetail_width, depth=settings.dovetail_depth,
+    configs = [DovetailConfig(tree_width=settings.dovetail_width, draft_depth=settings.dovetail_depth,
                               top_k=settings.dovetail_top_k, workers=p) for p in places]
     # tokens per round, measured on calibration prompts (placement does not change them: greedy, lossless)
     calib = split_prompts(models, "calibration", settings.tau_prompts, settings.prompt_tokens)

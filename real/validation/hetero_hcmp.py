@@ -34,7 +34,7 @@ def hcmp_sweep(models, platform, ctx, settings: HeteroSettings, pair: tuple[str,
     workers = parse_workers(pair, 2)
     sync_s = barrier_round_trip_s(workers)
     ratios = list(settings.ratios)
-    configs = [HcmpConfig(tree=tree, ratio=r, workers=pair) for r in ratios]
+    configs = [HcmpConfig(tree=tree, partition_ratio=r, workers=pair) for r in ratios]
     prompts = split_prompts(models, "evaluation", settings.eval_prompts, settings.prompt_tokens)
     tokens_seen: list = [None] * len(ratios)
     splits = [SplitTarget(models.target, models.heads, r, (workers[0].device, workers[1].device)) for r in ratios]

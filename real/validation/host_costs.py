@@ -18,24 +18,21 @@ HOST_COST_TERMS = {"ar": ("step",), "chain": ("step", "pass"), "draft-tree": ("s
 def _model_price(device: Device, sample, context: int) -> float:
     """What the model prices for the forwards (and heads) of one probe decode step on ``device``."""
     from real.validation.microbench import probe_specs
-    from sim.closed_form import step_seconds
-    from sim.strategies.base import Problem
-    from sim.strategies.medusa import heads_seconds
+    from sim.pricing import dovetail_draft_passes, forward_seconds, medusa_heads_seconds
 
     spec, draft = probe_specs()
     platform = Platform(name="probe", description="", devices={device.name: device})
     q = max(int(round(sample.nodes)), 1)
-    price = float(step_seconds(spec, platform, device.name, q, context))
+    price = float(forward_seconds(spec, platform, device.name, q, context))
     if sample.method == "dovetail":       # the drafter's passes: the accepted tokens, then top-k per level
         from real.hetero.dovetail import DEFAULT_TOP_K
-        from sim.strategies.dovetail import tree_draft_passes
 
         n0 = max(math.ceil(sample.tokens), 1)
-        passes = tree_draft_passes(n0, int(round(sample.passes)) - 1, DEFAULT_TOP_K, context)
-        return price + sum(float(step_seconds(draft, platform, device.name, p.tokens, p.context)) for p in passes)
-    price += sample.passes * float(step_seconds(draft, platform, device.name, 1, context))
+        passes = dovetail_draft_passes(n0, int(round(sample.passes)) - 1, DEFAULT_TOP_K, context)
+        return price + sum(float(forward_seconds(draft, platform, device.name, tokens, ctx)) for tokens, ctx in passes)
+    price += sample.passes * float(forward_seconds(draft, platform, device.name, 1, context))
     if sample.heads:
-        price += heads_seconds(Problem(model=spec, platform=platform), device.name, 1, sample.heads, batched=True)
+        price += medusa_heads_seconds(spec, platform, device.name, 1, sample.heads, batched=True)
     return price
 
 

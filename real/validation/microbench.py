@@ -420,7 +420,7 @@ def dovetail_probe_config(depth: int, threads: int):
 
     cores = allowed_cores()
     worker = "cpu" if threads > 1 or len(cores) == 1 else f"cpu{cores[0]}"
-    return DovetailConfig(width=DEFAULT_WIDTH, depth=depth, top_k=DEFAULT_TOP_K, workers=(worker, worker))
+    return DovetailConfig(tree_width=DEFAULT_WIDTH, draft_depth=depth, top_k=DEFAULT_TOP_K, workers=(worker, worker))
 
 
 # ---------------------------------------------------------------------------- streaming probe

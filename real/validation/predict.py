@@ -79,19 +79,18 @@ class PredictionContext:
 
 
 def knobs_for(point: GridPoint, ctx: PredictionContext, tree: TokenTree | None) -> dict:
-    """Strategy knobs (and options) that describe exactly what the real path runs for ``point``."""
-    if point.method == "ar":
-        return {"device": ctx.device}
-    if point.method == "chain":
-        return {"device": ctx.device, "draft_device": ctx.device, "draft_model": ctx.draft_config,
-                "draft_depth": point.value}
+    """The point's knobs (the same names the real config takes) and where the real path runs them:
+    the device, the demo draft model, the heads the real path computes, the very tree it verifies."""
+    knobs = {"device": ctx.device, **point.knobs()}
+    if point.method in ("chain", "draft-tree"):
+        knobs.update(draft_device=ctx.device, draft_model=ctx.draft_config)
     if point.method == "draft-tree":
         from real.decode.draft_tree import DEFAULT_MAX_DEPTH
 
-        return {"device": ctx.device, "draft_device": ctx.device, "draft_model": ctx.draft_config,
-                "tree_width": point.value, "draft_depth": DEFAULT_MAX_DEPTH}
-    return {"device": ctx.device, "tree": tree, "tree_width": tree.size, "medusa_heads": ctx.medusa_heads,
-            "medusa_heads_impl": "hetspec"}
+        knobs["draft_depth"] = DEFAULT_MAX_DEPTH   # the real config's depth cap
+    if point.method == "medusa":
+        knobs.update(tree=tree, tree_width=tree.size, medusa_heads=ctx.medusa_heads, medusa_heads_impl="hetspec")
+    return knobs
 
 
 def independent_tokens(point: GridPoint, ctx: PredictionContext, tree: TokenTree | None) -> float | None:

@@ -20,6 +20,14 @@ from hwmodels.errors import HetSpecError, PresetError, UnknownNameError
 
 ARCHS = ("llama", "gpt2")
 
+#: RoPE variants the real model implements (``real.model.transformer.rope_inv_freq``), with the
+#: parameters each needs (Hugging Face's names, as in ``rope_scaling`` / ``rope_parameters``).
+ROPE_TYPES: dict[str, tuple[str, ...]] = {
+    "default": (),
+    "linear": ("factor",),
+    "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
+}
+
 
 @dataclass(frozen=True)
 class ModelSpec:
@@ -27,6 +35,11 @@ class ModelSpec:
 
     ``arch="llama"``: RMSNorm, rotary positions, SwiGLU MLP (gate, up, down), grouped-query
     attention. ``arch="gpt2"``: LayerNorm, learned positions, GELU MLP (up, down), tied embedding.
+
+    ``attn_head_dim``: the attention head size when a config gives one that is not
+    ``hidden // n_heads`` (Hugging Face's ``head_dim``); None derives it. ``rope_scaling``: the
+    RoPE variant and its parameters (a dict, kept as sorted pairs; empty = plain RoPE), one of
+    :data:`ROPE_TYPES`. ``bos_token_id`` / ``eos_token_id``: carried through save and load.
     """
 
     name: str
@@ -43,6 +56,10 @@ class ModelSpec:
     norm_eps: float = 1e-5
     tie_embeddings: bool = False
     source: str = ""
+    attn_head_dim: int | None = None
+    rope_scaling: tuple = ()
+    bos_token_id: int | None = None
+    eos_token_id: int | tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         for field in ("n_layers", "hidden", "intermediate", "n_heads", "n_kv_heads", "vocab", "max_position"):
@@ -52,15 +69,44 @@ class ModelSpec:
         if self.arch not in ARCHS:
             raise HetSpecError(f"model {self.name}: unknown arch {self.arch!r}; valid: {', '.join(ARCHS)}")
         check_dtype(self.dtype, f"model {self.name}: dtype")
-        if self.hidden % self.n_heads:
-            raise HetSpecError(f"model {self.name}: hidden {self.hidden} is not divisible by n_heads {self.n_heads}")
+        hd = self.attn_head_dim
+        if hd is not None and (not isinstance(hd, int) or isinstance(hd, bool) or hd <= 0):
+            raise HetSpecError(f"model {self.name}: attn_head_dim must be a positive integer, got {hd!r}")
+        if hd is not None and self.hidden % self.n_heads == 0 and hd == self.hidden // self.n_heads:
+            object.__setattr__(self, "attn_head_dim", None)   # the derived size: one spelling of one shape
+        if self.attn_head_dim is None and self.hidden % self.n_heads:
+            raise HetSpecError(f"model {self.name}: hidden {self.hidden} is not divisible by n_heads {self.n_heads} "
+                               f"(give head_dim explicitly)")
         if self.n_heads % self.n_kv_heads:
             raise HetSpecError(f"model {self.name}: n_heads {self.n_heads} is not divisible by n_kv_heads {self.n_kv_heads}")
+        if self.arch == "llama" and self.head_dim % 2:
+            raise HetSpecError(f"model {self.name}: head_dim {self.head_dim} is odd; rotary embeddings need an even one")
+        object.__setattr__(self, "rope_scaling", _check_rope_scaling(self.name, self.rope_scaling))
+        for field in ("bos_token_id", "eos_token_id"):
+            value = getattr(self, field)
+            if isinstance(value, list | tuple):
+                value = tuple(value)
+                object.__setattr__(self, field, value)
+            ids = value if isinstance(value, tuple) else () if value is None else (value,)
+            if any(not isinstance(i, int) or isinstance(i, bool) or i < 0 for i in ids):
+                raise HetSpecError(f"model {self.name}: {field} must be a token id (or a list of them), got {value!r}")
 
     # ------------------------------------------------------------------ derived sizes
     @property
     def head_dim(self) -> int:
-        return self.hidden // self.n_heads
+        return self.attn_head_dim if self.attn_head_dim is not None else self.hidden // self.n_heads
+
+    @property
+    def q_dim(self) -> int:
+        """Width of the query projection's output (and the output projection's input)."""
+        return self.n_heads * self.head_dim
+
+    @property
+    def rope_parameters(self) -> dict:
+        """The RoPE variant: ``{"rope_type": ..., <its parameters>}`` (``rope_type`` "default" when plain)."""
+        params = dict(self.rope_scaling)
+        params.setdefault("rope_type", "default")
+        return params
 
     @property
     def kv_dim(self) -> int:
@@ -73,7 +119,7 @@ class ModelSpec:
 
     @property
     def attn_params_per_layer(self) -> int:
-        return self.hidden * (self.hidden + 2 * self.kv_dim) + self.hidden * self.hidden
+        return self.hidden * (self.q_dim + 2 * self.kv_dim) + self.q_dim * self.hidden
 
     @property
     def mlp_params_per_layer(self) -> int:
@@ -112,9 +158,13 @@ class ModelSpec:
 
     # ------------------------------------------------------------------ Hugging Face config
     def to_hf_config(self) -> dict:
-        """A Hugging Face ``LlamaForCausalLM`` config dict (Llama architecture only)."""
+        """A Hugging Face ``LlamaForCausalLM`` config dict (Llama architecture only), readable by
+        transformers 4 (``rope_theta``, ``rope_scaling``, ``torch_dtype``) and 5 (``rope_parameters``,
+        ``dtype``): both spellings are written. Token ids are written as they are (null when unknown)
+        so that transformers does not fill in its defaults."""
         if self.arch != "llama":
             raise HetSpecError(f"model {self.name}: only llama-architecture specs export a Llama config")
+        scaling = dict(self.rope_scaling) or None
         return {
             "architectures": ["LlamaForCausalLM"],
             "model_type": "llama",
@@ -123,13 +173,21 @@ class ModelSpec:
             "num_hidden_layers": self.n_layers,
             "num_attention_heads": self.n_heads,
             "num_key_value_heads": self.n_kv_heads,
+            "head_dim": self.head_dim,
             "vocab_size": self.vocab,
             "max_position_embeddings": self.max_position,
             "rope_theta": self.rope_theta,
+            "rope_scaling": scaling,
+            "rope_parameters": {**self.rope_parameters, "rope_theta": self.rope_theta},
             "rms_norm_eps": self.norm_eps,
             "tie_word_embeddings": self.tie_embeddings,
             "hidden_act": "silu",
+            "attention_bias": False,
+            "mlp_bias": False,
+            "bos_token_id": self.bos_token_id,
+            "eos_token_id": list(self.eos_token_id) if isinstance(self.eos_token_id, tuple) else self.eos_token_id,
             "torch_dtype": _HF_DTYPE_NAMES_REVERSE[self.dtype],
+            "dtype": _HF_DTYPE_NAMES_REVERSE[self.dtype],
             "hetspec_name": self.name,
         }
 
@@ -140,6 +198,76 @@ class ModelSpec:
 _HF_DTYPE_NAMES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
 _HF_DTYPE_NAMES_REVERSE = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32", "fp8": "float16",
                            "int8": "float16", "int4": "float16", "tf32": "float32"}
+
+
+def _check_rope_scaling(model: str, scaling) -> tuple:
+    """``scaling`` (a dict, or sorted pairs) checked against :data:`ROPE_TYPES`, as sorted pairs
+    (hashable, so a spec stays a cache key); the plain variant is ``()``."""
+    params = dict(scaling or ())
+    if "type" in params:                                    # transformers 4's older spelling
+        params.setdefault("rope_type", params.pop("type"))
+    params.pop("rope_theta", None)                          # a field of its own (rope_theta)
+    if params.get("partial_rotary_factor", 1.0) != 1.0:
+        raise HetSpecError(f"model {model}: rope partial_rotary_factor {params['partial_rotary_factor']} is not "
+                           f"supported (HetSpec rotates the whole head)")
+    rope_type = params.get("rope_type") or "default"
+    if rope_type not in ROPE_TYPES:
+        raise HetSpecError(f"model {model}: rope_type {rope_type!r} is not supported; HetSpec implements "
+                           f"{', '.join(ROPE_TYPES)}")
+    needs = ROPE_TYPES[rope_type]
+    out: dict = {"rope_type": rope_type} if rope_type != "default" else {}
+    for key in needs:
+        value = params.get(key)
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            raise HetSpecError(f"model {model}: rope_type {rope_type!r} needs a positive {key}, got {value!r}")
+        out[key] = int(value) if key == "original_max_position_embeddings" else float(value)
+    if rope_type == "llama3" and out["high_freq_factor"] <= out["low_freq_factor"]:
+        raise HetSpecError(f"model {model}: rope llama3 needs high_freq_factor > low_freq_factor, got "
+                           f"{out['high_freq_factor']} and {out['low_freq_factor']}")
+    return tuple(sorted(out.items()))
+
+
+def _hf_rope(config: dict, where: str) -> tuple[float, dict]:
+    """RoPE theta and variant of a config, from either spelling: transformers 5's ``rope_parameters``
+    (theta inside) or transformers 4's ``rope_theta`` + ``rope_scaling``."""
+    key = "rope_parameters" if config.get("rope_parameters") is not None else "rope_scaling"
+    params = config.get(key)
+    if params is None:
+        params = {}
+    if not isinstance(params, dict):
+        raise PresetError(where, key, f"expected an object, got {params!r}")
+    if any(isinstance(v, dict) for v in params.values()):
+        raise PresetError(where, key, "per-layer-type RoPE parameters are not supported")
+    theta = params.get("rope_theta")
+    if theta is None:
+        theta = config.get("rope_theta")
+    params = dict(params)
+    if config.get("partial_rotary_factor") is not None:
+        params.setdefault("partial_rotary_factor", config["partial_rotary_factor"])
+    return float(theta if theta is not None else 10000.0), params
+
+
+def _hf_dtype(config: dict, where: str) -> str:
+    """The weights' dtype from ``dtype`` (transformers 5) or ``torch_dtype`` (4); fp16 when neither."""
+    for key in ("dtype", "torch_dtype"):
+        value = config.get(key)
+        if value is None:
+            continue
+        name = str(value).removeprefix("torch.")
+        if name not in _HF_DTYPE_NAMES:
+            raise PresetError(where, key, f"dtype {value!r} is not supported; valid: {', '.join(_HF_DTYPE_NAMES)}")
+        return _HF_DTYPE_NAMES[name]
+    return "fp16"
+
+
+def _check_llama_features(config: dict, where: str) -> None:
+    """Refuse Llama-config features HetSpec's model does not implement (rather than ignore them)."""
+    act = config.get("hidden_act", "silu")
+    if act not in ("silu", "swish"):
+        raise PresetError(where, "hidden_act", f"{act!r} is not supported (HetSpec's llama MLP is SwiGLU: silu)")
+    for key in ("attention_bias", "mlp_bias"):
+        if config.get(key):
+            raise PresetError(where, key, "biases are not supported (HetSpec's llama projections have none)")
 
 
 def spec_from_hf_config(config: dict, name: str, where: str = "config") -> ModelSpec:
@@ -159,7 +287,7 @@ def spec_from_hf_config(config: dict, name: str, where: str = "config") -> Model
     for key in required:
         if config.get(key) is None:
             raise PresetError(where, key, "missing field")
-    dtype = _HF_DTYPE_NAMES.get(str(config.get("torch_dtype", "float16")), "fp16")
+    dtype = _hf_dtype(config, where)
     try:
         if model_type == "gpt2":
             hidden = int(need("n_embd", "hidden_size"))
@@ -173,14 +301,19 @@ def spec_from_hf_config(config: dict, name: str, where: str = "config") -> Model
                 source=where,
             )
         n_heads = int(need("num_attention_heads"))
+        _check_llama_features(config, where)
+        theta, rope = _hf_rope(config, where)
+        head_dim = config.get("head_dim")
         return ModelSpec(
             name=name, arch="llama", n_layers=int(need("num_hidden_layers")), hidden=int(need("hidden_size")),
             intermediate=int(need("intermediate_size")), n_heads=n_heads,
             n_kv_heads=int(config.get("num_key_value_heads") or n_heads), vocab=int(need("vocab_size")),
             max_position=int(config.get("max_position_embeddings") or 4096),
-            rope_theta=float(config.get("rope_theta") or 10000.0),
+            rope_theta=theta, rope_scaling=rope,
             norm_eps=float(config.get("rms_norm_eps") or 1e-5),
             tie_embeddings=bool(config.get("tie_word_embeddings", False)), dtype=dtype, source=where,
+            attn_head_dim=int(head_dim) if head_dim is not None else None,
+            bos_token_id=config.get("bos_token_id"), eos_token_id=config.get("eos_token_id"),
         )
     except PresetError:
         raise

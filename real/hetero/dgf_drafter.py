@@ -32,11 +32,11 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import Tensor, nn
 
 from hwmodels.errors import HetSpecError, UnknownNameError
+from real.model.checkpoint import open_safetensors
 from real.model.transformer import DecoderLayer, KVCache, RMSNorm, rope_tables
 from real.train.loops import TrainConfig, _run
 
@@ -200,7 +200,7 @@ class DgfDrafter(nn.Module):
         expected = {k: tuple(v.shape) for k, v in drafter.state_dict().items()
                     if not k.startswith(("embed.", "lm_head."))}
         state = {}
-        with safe_open(str(weights), framework="pt") as f:
+        with open_safetensors(weights) as f:
             names = set(f.keys())
             for name, shape in expected.items():
                 if name not in names:

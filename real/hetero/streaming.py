@@ -45,7 +45,7 @@ import torch
 from torch import nn
 
 from hwmodels.errors import HetSpecError
-from real.model.checkpoint import check_shapes
+from real.model.checkpoint import canonical_name, check_shapes
 from real.model.transformer import DecoderLayer, Transformer, rope_tables
 from sim.model_spec import load_hf_config
 
@@ -74,9 +74,10 @@ def tensor_locations(files: dict[str, Path]) -> dict[str, TensorLocation]:
         with open(path, "rb") as fh:
             (n,) = struct.unpack("<Q", fh.read(8))
             headers[path] = (8 + n, json.loads(fh.read(n)))
+    stored = {path: {canonical_name(k): k for k in header} for path, (_, header) in headers.items()}
     for name, path in files.items():
         base, header = headers[path]
-        entry = header[name]
+        entry = header[stored[path][name]]
         if entry["dtype"] not in ST_DTYPES:
             raise HetSpecError(f"{path}: tensor {name} is {entry['dtype']}; streaming reads F32, F16 or BF16")
         begin, end = entry["data_offsets"]

@@ -5,16 +5,21 @@ Tensor names are those of ``LlamaForCausalLM`` (``model.embed_tokens.weight``,
 so :func:`load_model` also reads real Llama-family weights from disk. Sharded checkpoints
 (``model.safetensors.index.json`` mapping each tensor to a ``model-0000k-of-0000n.safetensors``
 file) load the same way. Shapes are checked against the config before any tensor is read.
+Checkpoints whose body tensors lack the ``model.`` prefix (``embed_tokens.weight``,
+``layers.{i}....``, ``norm.weight``: Hugging Face's ``LlamaModel``, or a causal LM saved that
+way) load too: :func:`canonical_name` maps them. A file that is not readable safetensors (empty,
+truncated, a garbage header) fails with one line naming it (:func:`open_safetensors`).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from hwmodels.errors import HetSpecError, UnknownNameError
@@ -28,6 +33,11 @@ INDEX_FILE = "model.safetensors.index.json"
 #: Tensors that some Llama checkpoints carry but that are derived, not learned (older
 #: transformers versions saved the rotary inverse frequencies); they are skipped on load.
 IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
+
+#: Prefix of the body's tensors in a ``LlamaForCausalLM`` checkpoint, and the body's top-level
+#: names, which a checkpoint without the prefix (``LlamaModel``) starts with.
+BODY_PREFIX = "model."
+BODY_ROOTS = ("embed_tokens.", "layers.", "norm.")
 
 TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16,
                 "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -68,6 +78,35 @@ def expected_shapes(spec: ModelSpec) -> dict[str, tuple[int, ...]]:
     if not spec.tie_embeddings:
         shapes["lm_head.weight"] = (spec.vocab, d)
     return shapes
+
+
+def canonical_name(name: str) -> str:
+    """A checkpoint tensor's name as :func:`expected_shapes` spells it (``model.`` added to a body
+    tensor stored without it)."""
+    return BODY_PREFIX + name if name.startswith(BODY_ROOTS) else name
+
+
+@contextmanager
+def open_safetensors(path: str | Path, device: str = "cpu") -> Iterator:
+    """``safe_open`` of ``path``; a missing, empty, truncated or garbled file fails with one line naming it."""
+    try:
+        handle = safe_open(str(path), framework="pt", device=device)
+    except (SafetensorError, OSError) as exc:
+        reason = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise HetSpecError(f"{path}: not a readable safetensors file ({reason})") from None
+    with handle as f:
+        yield f
+
+
+def _stored_names(path: Path, keys) -> dict[str, str]:
+    """Canonical name -> name as stored, for the tensors of one file (a name stored twice fails)."""
+    out: dict[str, str] = {}
+    for key in keys:
+        name = canonical_name(key)
+        if name in out:
+            raise HetSpecError(f"{path}: tensor {name} is stored twice (as {out[name]} and {key})")
+        out[name] = key
+    return out
 
 
 # ---------------------------------------------------------------------- save
@@ -127,13 +166,13 @@ def checkpoint_files(folder: str | Path) -> dict[str, Path]:
             path = folder / fname
             if not path.exists():
                 raise HetSpecError(f"{index}: shard {fname} (holding {name}) does not exist")
-            out[name] = path
+            out[canonical_name(name)] = path
         return out
     single = folder / SINGLE_FILE
     if not single.exists():
         raise HetSpecError(f"checkpoint {folder}: neither {SINGLE_FILE} nor {INDEX_FILE} found")
-    with safe_open(str(single), framework="pt") as f:
-        return {name: single for name in f.keys()}
+    with open_safetensors(single) as f:
+        return {name: single for name in _stored_names(single, f.keys())}
 
 
 def check_shapes(folder: str | Path, spec: ModelSpec) -> dict[str, Path]:
@@ -141,9 +180,9 @@ def check_shapes(folder: str | Path, spec: ModelSpec) -> dict[str, Path]:
     files = checkpoint_files(folder)
     found: dict[str, tuple[int, ...]] = {}
     for path in sorted(set(files.values())):
-        with safe_open(str(path), framework="pt") as f:
-            for name in f.keys():
-                found[name] = tuple(f.get_slice(name).get_shape())
+        with open_safetensors(path) as f:
+            for name, key in _stored_names(path, f.keys()).items():
+                found[name] = tuple(f.get_slice(key).get_shape())
     expected = expected_shapes(spec)
     for name, shape in expected.items():
         if name not in found:
@@ -173,10 +212,14 @@ def load_model(folder: str | Path, dtype: str | torch.dtype = torch.float32,
     dt = torch_dtype(dtype)
     state: dict[str, torch.Tensor] = {}
     for path in sorted(set(files.values())):
-        with safe_open(str(path), framework="pt", device="cpu") as f:
-            for tname in f.keys():
+        with open_safetensors(path) as f:
+            for tname, key in _stored_names(path, f.keys()).items():
                 if tname in files:
-                    state[tname] = f.get_tensor(tname).to(device=device, dtype=dt)
+                    try:
+                        tensor = f.get_tensor(key)
+                    except SafetensorError as exc:
+                        raise HetSpecError(f"{path}: tensor {key} is unreadable ({str(exc).splitlines()[0]})") from None
+                    state[tname] = tensor.to(device=device, dtype=dt)
     with torch.device("meta"):
         model = Transformer(spec)
     if spec.tie_embeddings:

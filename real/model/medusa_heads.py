@@ -26,11 +26,11 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import Tensor, nn
 
 from hwmodels.errors import HetSpecError
+from real.model.checkpoint import open_safetensors
 from sim.model_spec import ModelSpec
 
 CONFIG_FILE = "medusa_config.json"
@@ -112,7 +112,7 @@ class MedusaHeads(nn.Module):
             expected[f"{k}.0.linear.weight"] = (d, d)
             expected[f"{k}.0.linear.bias"] = (d,)
             expected[f"{k}.1.weight"] = (v, d)
-        with safe_open(str(weights), framework="pt") as f:
+        with open_safetensors(weights) as f:
             names = set(f.keys())
             for name, shape in expected.items():
                 if name not in names:

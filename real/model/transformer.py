@@ -15,6 +15,7 @@ pending tokens (the accepted path of a tree, in order) by copying their K/V down
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -85,9 +86,36 @@ class RMSNorm(nn.Module):
         return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)).type_as(x) * self.weight
 
 
+def rope_inv_freq(spec: ModelSpec) -> Tensor:
+    """Inverse frequencies ``[head_dim / 2]`` (float64) of the spec's RoPE variant, computed as
+    Hugging Face transformers computes them (``modeling_rope_utils``): ``default``; ``linear``
+    (divided by ``factor``); ``llama3`` (Llama 3.1's scaling: wavelengths longer than
+    ``original_max_position_embeddings / low_freq_factor`` divided by ``factor``, shorter than
+    ``... / high_freq_factor`` kept, smoothly interpolated between)."""
+    d = spec.head_dim
+    inv_freq = 1.0 / (spec.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
+    params = spec.rope_parameters
+    kind = params["rope_type"]
+    if kind == "default":
+        return inv_freq
+    if kind == "linear":
+        return inv_freq / params["factor"]
+    if kind == "llama3":
+        factor, low, high = params["factor"], params["low_freq_factor"], params["high_freq_factor"]
+        old_context = params["original_max_position_embeddings"]
+        low_freq_wavelen, high_freq_wavelen = old_context / low, old_context / high
+        wavelen = 2 * math.pi / inv_freq
+        scaled = torch.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
+        smooth = (old_context / wavelen - low) / (high - low)
+        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+        medium = ~(wavelen < high_freq_wavelen) & ~(wavelen > low_freq_wavelen)
+        return torch.where(medium, smoothed, scaled)
+    raise HetSpecError(f"model {spec.name}: rope_type {kind!r} is not implemented")
+
+
 def rope_tables(spec: ModelSpec, max_len: int) -> tuple[Tensor, Tensor]:
     """cos, sin of shape ``[max_len, head_dim]`` (Hugging Face's rotate-half layout)."""
-    inv_freq = 1.0 / (spec.rope_theta ** (torch.arange(0, spec.head_dim, 2, dtype=torch.float64) / spec.head_dim))
+    inv_freq = rope_inv_freq(spec)
     angles = torch.outer(torch.arange(max_len, dtype=torch.float64), inv_freq)
     angles = torch.cat([angles, angles], dim=-1)
     return angles.cos().float(), angles.sin().float()
@@ -104,10 +132,10 @@ class Attention(nn.Module):
     def __init__(self, spec: ModelSpec, layer: int):
         super().__init__()
         self.layer, self.n_heads, self.n_kv, self.hd = layer, spec.n_heads, spec.n_kv_heads, spec.head_dim
-        self.q_proj = nn.Linear(spec.hidden, spec.n_heads * spec.head_dim, bias=False)
+        self.q_proj = nn.Linear(spec.hidden, spec.q_dim, bias=False)
         self.k_proj = nn.Linear(spec.hidden, spec.kv_dim, bias=False)
         self.v_proj = nn.Linear(spec.hidden, spec.kv_dim, bias=False)
-        self.o_proj = nn.Linear(spec.n_heads * spec.head_dim, spec.hidden, bias=False)
+        self.o_proj = nn.Linear(spec.q_dim, spec.hidden, bias=False)
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: KVCache | None, start: int,
                 mask: Tensor | None) -> Tensor:

@@ -77,10 +77,11 @@ def train_models(recipe: DemoRecipe, work: Path, progress: bool) -> dict:
     t = mark("tokenizer_and_corpus_s", t)
     log(f"corpus: {train_stream.numel():,} train tokens, {eval_stream.numel():,} evaluation tokens")
 
-    target = init_weights(Transformer(recipe.target.spec(f"demo-{recipe.name}-target", vocab, recipe.max_position)),
-                          recipe.seed)
-    draft = init_weights(Transformer(recipe.draft.spec(f"demo-{recipe.name}-draft", vocab, recipe.max_position)),
-                         recipe.seed + 1)
+    eos = tokenizer.eos_id     # written to config.json (the tokenizer has no BOS token)
+    target = init_weights(Transformer(recipe.target.spec(f"demo-{recipe.name}-target", vocab, recipe.max_position,
+                                                         eos)), recipe.seed)
+    draft = init_weights(Transformer(recipe.draft.spec(f"demo-{recipe.name}-draft", vocab, recipe.max_position,
+                                                       eos)), recipe.seed + 1)
     target_result = train_causal_lm(target, train_stream, recipe.target_train, "target", progress)
     t = mark("target_s", t)
     draft_result = train_causal_lm(draft, train_stream, recipe.draft_train, "draft", progress)

@@ -33,10 +33,10 @@ class Shape:
     n_heads: int
     n_kv_heads: int
 
-    def spec(self, name: str, vocab: int, max_position: int) -> ModelSpec:
+    def spec(self, name: str, vocab: int, max_position: int, eos_token_id: int | None = None) -> ModelSpec:
         return ModelSpec(name=name, n_layers=self.n_layers, hidden=self.hidden, intermediate=self.intermediate,
                          n_heads=self.n_heads, n_kv_heads=self.n_kv_heads, vocab=vocab, dtype="fp32",
-                         arch="llama", max_position=max_position,
+                         arch="llama", max_position=max_position, eos_token_id=eos_token_id,
                          source="trained by hetspec train-demo on the Python standard library")
 
 

@@ -174,7 +174,7 @@ def test_validate_with_the_hetero_section(tiny_demo, tmp_path, monkeypatch):
     validate(out, preset="tiny", progress=False, settings=settings, grid=(GridPoint("ar"),), command="test",
              hetero=True, hetero_settings=_mini_settings())
     report = (out / "report.md").read_text()
-    assert "## Heterogeneous execution (issue 7)" in report and "hcmp: partition ratio sweep" in report
+    assert "## Heterogeneous execution" in report and "hcmp: partition ratio sweep" in report
     saved = json.loads((out / "results.json").read_text())
     assert 0.0 <= saved["hetero"]["hcmp"]["regret"] < 1.0
     assert (out / "hetero_ratio.png").stat().st_size > 0

@@ -49,7 +49,7 @@ def test_method_summary_medians_and_targets():
     assert good.passes
 
 
-def test_grid_is_the_issue_grid():
+def test_grid_is_the_documented_grid():
     grid = default_grid()
     assert [p.value for p in grid if p.method == "chain"] == list(range(1, 9))
     assert [p.value for p in grid if p.method == "medusa"] == [1, 2, 4, 8, 16, 32, 64]

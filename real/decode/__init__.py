@@ -23,7 +23,7 @@ DECODER_MODULES: dict[str, tuple[str, str]] = {
     "medusa": ("real.decode.medusa", "MedusaConfig"),
 }
 #: Every method the real path runs: the single-worker ones above and the heterogeneous ones
-#: (several workers; real/hetero, issue 7).
+#: (several workers; real/hetero).
 ALL_DECODER_MODULES: dict[str, tuple[str, str]] = {**DECODER_MODULES, **HETERO_DECODER_MODULES}
 
 

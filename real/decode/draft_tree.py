@@ -1,4 +1,4 @@
-"""``draft-tree``: LLMCad's token tree (Xu et al.; extract ../shared/seeds/notes/llmcad.md §1).
+"""``draft-tree``: LLMCad's token tree (Xu et al., "LLMCad: Fast and Scalable On-device Large Language Model Inference", 2023, §4).
 
 One step (a *round*):
 

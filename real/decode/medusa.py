@@ -1,6 +1,6 @@
 """``medusa``: Medusa heads propose a token tree, tree attention verifies it in one pass.
 
-Step (Medusa §2, extract ../shared/seeds/notes/medusa.md §1):
+Step (Medusa, Cai et al., ICML 2024, §2):
 
 1. The root is the target's own token after the last accepted one. Head k's top-r candidates,
    computed from the hidden state at the last accepted token, fill the tree's depth-k rank-r

@@ -1,4 +1,4 @@
-"""The heterogeneous real path (issue 7): decode methods whose work is placed on several workers.
+"""The heterogeneous real path: decode methods whose work is placed on several workers.
 
 - :mod:`real.hetero.hcmp`: Ghidorah's hetero-core model parallelism (Medusa verification with
   every linear split by output columns at ratio r, attention split dense / sparse and merged by

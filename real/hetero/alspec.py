@@ -1,4 +1,4 @@
-"""``alspec``: attention-level speculation on two workers (ALSpec; ../shared/seeds/notes/alspec.md).
+"""``alspec``: attention-level speculation on two workers (ALSpec, §3).
 
 Greedy autoregressive decoding in which every layer of every decode step runs ALSpec's Alg. 1
 on a *sender* worker (``workers[0]``) and a *receiver* worker (``workers[1]``):

@@ -1,6 +1,6 @@
 """Dovetail's feature-level drafter: Dynamic Gating Fusion + decoder blocks + the target's LM head.
 
-Dovetail §III (extract ../shared/seeds/notes/dovetail.md §1, the repository's "w1_silu_norm"
+Dovetail §III (the repository's "w1_silu_norm"
 variant): with h the target's hidden state at position t-1 and e the embedding of token t,
 
     h1 = h W1,   h2 = SiLU(RMSNorm(e) W2),   z = sigmoid([h1; h2] Wz),   f = z * h1 + (1 - z) * h2

@@ -1,6 +1,6 @@
 """``dovetail``: the drafter on one worker, the target verifying the draft tree on another.
 
-One round (Dovetail §III-A; extract ../shared/seeds/notes/dovetail.md §1), as the simulator's
+One round (Dovetail §III-A), as the simulator's
 ``dovetail`` strategy prices it (:mod:`sim.strategies.dovetail`):
 
 1. **Draft** (worker ``workers[0]``), an EAGLE-2 dynamic tree in ``1 + depth`` drafter passes:

@@ -1,6 +1,6 @@
 """Ghidorah's hetero-core model parallelism (HCMP) of a :class:`real.model.transformer.Transformer` on two workers.
 
-Ghidorah §IV-B (extract ../shared/seeds/notes/ghidorah.md §1), as the simulator's ``hcmp``
+Ghidorah §III-B (hetero-core model parallelism), as the simulator's ``hcmp``
 strategy prices it (:mod:`sim.strategies.hcmp`):
 
 - **Every linear is split by output columns** at ratio r: the primary worker (side 0) owns the

@@ -1,6 +1,6 @@
 """LLMCad's weight streaming on the real path: the target's layers read from disk under a memory budget.
 
-LLMCad (extract ../shared/seeds/notes/llmcad.md §1, "speculative generation pipeline"): the target
+LLMCad ("speculative generation pipeline"): the target
 does not fit in memory, so its weights are read from storage for every forward; the draft model is
 memory-resident and keeps drafting while the target's weights load; the fallback (``T_c < alpha``)
 triggers the verification, which waits for whatever is not loaded yet.

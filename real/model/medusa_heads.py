@@ -1,4 +1,4 @@
-"""Medusa decoding heads (Medusa §2.1, see ``../shared/seeds/notes/medusa.md`` §1).
+"""Medusa decoding heads (Medusa, Cai et al., ICML 2024, §2.1).
 
 Head k (k = 1..K) reads the target's last hidden state h_t (after the final norm) and predicts
 the token k+1 positions after the one the LM head predicts from h_t:

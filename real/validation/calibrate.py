@@ -3,8 +3,8 @@
 The platform (preset format, :mod:`hwmodels.loader`) has
 
 - ``cpu``: the whole CPU, torch's default thread count (what single-worker real runs use);
-- ``cpu0`` .. ``cpu{N-1}``: one single-thread worker per core (the heterogeneous real path of
-  issue 7 places work on these), all identical, so measured once with one thread;
+- ``cpu0`` .. ``cpu{N-1}``: one single-thread worker per core (the heterogeneous real path places
+  work on these), all identical, so measured once with one thread;
 - one memory domain ``dram`` holding every device (they share this machine's DRAM), whose
   ``contention_efficiency`` comes from two single-thread workers streaming at the same time;
 - ``unified`` links between workers (a zero-copy hand-over whose latency is the measured

@@ -52,7 +52,7 @@ def register_validate(subparsers) -> None:
                     "on the calibrated host platform, run the same grid for real on held-out evaluation prompts, "
                     "time random-weight Llama-shaped models, and write report.md, PNG plots and results.json.")
     p.add_argument("--quick", action="store_true",
-                   help="fewer prompts, tokens and repeats (the issue's acceptance run; minutes)")
+                   help="fewer prompts, tokens and repeats (the acceptance run of docs/validation.md; minutes)")
     p.add_argument("--out", default=None, metavar="DIR", help="output folder (default reports/validation)")
     p.add_argument("--preset", default=None, metavar="P",
                    help="demo preset: tiny or small (default: small if its models are cached, else tiny)")
@@ -61,7 +61,7 @@ def register_validate(subparsers) -> None:
                    help="device of the platform to run on: cpu (all threads, default) or a single-thread worker "
                         "cpu0, cpu1, ... (steadier on a machine shared with other jobs)")
     p.add_argument("--hetero", action="store_true",
-                   help="add the heterogeneous section (issue 7): hcmp ratio sweep with its regret, dovetail "
+                   help="add the heterogeneous section: hcmp ratio sweep with its regret, dovetail "
                         "placements, alspec hit rates, weight streaming")
     p.add_argument("--hetero-only", action="store_true",
                    help="run only the heterogeneous section (writes hetero.md, hetero.json and its plots)")

@@ -1,6 +1,6 @@
 """The configurations ``hetspec validate`` predicts and measures: one :class:`GridPoint` each.
 
-The grid of issue 5: ``ar``; ``chain`` with gamma = 1..8; ``draft-tree`` with several tree
+The validation grid: ``ar``; ``chain`` with gamma = 1..8; ``draft-tree`` with several tree
 budgets; ``medusa`` with widths 1, 2, 4, 8, 16, 32, 64, each tree the greedy sparse tree built
 from the head accuracies measured on calibration prompts. :func:`medusa_tree` builds that tree
 once and the same :class:`~sim.tree.TokenTree` object is priced by the simulator and verified by
@@ -25,7 +25,7 @@ MEDUSA_WIDTHS = (1, 2, 4, 8, 16, 32, 64)
 #: Which knob each method's grid varies, and its symbol in labels.
 KNOB_OF = {"ar": ("", ""), "chain": ("draft_depth", "γ"), "draft-tree": ("tree_width", "M"),
            "medusa": ("tree_width", "w")}
-#: Methods whose accuracy issue 5 sets a target for (``ar`` is measured and predicted as the baseline).
+#: Methods whose accuracy the validation sets a target for (``ar`` is measured and predicted as the baseline).
 SPECULATIVE_METHODS = ("chain", "draft-tree", "medusa")
 
 

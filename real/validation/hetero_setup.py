@@ -35,7 +35,7 @@ class HeteroSettings:
     label: str = "quick"
 
 
-#: 11 ratios (the issue's sweep), Dovetail's tree (top-k 10, depth 7, 16 tokens), ALSpec's lambda range
+#: 11 ratios (0, 0.1, ..., 1), Dovetail's tree (top-k 10, depth 7, 16 tokens), ALSpec's lambda range
 #: (Table 1: 0.05-0.25; 0 = exact) and windows from 4 to 32 tokens of the ~100-token demo contexts.
 QUICK = HeteroSettings(eval_prompts=4, prompt_tokens=64, max_new_tokens=64, repeats=3,
                        ratios=tuple(round(0.1 * i, 1) for i in range(11)), hcmp_width=16,

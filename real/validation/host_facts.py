@@ -50,7 +50,7 @@ class Settings:
     label: str = "full"
 
 
-#: Token counts 1..256 (the issue's range), dense where verification widths and draft lengths live
+#: Token counts 1..256 (the verification widths and draft lengths of the methods), dense where verification widths and draft lengths live
 #: (the curve is read as a step function, and CPU GEMM kernels change path between small M: here
 #: M = 2 runs slower per row than M = 3 or 4), and weight shapes around the demo and random-weight
 #: models' layers (hidden 512-1024, MLP 1408-4096); 2048 x 2048 gives the peak.

@@ -14,7 +14,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-#: Issue 5's "done when": per speculative method, on ``hetspec validate --quick``.
+#: The validation's targets: per speculative method, on ``hetspec validate --quick``.
 STEP_ERROR_TARGET = 0.15
 TPS_ERROR_TARGET = 0.15
 REGRET_TARGET = 0.10

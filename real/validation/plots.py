@@ -93,7 +93,7 @@ def plot_errors(rows, path: Path, subtitle: str) -> Path:
             ax.plot(xs, vals, marker="o", linestyle="none", color=color, alpha=0.7,
                     label=label if i == 0 else None)
     ax.axhspan(-100 * STEP_ERROR_TARGET, 100 * STEP_ERROR_TARGET, color="tab:green", alpha=0.12,
-               label=f"±{100 * STEP_ERROR_TARGET:.0f} % (issue 5 target for the medians)")
+               label=f"±{100 * STEP_ERROR_TARGET:.0f} % (target for the medians)")
     ax.axhline(0, color="black", linewidth=0.8)
     ax.set_xticks(range(len(methods)))
     ax.set_xticklabels(methods)

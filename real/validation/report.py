@@ -95,7 +95,7 @@ def markdown(doc: dict) -> str:
            "recalibrate and validate on a quiet machine.**" if abs(doc["drift"]["change"]) > doc["drift"]["warning"]
            else "."),
         "",
-        "## Acceptance check (issue 5)",
+        "## Acceptance check",
         "",
         f"Targets per speculative method: median |step-latency error| <= {100 * STEP_ERROR_TARGET:.0f} %, median "
         f"|tokens/s error| <= {100 * TPS_ERROR_TARGET:.0f} %, regret <= {100 * REGRET_TARGET:.0f} % "
@@ -177,7 +177,7 @@ def markdown(doc: dict) -> str:
         for r in doc["random_weight"]:
             lines.append(f"| {r['model']} (random-weight timing run) | {r['weight_mb']:.0f} | {r['tokens']} | "
                          f"{r['pred_ms']:.2f} | {r['meas_ms']:.2f} | {_spct(r['error_signed'])} |")
-    if doc.get("hetero"):   # issue 7's section (real/validation/hetero.py)
+    if doc.get("hetero"):   # the heterogeneous section (real/validation/hetero.py)
         from real.validation.hetero_report import markdown as hetero_markdown
 
         lines += [""] + hetero_markdown(doc["hetero"])

@@ -52,7 +52,7 @@ class Settings:
     label: str = "full"
 
 
-#: Quick: the issue's acceptance run (under 10 minutes on the 2-core reference machine with the
+#: Quick: the acceptance run (under 10 minutes on the 2-core reference machine with the
 #: small preset). Full: more prompts, tokens and repeats, every token count of the random models.
 QUICK = Settings(calibration_prompts=24, eval_prompts=6, prompt_tokens=64, max_new_tokens=64, repeats=3,
                  random_models=("random-smollm-135m", "random-smollm-360m"), random_tokens=(1, 4, 16, 64),
@@ -240,7 +240,7 @@ def validate(out: str | Path = DEFAULT_OUT, preset: str | None = None, quick: bo
         "methods": method_summaries(rows),
         "random_weight": random_rows,
     }
-    if hetero:   # issue 7: hcmp ratio sweep, dovetail placements, alspec, streaming (real/validation/hetero.py)
+    if hetero:   # hcmp ratio sweep, dovetail placements, alspec, streaming (real/validation/hetero.py)
         from real.validation.hetero import validate_hetero
         from real.validation.hetero_setup import settings_for as default_hetero
 
@@ -259,7 +259,7 @@ def _device_json(dev) -> dict:
 
 
 def acceptance_check(doc: dict) -> dict:
-    """The ``--json`` answer: per speculative method, the three numbers issue 5 sets targets for."""
+    """The ``--json`` answer: per speculative method, the three numbers the validation sets targets for."""
     out = {"preset": doc["preset"], "device": doc["platform"]["device"], "command": doc["command"], "methods": {}}
     for m in doc["methods"]:
         if m["method"] == "ar":

@@ -146,3 +146,17 @@ def test_validate_unknown_device_is_one_line(tmp_path):
     proc = run_cli("validate", "--device", "gpu7", "--out", str(tmp_path / "r"),
                    env={"HETSPEC_PLATFORMS_DIR": _host(tmp_path)})
     assert proc.returncode == 2 and "gpu7" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_reports_show_no_absolute_path_of_the_machine(tmp_path, monkeypatch):
+    from real.validation.machine import shown_path
+
+    home = tmp_path / "home"
+    (home / ".local/share/hetspec/platforms").mkdir(parents=True)
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(work)
+    assert shown_path(home / ".local/share/hetspec/platforms/host.toml") == "~/.local/share/hetspec/platforms/host.toml"
+    assert shown_path(work / "my-box.toml") == "my-box.toml"
+    assert shown_path(tmp_path / "elsewhere" / "box.toml") == "box.toml"

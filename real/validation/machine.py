@@ -29,3 +29,20 @@ def load_host(platform: str):
         if platform == "host":
             raise HetSpecError("no host platform yet: run `hetspec calibrate` first (or pass --platform FILE)") from None
         raise exc
+
+
+def shown_path(path) -> str:
+    """How a report shows a file of this machine: ``~/...`` under the home folder, relative under the
+    working folder, else its name (a report never carries the absolute paths of the machine it ran on)."""
+    from pathlib import Path
+
+    if path is None:
+        return ""
+    p = Path(path).expanduser().resolve()
+    for base, prefix in ((Path.cwd().resolve(), ""), (Path.home().resolve(), "~/")):
+        try:
+            return prefix + str(p.relative_to(base))
+        except ValueError:
+            continue
+    return p.name
+

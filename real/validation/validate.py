@@ -30,7 +30,7 @@ from pathlib import Path
 
 from hwmodels.errors import HetSpecError
 from real.train.demo import choose_preset
-from real.validation.machine import DRIFT_WARNING, load_host, machine_drift
+from real.validation.machine import DRIFT_WARNING, load_host, machine_drift, shown_path
 
 #: Default output folder (relative to the working directory).
 DEFAULT_OUT = "reports/validation"
@@ -223,7 +223,7 @@ def validate(out: str | Path = DEFAULT_OUT, preset: str | None = None, quick: bo
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "seconds": round(time.perf_counter() - t_start, 1),
         "preset": preset, "preset_reason": why,
-        "platform": {"name": host.name, "description": host.description, "path": host.path, "device": device,
+        "platform": {"name": host.name, "description": host.description, "path": shown_path(host.path), "device": device,
                      "threads": threads, "device_fields": _device_json(dev)},
         "settings": asdict(settings),
         "context_priced": ctx.context,

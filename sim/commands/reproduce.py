@@ -6,6 +6,7 @@ import argparse
 import json
 import time
 
+from hwmodels.datafile import output_folder
 from sim.reproduce import DEFAULT_OUT, paper_names, run
 
 
@@ -19,6 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
     papers = paper_names() if args.paper == "all" else (args.paper,)
+    output_folder(args.out, "report folder")    # before the first paper: a folder that cannot be written fails at once
     summaries = []
     for paper in papers:
         start = time.perf_counter()

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hwmodels.errors import HetSpecError, UnknownNameError
+from hwmodels.datafile import output_folder
+from hwmodels.errors import UnknownNameError
 from sim.registry import import_registered
 from sim.reproduce.report import PaperReport
 
@@ -36,10 +37,7 @@ def run(paper: str, out_dir: str | Path = DEFAULT_OUT) -> tuple[PaperReport, Pat
     if paper not in PAPER_MODULES:
         raise UnknownNameError("paper", paper, PAPER_MODULES)
     module = import_registered(PAPER_MODULES[paper], f"paper {paper} has no reproduction")
-    out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise HetSpecError(f"output folder {out} exists and is not a folder")
-    out.mkdir(parents=True, exist_ok=True)
-    report = module.reproduce(out)
+    out = output_folder(out_dir, "report folder")
+    report = module.reproduce(out)      # its figures: sim.plots.save_figure, one line if one cannot be written
     path = report.write(out, f"hetspec reproduce {paper}")
     return report, path

@@ -6,7 +6,9 @@ Every reproduced result is a :class:`Comparison` of a paper value with the HetSp
 - ``prediction``: computed from presets and acceptance tables without using this number;
 - ``fit``: this number (or one it determines) was used to fit a parameter: shown, never counted;
 - ``exact``: a formula reproduced to the paper's printed precision (e.g. intensity tables);
-- ``choice``: a discrete decision (best width, best token count): matched or not.
+- ``choice``: a discrete decision (best width, best token count): matched or not;
+- ``alternative``, ``alternative-choice``: the same value or decision by a model that is *not* the report's
+  record (e.g. a measured operator profile beside the roofline): shown side by side, never counted.
 
 Error statistics (median absolute relative error) count ``prediction`` rows only. Every fitted
 parameter is a :class:`Fit` that names the paper number it was fitted to.
@@ -20,9 +22,12 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from hwmodels.datafile import output_folder, writing
 from hwmodels.errors import HetSpecError
 
-KINDS = ("prediction", "fit", "exact", "choice")
+KINDS = ("prediction", "fit", "exact", "choice", "alternative", "alternative-choice")
+#: Kinds judged as decisions (matched or not) rather than by relative error.
+CHOICE_KINDS = ("choice", "alternative-choice")
 
 
 @dataclass(frozen=True)
@@ -51,7 +56,7 @@ class Comparison:
     @property
     def rel_error(self) -> float:
         """(HetSpec − paper) / |paper|; for choices 0 if matched, else 1."""
-        if self.kind == "choice":
+        if self.kind in CHOICE_KINDS:
             return 0.0 if self.matched else 1.0
         if self.paper == 0:
             return 0.0 if self.hetspec == 0 else math.inf
@@ -59,7 +64,7 @@ class Comparison:
 
     @property
     def matched(self) -> bool:
-        return self.hetspec == self.paper if self.kind == "choice" else abs(self.rel_error) < 5e-3
+        return self.hetspec == self.paper if self.kind in CHOICE_KINDS else abs(self.rel_error) < 5e-3
 
 
 @dataclass(frozen=True)
@@ -144,7 +149,7 @@ class PaperReport:
                   "|---|---|---:|---:|---:|---|"]
         for c in self.comparisons:
             unit = f" {c.unit}" if c.unit else ""
-            if c.kind == "choice":
+            if c.kind in CHOICE_KINDS:
                 err = "match" if c.matched else "**differs**"
             else:
                 err = f"{100 * c.rel_error:+.1f} %"
@@ -165,11 +170,11 @@ class PaperReport:
         return "\n".join(lines)
 
     def write(self, out_dir: str | Path, command: str) -> Path:
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
+        out = output_folder(out_dir, "report folder")
         path = out / f"{self.paper}.md"
-        path.write_text(self.to_markdown(command))
-        (out / f"{self.paper}.json").write_text(json.dumps(self.to_json(), indent=2) + "\n")
+        with writing(path, "report"):
+            path.write_text(self.to_markdown(command))
+            (out / f"{self.paper}.json").write_text(json.dumps(self.to_json(), indent=2) + "\n")
         return path
 
 

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
+from numbers import Integral
+from pathlib import Path
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -114,8 +116,9 @@ class TokenTree:
         """A tree from Medusa-style choice paths (rank lists from the root, root excluded).
 
         Nodes are ordered by (depth, path), as Medusa's ``generate_medusa_buffers`` sorts them.
-        Every prefix of a path must itself be a path.
+        Every prefix of a path must itself be a path. Anything but a list of lists of ranks >= 0 is one line.
         """
+        _check_choices(choices)
         paths = sorted({tuple(int(r) for r in c) for c in choices}, key=lambda c: (len(c), c))
         index: dict[tuple[int, ...], int] = {(): 0}
         parents, ranks = [-1], [0]
@@ -128,6 +131,19 @@ class TokenTree:
             parents.append(index[path[:-1]])
             ranks.append(path[-1])
         return cls(tuple(parents), tuple(ranks))
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> "TokenTree":
+        """A tree from a JSON file of Medusa choice paths: ``[[0], [0, 0], [1], ...]`` or ``{"choices": [...]}``
+        (``hetspec predict --tree-choices``, ``hetspec run --tree``); anything else is one line naming the file."""
+        from hwmodels.datafile import read_data_file
+
+        data = read_data_file(path, "tree file")
+        choices = data.get("choices", data) if isinstance(data, dict) else data
+        try:
+            return cls.from_choices(choices)
+        except HetSpecError as exc:
+            raise HetSpecError(f"tree file {path}: {exc}") from None
 
     @classmethod
     def medusa_default(cls) -> "TokenTree":
@@ -302,3 +318,19 @@ def _as_accuracy_matrix(accuracies) -> np.ndarray:
     if np.any(acc.sum(axis=1) > 1 + 1e-9):
         raise HetSpecError("accuracies of one depth are exclusive per rank and must sum to <= 1")
     return acc
+
+
+_CHOICES_FORM = "a list of choice paths (lists of ranks >= 0), e.g. [[0], [1], [0, 0]]"
+
+
+def _check_choices(choices) -> None:
+    """One line unless ``choices`` is a list (or tuple) of lists of integer ranks >= 0 (``[]``: the root)."""
+    if isinstance(choices, dict):
+        raise HetSpecError(f"expected {_CHOICES_FORM} (or an object with a 'choices' list), got a JSON object "
+                           f"with keys {', '.join(map(repr, list(choices)[:5])) or '(none)'}")
+    if not isinstance(choices, (list, tuple)):
+        raise HetSpecError(f"expected {_CHOICES_FORM}, got {type(choices).__name__} {choices!r:.60}")
+    for c in choices:
+        if not isinstance(c, (list, tuple)) or not all(
+                isinstance(r, Integral) and not isinstance(r, bool) and r >= 0 for r in c):
+            raise HetSpecError(f"expected {_CHOICES_FORM}; {c!r:.60} is not one")

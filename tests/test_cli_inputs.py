@@ -32,10 +32,11 @@ def _writers(target: str) -> dict[str, tuple[str, ...]]:
                      "--trace", f"{target}/trace.json"),
         "sweep": ("sweep", "--models", "tinyllama-1.1b", "--platforms", A100, "--methods", "ar", "--no-progress",
                   "--out", f"{target}/table.csv"),
+        "reproduce": ("reproduce", "medusa", "--out", f"{target}/reports"),
     }
 
 
-@pytest.mark.parametrize("command", ["simulate", "sweep"])
+@pytest.mark.parametrize("command", ["simulate", "sweep", "reproduce"])
 def test_an_output_under_a_file_is_one_line(tmp_path, capsys, command):
     blocker = tmp_path / "somefile"
     blocker.write_text("not a folder")                 # fails for root too
@@ -44,7 +45,7 @@ def test_an_output_under_a_file_is_one_line(tmp_path, capsys, command):
 
 
 @pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root writes into a read-only folder")
-@pytest.mark.parametrize("command", ["simulate", "sweep"])
+@pytest.mark.parametrize("command", ["simulate", "sweep", "reproduce"])
 def test_an_output_in_a_read_only_folder_is_one_line(tmp_path, capsys, command):
     folder = tmp_path / "ro"
     folder.mkdir()
@@ -53,3 +54,78 @@ def test_an_output_in_a_read_only_folder_is_one_line(tmp_path, capsys, command):
         one_line_error(capsys, *_writers(str(folder))[command], match="Permission denied")
     finally:
         folder.chmod(0o700)
+
+
+# ---------------------------------------------------------------------- --tree-choices files
+MEDUSA = ("--model", "vicuna-7b", "--platform", A100, "--method", "medusa", "--acceptance", "medusa-log",
+          "--device", "gpu")
+
+
+@pytest.mark.parametrize("content, match", [
+    ('{"a": [[0]]}', "got a JSON object with keys 'a'"),
+    ('{"choices": {"x": 1}}', "got a JSON object with keys 'x'"),
+    ('"[[0]]"', "got str"),
+    ('[[0], [1, "x"]]', "[1, 'x'] is not one"),
+    ('[[0], 3]', "3 is not one"),
+    ('[[0], [-1]]', "[-1] is not one"),
+    ('[[0], [1, 1]]', "has no parent path [1]"),
+])
+@pytest.mark.parametrize("command", ["predict", "simulate"])
+def test_tree_choices_that_are_not_a_list_of_paths_are_one_line(tmp_path, capsys, command, content, match):
+    path = tmp_path / "tree.json"
+    path.write_text(content)
+    line = one_line_error(capsys, command, *MEDUSA, "--tree-choices", str(path), match=match)
+    assert f"tree file {path}" in line
+
+
+def test_tree_choices_may_be_an_object_with_a_choices_list(tmp_path, capsys):
+    path = tmp_path / "tree.json"
+    path.write_text('{"choices": [[0], [1], [0, 0]]}')         # the form `hetspec run --tree` reads too
+    assert main(["predict", *MEDUSA, "--tree-choices", str(path), "--json", "--no-table"]) == 0
+    assert json.loads(capsys.readouterr().out)["best"]["tree_width"] == 4
+
+
+# ---------------------------------------------------------------------- counts and positions
+STEP = ("step", "--model", "vicuna-7b", "--platform", A100)
+
+
+@pytest.mark.parametrize("args, match", [
+    (("--tokens", "100000000000", "--context", "10"),
+     "--context 10 + --tokens 100000000000 = 100000000010 positions exceed model vicuna-7b's max_position 4096"),
+    (("--tokens", "1", "--context", "100000"), "--context 100000 + --tokens 1 = 100001 positions exceed"),
+    (("--tokens", "0", "--context", "10"), "--tokens must be >= 1 (got 0)"),
+    (("--tokens", "1", "--context", "-1"), "--context must be >= 0 (got -1)"),
+    (("--tokens", "1", "--context", "1", "--batch", "0"), "--batch must be >= 1 (got 0)"),
+])
+def test_step_bounds_its_numbers(capsys, args, match):
+    one_line_error(capsys, *STEP, *args, match=match)
+
+
+def test_step_columns_never_run_together(capsys):
+    assert main([*STEP, "--tokens", "4095", "--context", "1", "--batch", "100000000000"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header, ops = lines[1].split(), [line.split() for line in lines[2:-1]]
+    assert header == ["operator", "x", "GFLOP", "MB", "FLOP/B", "time", "ms", "bound"]
+    assert ops and all(len(op) == 7 for op in ops), ops          # 7 values, one space at least between them
+    assert len(lines[-1].split()) == 4                            # total, GFLOP, MB, time
+
+
+@pytest.mark.parametrize("command", ["predict", "simulate"])
+def test_a_context_beyond_the_model_is_one_line(capsys, command):
+    one_line_error(capsys, command, "--model", "vicuna-7b", "--platform", A100, "--method", "ar",
+                   "--context", "4096", match="--context 4096 + new tokens 1 = 4097 positions exceed")
+
+
+@pytest.mark.parametrize("args, match", [
+    (("predict", "--top", "-1"), "--top must be >= 1 (got -1)"),
+    (("predict", "--top", "0"), "--top must be >= 1 (got 0)"),
+    (("simulate", "--steps", "0"), "--steps must be >= 1 (got 0)"),
+])
+def test_counts_below_one_are_one_line(capsys, args, match):
+    one_line_error(capsys, args[0], "--model", "vicuna-7b", "--platform", A100, "--method", "ar", *args[1:],
+                   match=match)
+
+
+def test_sweep_workers_below_one_is_one_line(tmp_path, capsys):
+    one_line_error(capsys, "sweep", "--models", "vicuna-7b", "--platforms", A100, "--methods", "ar",
+                   "--workers", "0", "--out", str(tmp_path / "t.csv"), match="--workers must be >= 1 (got 0)")

@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import json
 
-from hwmodels.datafile import read_data_file
 from hwmodels.dtypes import DTYPE_BYTES
 from hwmodels.errors import HetSpecError
 
@@ -43,7 +42,8 @@ def add_knob_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--draft-device", help="device(s) for the draft model, comma-separated")
     g.add_argument("--draft-model", help="draft model preset (chain, draft-tree)")
     g.add_argument("--tree-shape", help="greedy, dp, medusa-list, cartesian, chain (comma-separated)")
-    g.add_argument("--tree-choices", metavar="FILE", help="JSON list of Medusa choice paths, e.g. [[0],[1],[0,0]]")
+    g.add_argument("--tree-choices", metavar="FILE",
+                   help='JSON list of Medusa choice paths, e.g. [[0],[1],[0,0]] (or {"choices": [...]})')
     g.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="method-specific knob (repeatable), e.g. cartesian_sizes=2,3")
 
@@ -82,8 +82,7 @@ def space_from_args(args: argparse.Namespace) -> dict:
     if args.draft_model:
         space["draft_model"] = (args.draft_model,)
     if args.tree_choices:
-        choices = read_data_file(args.tree_choices, "tree choices file")
-        tree = TokenTree.from_choices(choices)
+        tree = TokenTree.from_file(args.tree_choices)
         space["tree"] = (tree,)
         space["tree_width"] = (tree.size,)
     for item in args.option:
@@ -101,7 +100,9 @@ def problem_from_args(args: argparse.Namespace, acceptance: str | None = None):
     from sim.strategies.base import Problem
 
     spec = acceptance if acceptance is not None else args.acceptance
-    return Problem(model=get_model(args.model), platform=get_platform(args.platform),
+    model = get_model(args.model)
+    check_positions(model, args.context)
+    return Problem(model=model, platform=get_platform(args.platform),
                    acceptance=load_acceptance(spec) if spec else None, context=args.context, batch=args.batch,
                    dtype=args.dtype)
 
@@ -133,6 +134,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def cmd_predict(args: argparse.Namespace) -> int:
     from sim.optimizer import optimize
 
+    check_at_least(args.top, 1, "--top")
     problem = problem_from_args(args)
     result = optimize(problem, args.method, space_from_args(args), refine=not args.no_refine)
     header = {"model": problem.model.name, "platform": problem.platform.name, "method": args.method,
@@ -151,21 +153,39 @@ def cmd_predict(args: argparse.Namespace) -> int:
     print(f"evaluated {result.rows} configurations ({result.skipped} skipped)")
     cols = [c for c in ("tree_width", "draft_depth", "partition_ratio", "device", "draft_device", "tree_shape",
                         "step_s", "tokens_per_step", "tokens_per_s", "speedup_vs_ar") if c in result.columns]
-    order = sorted(range(result.rows), key=lambda i: -result.columns["tokens_per_s"][i])[: max(args.top, 0)]
-    if order:
-        print(format_rows(cols, [[result.columns[c][i] for c in cols] for i in order]))
+    order = sorted(range(result.rows), key=lambda i: -result.columns["tokens_per_s"][i])[: args.top]
+    print(format_rows(cols, [[result.columns[c][i] for c in cols] for i in order]))
     return 0
 
 
-def format_rows(names: list[str], rows: list[list]) -> str:
-    """A plain right-aligned text table (4 significant digits for floats)."""
+def format_rows(names: list[str], rows: list[list], left: tuple[int, ...] = (), sep: str = " ") -> str:
+    """A plain text table (4 significant digits for floats), right-aligned except the ``left`` columns;
+    each column as wide as its widest cell, so neighbouring values never run together."""
     def cell(v) -> str:
         if isinstance(v, float):
             return f"{v:.4g}"
         return "-" if v is None else str(v)
 
+    def line(values) -> str:
+        cells = (v.ljust(w) if j in left else v.rjust(w) for j, (v, w) in enumerate(zip(values, widths)))
+        return sep.join(cells).rstrip()
+
     text = [[cell(v) for v in row] for row in rows]
     widths = [max(len(n), *(len(r[j]) for r in text)) for j, n in enumerate(names)]
-    lines = [" ".join(n.rjust(w) for n, w in zip(names, widths))]
-    lines += [" ".join(v.rjust(w) for v, w in zip(r, widths)) for r in text]
-    return "\n".join(lines)
+    return "\n".join([line(names)] + [line(r) for r in text])
+
+
+def check_at_least(value: int, low: int, flag: str) -> int:
+    """One line unless ``value`` >= ``low`` (a count on the command line)."""
+    if value < low:
+        raise HetSpecError(f"{flag} must be >= {low} (got {value})")
+    return value
+
+
+def check_positions(model, context: int, tokens: int = 1,
+                    names: tuple[str, str] = ("--context", "new tokens")) -> None:
+    """One line if ``tokens`` new tokens after ``context`` cached ones need positions beyond the model's
+    ``max_position`` (as ``hetspec run`` refuses a prompt + new tokens + one tree beyond it)."""
+    if context + tokens > model.max_position:
+        raise HetSpecError(f"{names[0]} {context} + {names[1]} {tokens} = {context + tokens} positions exceed "
+                           f"model {model.name}'s max_position {model.max_position}")

@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from sim.commands.predict import add_knob_args, add_problem_args, describe_config, problem_from_args, space_from_args
+from sim.commands.predict import (add_knob_args, add_problem_args, check_at_least, describe_config, problem_from_args,
+                                  space_from_args)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,6 +29,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from sim.optimizer import optimize
     from sim.trace import check_trace_path, write_trace
 
+    check_at_least(args.steps, 1, "--steps")
     if args.trace:
         check_trace_path(args.trace)        # before the run: a trace that cannot be written fails at once
     problem = problem_from_args(args)

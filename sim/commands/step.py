@@ -26,7 +26,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_step(args: argparse.Namespace) -> int:
+    from sim.commands.predict import check_at_least, check_positions, format_rows
+
+    check_at_least(args.tokens, 1, "--tokens")
+    check_at_least(args.context, 0, "--context")
+    check_at_least(args.batch, 1, "--batch")
     model = get_model(args.model)
+    check_positions(model, args.context, args.tokens, ("--context", "--tokens"))
     platform = get_platform(args.platform)
     device = platform.device(args.device) if args.device else platform.accelerator
     graph = build_step_graph(model, args.tokens, args.context, args.batch, args.dtype)
@@ -37,11 +43,13 @@ def cmd_step(args: argparse.Namespace) -> int:
         return 0
     print(f"{model.name} on {platform.name}/{device.name}: q={graph.tokens} s={graph.context} b={graph.batch} "
           f"{graph.dtype}")
-    print(f"{'operator':<15}{'x':>4}{'GFLOP':>11}{'MB':>10}{'FLOP/B':>10}{'time ms':>10}  bound")
+    rows = []
     for p in price.ops:
         d = p.to_dict()
-        print(f"{d['name']:<15}{d['count']:>4}{d['flops'] / 1e9:>11.3f}{d['bytes'] / 1e6:>10.2f}"
-              f"{d['intensity']:>10.2f}{d['time_s'] * 1e3:>10.4f}  {d['bound']}")
-    print(f"{'total':<15}{'':>4}{graph.total_flops / 1e9:>11.3f}{graph.total_bytes / 1e6:>10.2f}{'':>10}"
-          f"{price.total_s * 1e3:>10.4f}")
+        rows.append([d["name"], str(d["count"]), f"{d['flops'] / 1e9:.3f}", f"{d['bytes'] / 1e6:.2f}",
+                     f"{d['intensity']:.2f}", f"{d['time_s'] * 1e3:.4f}", d["bound"]])
+    rows.append(["total", "", f"{graph.total_flops / 1e9:.3f}", f"{graph.total_bytes / 1e6:.2f}", "",
+                 f"{price.total_s * 1e3:.4f}", ""])
+    # widths from the cells, so no value runs into its neighbour however large it is
+    print(format_rows(["operator", "x", "GFLOP", "MB", "FLOP/B", "time ms", "bound"], rows, left=(0, 6), sep="  "))
     return 0

@@ -56,6 +56,30 @@ def test_an_output_in_a_read_only_folder_is_one_line(tmp_path, capsys, command):
         folder.chmod(0o700)
 
 
+def _library_writers():
+    """The functions behind the other commands' outputs (calibrate, profile-acceptance, validate)."""
+    from hwmodels.loader import get_platform, write_platform_file
+    from sim.acceptance_profile import AcceptanceProfile
+
+    profile = AcceptanceProfile(name="p", source="test")
+    return {
+        "platform file": lambda target: write_platform_file(get_platform(A100), target / "host.toml"),
+        "acceptance profile": lambda target: profile.save(target / "profile.json"),
+        "validation report": lambda target: __import__("real.validation.report", fromlist=["write_report"])
+        .write_report({}, target / "report"),
+    }
+
+
+@pytest.mark.parametrize("what", ["platform file", "acceptance profile", "validation report"])
+def test_library_writers_name_a_location_that_cannot_be_written(tmp_path, what):
+    from hwmodels.errors import HetSpecError
+
+    blocker = tmp_path / "somefile"
+    blocker.write_text("not a folder")
+    with pytest.raises(HetSpecError, match=f"cannot write .*{blocker} is a file, not a folder"):
+        _library_writers()[what](blocker / "sub")
+
+
 # ---------------------------------------------------------------------- --tree-choices files
 MEDUSA = ("--model", "vicuna-7b", "--platform", A100, "--method", "medusa", "--acceptance", "medusa-log",
           "--device", "gpu")

@@ -34,6 +34,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from hwmodels.datafile import output_folder, writing
 from real.validation.hetero_alspec import alspec_table
 from real.validation.hetero_dovetail import dovetail_placements
 from real.validation.hetero_hcmp import hcmp_sweep
@@ -56,8 +57,7 @@ def validate_hetero(models, platform, ctx, out: str | Path, settings: HeteroSett
 
     from real.validation.hetero_report import markdown, write_plots
 
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = output_folder(out, "report folder")
     pair = pair or default_pair()
     t0 = time.perf_counter()
     doc = {"settings": asdict(settings), "pair": list(pair)}
@@ -76,8 +76,9 @@ def validate_hetero(models, platform, ctx, out: str | Path, settings: HeteroSett
     doc["streaming"] = streaming_table(models, settings, default_cpu_pair()[0], progress)
     doc["seconds"] = round(time.perf_counter() - t0, 1)
     doc["plots"] = write_plots(doc, out)
-    (out / JSON_FILE).write_text(json.dumps(doc, indent=1, default=float) + "\n")
-    (out / MARKDOWN_FILE).write_text("\n".join(markdown(doc, standalone=True)) + "\n")
+    with writing(out, "report folder"):
+        (out / JSON_FILE).write_text(json.dumps(doc, indent=1, default=float) + "\n")
+        (out / MARKDOWN_FILE).write_text("\n".join(markdown(doc, standalone=True)) + "\n")
     return doc
 
 
@@ -111,8 +112,9 @@ def validate_hetero_only(out: str | Path, preset: str | None = None, quick: bool
     doc.update({"command": command, "preset": preset, "platform": host.name, "date": time.strftime("%Y-%m-%d %H:%M")})
     from real.validation.hetero_report import markdown
 
-    (Path(out) / MARKDOWN_FILE).write_text("\n".join(markdown(doc, standalone=True)) + "\n")
     import json
 
-    (Path(out) / JSON_FILE).write_text(json.dumps(doc, indent=1, default=float) + "\n")
+    with writing(out, "report folder"):
+        (Path(out) / MARKDOWN_FILE).write_text("\n".join(markdown(doc, standalone=True)) + "\n")
+        (Path(out) / JSON_FILE).write_text(json.dumps(doc, indent=1, default=float) + "\n")
     return doc

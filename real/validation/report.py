@@ -189,9 +189,11 @@ def write_report(doc: dict, out: Path) -> Path:
     """``results.json``, the plots and ``report.md`` in ``out``; returns the report's path."""
     from real.validation import plots
 
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(clean_json(doc), indent=1) + "\n")
+    from hwmodels.datafile import output_folder, writing
+
+    out = output_folder(out, "report folder")
+    with writing(out / "results.json", "results file"):
+        (out / "results.json").write_text(json.dumps(clean_json(doc), indent=1) + "\n")
     subtitle = f"{doc['preset']} preset, {doc['platform']['name']}:{doc['platform']['device']}"
     rows = [r for r in doc["points"]]
     plots.plot_step_latency(rows, out / PLOTS["step_latency"], subtitle)
@@ -200,7 +202,8 @@ def write_report(doc: dict, out: Path) -> Path:
     if doc["random_weight"]:
         plots.plot_random_weight(doc["random_weight"], out / PLOTS["random_weight"], doc["platform"]["name"])
     path = out / "report.md"
-    path.write_text(markdown(doc))
+    with writing(path, "report"):
+        path.write_text(markdown(doc))
     return path
 
 

@@ -278,7 +278,10 @@ def ensure_dgf(demo, force: bool = False, progress: bool = True) -> tuple[DgfDra
     key = {"demo_fingerprint": demo.summary.get("fingerprint"), "recipe": recipe.key()}
     cached = cached_dgf_key(folder)
     if not force and cached is not None and all(cached.get(k) == v for k, v in key.items()):
-        return DgfDrafter.load(folder, demo.target), json.loads((folder / SUMMARY_FILE).read_text())
+        try:
+            return DgfDrafter.load(folder, demo.target), json.loads((folder / SUMMARY_FILE).read_text())
+        except HetSpecError as exc:            # a truncated or garbled file: retrain, saying which
+            print(f"hetspec: the DGF drafter cache is damaged ({exc}); retraining it", file=sys.stderr)
     t0 = time.perf_counter()
     if progress:
         print(f"[train-demo {demo.preset}] DGF drafter: {recipe.blocks} block(s) of the target's shape, "

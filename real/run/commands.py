@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
+
+from real.train.commands import add_preset_flags, resolve_preset
 
 
 def register(subparsers) -> None:
@@ -27,12 +30,14 @@ def register_run(subparsers) -> None:
                    help="time these methods on the same prompts in interleaved repeats; speedups "
                         "are ratios of median tokens/s against the first")
     p.add_argument("--repeats", type=int, default=3, help="repeats per method with --compare (default 3)")
-    p.add_argument("--preset", default="tiny", help="demo model preset: tiny or small (default tiny)")
+    add_preset_flags(p)
     add_knob_flags(p)
     p.add_argument("--temperature", type=float, default=0.0,
                    help="0 = greedy (default); > 0 samples (ar, chain: lossless; medusa: typical acceptance)")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling for ar and chain (default 1)")
-    p.add_argument("--prompts", type=int, default=4, help="evaluation prompts (default 4)")
+    p.add_argument("--prompts", type=int, default=4,
+                   help="evaluation prompts (default 4; the evaluation split holds about 14,000 prompts of "
+                        "64 tokens at most, a larger count is refused with the exact bound)")
     p.add_argument("--prompt-tokens", type=int, default=64, help="tokens per prompt (default 64)")
     p.add_argument("--max-new-tokens", type=int, default=64, help="tokens generated per prompt (default 64)")
     p.add_argument("--seed", type=int, default=0, help="prompt selection and sampling seed (default 0)")
@@ -93,6 +98,8 @@ def handle_run(args: argparse.Namespace) -> int:
     if args.compare is not None:
         return _handle_compare(args)
     request = _request(args, args.method, only_applicable=False)   # validated before torch loads
+    args.preset = resolve_preset(args)
+    request = replace(request, preset=args.preset)
     from real.run.demo_run import run_demo
 
     result, info = run_demo(request, trace=args.trace, progress=not args.json)
@@ -120,6 +127,8 @@ def _handle_compare(args: argparse.Namespace) -> int:
         raise HetSpecError("--trace records one method; it does not combine with --compare")
     methods = parse_methods(args.compare)
     requests = [_request(args, m, only_applicable=True) for m in methods]
+    args.preset = resolve_preset(args)
+    requests = [replace(r, preset=args.preset) for r in requests]
     from real.run.compare import compare
 
     comparison = compare(requests, repeats=args.repeats, progress=not args.json)
@@ -143,7 +152,7 @@ def register_profile(subparsers) -> None:
                     "per-rank accuracies, the draft's per-token acceptance (overall and by confidence) "
                     "and the acceptance length of greedy Medusa trees of widths 1..64; write an "
                     "acceptance-profile JSON for the simulator.")
-    p.add_argument("--preset", default="tiny", help="demo model preset: tiny or small (default tiny)")
+    add_preset_flags(p)
     p.add_argument("--out", required=True, metavar="FILE", help="profile JSON to write")
     p.add_argument("--prompts", type=int, default=16, help="calibration prompts (default 16)")
     p.add_argument("--prompt-tokens", type=int, default=64, help="tokens per prompt (default 64)")
@@ -156,6 +165,7 @@ def handle_profile(args: argparse.Namespace) -> int:
     from real.run.request import check_profile_args
 
     check_profile_args(args.out, args.prompts, args.prompt_tokens, args.max_new_tokens)
+    args.preset = resolve_preset(args)
     from real.run.session import profile_demo
 
     profile = profile_demo(args.preset, args.out, args.prompts, args.prompt_tokens, args.max_new_tokens)

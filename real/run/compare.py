@@ -13,6 +13,7 @@ import statistics
 from dataclasses import dataclass
 
 import torch
+from tqdm.auto import tqdm
 
 from hwmodels.errors import HetSpecError
 from real.decode import decoder
@@ -134,7 +135,9 @@ def compare(requests: list[RunRequest], repeats: int = 3, progress: bool = True)
             return decoders[i].generate(models, prompts[j], first.max_new_tokens, configs[i], clocks[i][rep],
                                         torch.Generator().manual_seed(first.seed + j))
 
-        decoded = interleaved(n, repeats, measure, rounds=len(prompts))
+        with tqdm(total=n * repeats * len(prompts), desc="compare", unit="decode",
+                  disable=None if progress else True, leave=False) as bar:
+            decoded = interleaved(n, repeats, measure, rounds=len(prompts), tick=bar.update)
     runs = [[RunResult(method=requests[i].method, config=config_summary(configs[i]), results=tuple(decoded[i][rep]),
                        records=tuple(clocks[i][rep].records)) for rep in range(repeats)] for i in range(n)]
     timings = []

@@ -37,7 +37,7 @@ def run_demo(request: RunRequest, trace: str | None = None, progress: bool = Tru
     config = request_config(request, models)
     with torch_threads(request.threads):
         result = run_prompts(models, request.method, config, evaluation_prompts(models, request),
-                             request.max_new_tokens, seed=request.seed)
+                             request.max_new_tokens, seed=request.seed, progress=progress)
     if trace is not None:
         write_trace(result.records, trace)
     info = {"preset": request.preset, "prompts": request.prompts, "prompt_tokens": request.prompt_tokens,

@@ -130,8 +130,11 @@ class RunResult:
 
 
 def run_prompts(models, method: str, config, prompts, max_new_tokens: int, seed: int = 0,
-                warmup: bool = True, worker: str = "cpu") -> RunResult:
-    """Decode every prompt with ``method``; prompt i samples with seed ``seed + i``."""
+                warmup: bool = True, worker: str = "cpu", progress: bool = False) -> RunResult:
+    """Decode every prompt with ``method``; prompt i samples with seed ``seed + i``. ``progress``:
+    a bar of prompts on stderr (only where stderr is a terminal)."""
+    from tqdm.auto import tqdm
+
     dec = decoder(method)
     prompts = [list(p) for p in prompts]
     if not prompts:
@@ -140,8 +143,9 @@ def run_prompts(models, method: str, config, prompts, max_new_tokens: int, seed:
         dec.generate(models, prompts[0], min(WARMUP_TOKENS, max_new_tokens), config, Clock(worker),
                      torch.Generator().manual_seed(seed))
     clock = Clock(worker)
+    bar = tqdm(prompts, desc=method, unit="prompt", disable=None if progress else True, leave=False)
     results = tuple(dec.generate(models, p, max_new_tokens, config, clock, torch.Generator().manual_seed(seed + i))
-                    for i, p in enumerate(prompts))
+                    for i, p in enumerate(bar))
     return RunResult(method=method, config=config_summary(config), results=results, records=tuple(clock.records))
 
 

@@ -5,14 +5,20 @@ from __future__ import annotations
 import argparse
 import json
 
+from real.train.train_time import TRAIN_TIME
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "train-demo", help="train the demo models on the Python standard library (cached)",
         description="Train the demo target, draft and Medusa heads of a preset on this Python's "
                     "standard library, or reuse them from the cache ($HETSPEC_CACHE_DIR/demo/<preset>, "
-                    "default: the per-user cache folder), then print the cache folder and the summary.")
-    p.add_argument("--preset", default="small", help="demo preset: tiny or small (default small)")
+                    "default: the per-user cache folder), then print the cache folder and the summary. A "
+                    "damaged cache (an unreadable file) is retrained, naming the file; a second process waits "
+                    "for one that is training the same preset.")
+    p.add_argument("--preset", default="small",
+                   help=f"demo preset: tiny (training {TRAIN_TIME['tiny']}) or small (training "
+                        f"{TRAIN_TIME['small']}; default)")
     p.add_argument("--force", action="store_true", help="retrain even when the cache is valid")
     p.add_argument("--dgf", action="store_true",
                    help="also train Dovetail's Dynamic-Gating-Fusion drafter on the target's hidden states "
@@ -58,3 +64,24 @@ def handle(args: argparse.Namespace) -> int:
             for t in times:
                 print(f"| {t.model} | {t.q} | {t.context} | {t.median_ms:.3f} |")
     return 0
+
+
+# ---------------------------------------------------------------------------- shared by the demo commands
+def add_preset_flags(parser) -> None:
+    """``--preset`` and ``--train`` of every command that runs the demo models."""
+    parser.add_argument("--preset", default=None, metavar="P",
+                        help=f"demo models: tiny (training {TRAIN_TIME['tiny']}) or small (training "
+                             f"{TRAIN_TIME['small']}); default: small if its models are cached, else tiny")
+    parser.add_argument("--train", action="store_true",
+                        help="train the preset's models if they are not cached, without asking (needed to "
+                             "train small when stdin is not a terminal; tiny trains unasked)")
+
+
+def resolve_preset(args, announce: bool = True) -> str:
+    """The preset of a demo command by the one rule of them all (real.train.demo.choose_preset: the one
+    asked, else small when cached, else tiny), its models cached: trained now if needed, a slow preset
+    only with consent or --train (training shows its progress bars on stderr)."""
+    from real.train.demo import prepare_demo
+
+    return prepare_demo(args.preset, train=True if args.train else None, progress=True,
+                        announce=announce and not getattr(args, "json", False))

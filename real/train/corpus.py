@@ -152,6 +152,11 @@ def cut_prompts(tokenizer: Encoder, split: str, n: int, prompt_tokens: int, seed
     if n < 0 or prompt_tokens <= 0:
         raise HetSpecError(f"prompts: need n >= 0 and prompt_tokens > 0, got n={n}, prompt_tokens={prompt_tokens}")
     files = shuffled_files(split, seed, root)
+    if n > len(files):        # more than one round: the split may not hold that many
+        most = max_prompts(tokenizer, split, prompt_tokens, root)
+        if n > most:
+            raise HetSpecError(f"asked for {n:,} prompts of {prompt_tokens} tokens, but the {split} split holds at "
+                               f"most {most:,} (non-overlapping {prompt_tokens}-token windows of its {len(files)} files)")
     window = prompt_tokens * PROMPT_WINDOW_CHARS_PER_TOKEN
     out: list[Prompt] = []
     round_ = 0
@@ -178,6 +183,12 @@ def cut_prompts(tokenizer: Encoder, split: str, n: int, prompt_tokens: int, seed
             raise HetSpecError(f"no file of the {split} split holds a {prompt_tokens}-token prompt")
         round_ += 1
     return out
+
+
+def max_prompts(tokenizer: Encoder, split: str, prompt_tokens: int, root: str | None = None) -> int:
+    """How many prompts of ``prompt_tokens`` tokens ``split`` holds at most: its files'
+    non-overlapping windows of that length (a prompt never spans two files)."""
+    return sum(len(tokenizer.encode(read_file(f.relpath, root))) // prompt_tokens for f in split_files(split, root))
 
 
 def prompts(tokenizer: Encoder, split: str, n: int, prompt_tokens: int, seed: int = 0,

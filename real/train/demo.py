@@ -10,6 +10,13 @@ Cache folder: ``$HETSPEC_CACHE_DIR/demo/<preset>`` when the variable is set, els
 on Linux). Layout: ``tokenizer.json``, ``target/`` and ``draft/`` (Hugging Face
 ``config.json`` + ``model.safetensors``), ``medusa/`` (``medusa_config.json`` +
 ``medusa_heads.safetensors``), ``summary.json`` and ``summary.md``.
+
+A cache whose files cannot be read (a truncated or garbled ``model.safetensors``, an empty file)
+is retrained like a stale one, with a line naming the file. One process trains a preset at a
+time: :func:`cache_lock` holds an exclusive ``fcntl.flock`` on ``<cache>/demo/<preset>.lock``;
+a second process waits with a message, then loads what the first trained. Training a preset that
+takes minutes (:data:`TRAIN_TIME`) needs consent from a command-line run (``train=None``): asked
+on a terminal, ``--train`` otherwise (:func:`check_training_consent`).
 """
 
 from __future__ import annotations
@@ -17,12 +24,16 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from platformdirs import user_cache_dir
 
-from hwmodels.errors import UnknownNameError
+from hwmodels.errors import HetSpecError, UnknownNameError
 from real.model.checkpoint import load_model
 from real.model.medusa_heads import MedusaHeads
 from real.model.tokenizer import BPETokenizer
@@ -40,10 +51,12 @@ from real.train.pipeline import (
 )
 from real.train.recipe import RECIPE_REVISION, DemoRecipe, Shape, with_steps
 from real.train.timing import ForwardTime, forward_times, heads_time
+from real.train.train_time import QUICK_PRESETS, TRAIN_TIME
 
-__all__ = ["CACHE_ENV", "DEMO_PRESETS", "RECIPE_REVISION", "DemoModels", "DemoRecipe", "Shape", "TrainConfig",
-           "cache_folder", "cache_root", "cached_fingerprint", "demo_forward_times", "get_recipe", "load_demo",
-           "preset_names", "summary_markdown", "train_demo", "with_steps"]
+__all__ = ["CACHE_ENV", "DEMO_PRESETS", "RECIPE_REVISION", "TRAIN_TIME", "DemoModels", "DemoRecipe", "Shape",
+           "TrainConfig", "cache_folder", "cache_lock", "cache_root", "cached_fingerprint", "choose_preset",
+           "demo_forward_times", "get_recipe", "load_demo", "prepare_demo", "preset_names", "summary_markdown",
+           "train_demo", "with_steps"]
 
 CACHE_ENV = "HETSPEC_CACHE_DIR"
 
@@ -117,14 +130,103 @@ class DemoModels:
     summary: dict = field(repr=False)
 
 
-def load_demo(preset: str | DemoRecipe, force: bool = False, progress: bool = True) -> DemoModels:
-    """The demo models of ``preset``: from the cache when it holds this recipe's fingerprint,
-    otherwise (or with ``force``) trained first and cached."""
+def load_demo(preset: str | DemoRecipe, force: bool = False, progress: bool = True,
+              train: bool | None = True) -> DemoModels:
+    """The demo models of ``preset``: from the cache when it holds this recipe's fingerprint and
+    its files load, otherwise (or with ``force``) trained first and cached.
+
+    ``train``: True trains when needed; False raises one line naming the command that trains;
+    None (a command-line run) trains a quick preset, and asks on a terminal before training a
+    slow one (:func:`check_training_consent`). The check, the training and the load run under
+    the cache's lock, so concurrent processes train a preset once.
+    """
     recipe = get_recipe(preset)
     folder = cache_folder(recipe)
-    if force or cached_fingerprint(folder) != recipe.fingerprint():
+    with cache_lock(folder):
+        if not force:
+            if cached_fingerprint(folder) == recipe.fingerprint():
+                try:
+                    return _load_folder(folder, recipe.name)
+                except HetSpecError as exc:   # a truncated or garbled file: retrain, saying which
+                    problem = f"damaged ({exc})"
+            elif not (folder / SUMMARY_JSON).exists():
+                problem = "not cached"
+            elif cached_fingerprint(folder) is None:
+                problem = f"damaged ({folder / SUMMARY_JSON} is unreadable)"
+            else:
+                problem = "trained from another recipe"
+            check_training_consent(recipe, train, problem)
         train_demo(recipe, folder, progress=progress)
-    return _load_folder(folder, recipe.name)
+        return _load_folder(folder, recipe.name)
+
+
+def check_training_consent(recipe: DemoRecipe, train: bool | None, problem: str) -> None:
+    """Return when ``recipe`` may be trained now, else raise one line naming the command that trains it.
+
+    ``train`` True: yes. False: no. None: a quick preset (:data:`QUICK_PRESETS`) yes, with a line
+    saying what runs and how long; a slow one is asked on a terminal (y/N) and refused without one.
+    """
+    how_long = TRAIN_TIME.get(recipe.name, "a while")
+    command = f"hetspec train-demo --preset {recipe.name}"
+    if train is None and recipe.name in QUICK_PRESETS:
+        train = True
+    if train is None and sys.stdin.isatty() and sys.stderr.isatty():
+        print(f"The {recipe.name} demo models are {problem} ({cache_folder(recipe)}); training them takes "
+              f"{how_long}.", file=sys.stderr)
+        try:
+            answer = input("Train them now? [y/N] ")
+        except EOFError:
+            answer = ""
+        train = answer.strip().lower() in ("y", "yes")
+    if train:
+        print(f"hetspec: the {recipe.name} demo models are {problem}: training them into "
+              f"{cache_folder(recipe)} ({how_long})", file=sys.stderr)
+        return
+    raise HetSpecError(f"the {recipe.name} demo models are {problem}; training them takes {how_long}: "
+                       f"run `{command}` first, or pass --train")
+
+
+def lock_path(folder: Path) -> Path:
+    """The lock file of a preset's cache folder (beside it: the folder itself is replaced by a rename)."""
+    return folder.parent / f"{folder.name}.lock"
+
+
+@contextmanager
+def cache_lock(folder: Path, quiet_wait_s: float = 2.0) -> Iterator[None]:
+    """Hold the exclusive lock of a preset's cache. When another process holds it for longer than
+    ``quiet_wait_s`` (it is training that preset, not just loading it), say so on stderr and wait.
+    A no-op where ``fcntl`` does not exist."""
+    try:
+        import fcntl
+    except ImportError:        # not POSIX: no lock
+        yield
+        return
+    path = lock_path(Path(folder))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as fh:
+        deadline = time.monotonic() + quiet_wait_s
+        while True:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() < deadline:
+                    time.sleep(0.05)
+                    continue
+                fh.seek(0)
+                holder = fh.read().strip() or "another process"
+                print(f"hetspec: {holder} is training the {Path(folder).name} demo models into {folder}; "
+                      f"waiting for it to finish (lock {path})", file=sys.stderr)
+                fcntl.flock(fh, fcntl.LOCK_EX)
+                break
+        try:
+            fh.seek(0)
+            fh.truncate()
+            fh.write(f"process {os.getpid()}\n")
+            fh.flush()
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def cached_fingerprint(folder: Path) -> str | None:
@@ -194,6 +296,19 @@ def demo_forward_times(demo: DemoModels, repeats: int = 200) -> list[ForwardTime
     return (forward_times(demo.target, name="target", repeats=repeats)
             + forward_times(demo.draft, name="draft", repeats=repeats)
             + [heads_time(demo.heads, repeats=repeats)])
+
+
+def prepare_demo(preset: str | None, train: bool | None = None, progress: bool = True,
+                 announce: bool = False) -> str:
+    """What every command that runs the demo models does first: the preset (:func:`choose_preset`:
+    the one asked, else ``small`` when cached, else ``tiny``), its models cached and loadable
+    (trained now if needed, with consent for a slow preset: :func:`load_demo`'s ``train``).
+    ``announce``: say on stderr which preset was chosen and why when none was asked for."""
+    name, why = choose_preset(preset)
+    if announce and preset is None:
+        print(f"hetspec: demo preset {name} ({why})", file=sys.stderr)
+    load_demo(name, progress=progress, train=train)
+    return name
 
 
 def choose_preset(preset: str | None) -> tuple[str, str]:

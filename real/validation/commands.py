@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from real.train.commands import add_preset_flags, resolve_preset
+
 
 def register(subparsers) -> None:
     register_calibrate(subparsers)
@@ -54,8 +56,7 @@ def register_validate(subparsers) -> None:
     p.add_argument("--quick", action="store_true",
                    help="fewer prompts, tokens and repeats (the acceptance run of docs/validation.md; minutes)")
     p.add_argument("--out", default=None, metavar="DIR", help="output folder (default reports/validation)")
-    p.add_argument("--preset", default=None, metavar="P",
-                   help="demo preset: tiny or small (default: small if its models are cached, else tiny)")
+    add_preset_flags(p)
     p.add_argument("--platform", default="host", help="calibrated platform name or .toml file (default host)")
     p.add_argument("--device", default="cpu",
                    help="device of the platform to run on: cpu (all threads, default) or a single-thread worker "
@@ -78,6 +79,7 @@ def handle_validate(args: argparse.Namespace) -> int:
     from real.validation.validate import DEFAULT_OUT, acceptance_check, validate
 
     out = args.out or DEFAULT_OUT
+    resolve_preset(args, announce=False)   # validate() says which preset and why
     if args.hetero_only:
         return _hetero_only(args, out)
     parts = ["hetspec validate"] + (["--quick"] if args.quick else []) + (["--hetero"] if args.hetero else []) + \
@@ -140,9 +142,7 @@ def register_demo(subparsers) -> None:
                     "calibrate this machine (reusing a fresh host platform), predict the best configuration of "
                     "every decode method on it, validate the predictions with quick real runs, and print where "
                     "the report is.")
-    p.add_argument("--preset", default=None, metavar="P",
-                   help="demo preset: tiny (trains in ~2 min) or small (~20-25 min on 2 cores); default: small if "
-                        "cached, else tiny")
+    add_preset_flags(p)
     p.add_argument("--recalibrate", action="store_true", help="measure the host again even if host.toml is fresh")
     p.add_argument("--out", default=None, metavar="DIR", help="folder of the validation report (default reports/demo)")
     p.add_argument("--device", default="cpu", help="host device: cpu (all threads, default) or a worker cpu0, ...")
@@ -156,5 +156,6 @@ def handle_demo(args: argparse.Namespace) -> int:
         raise HetSpecError(f"unknown demo preset {args.preset!r}; valid: small, tiny")
     from real.validation.demo_job import DEFAULT_OUT, run_demo
 
+    resolve_preset(args, announce=False)   # run_demo() says which preset and why
     run_demo(preset=args.preset, recalibrate=args.recalibrate, out=args.out or DEFAULT_OUT, device=args.device)
     return 0

@@ -1,8 +1,8 @@
 """``hetspec demo``: the whole job on an embedded default, for a first-time user.
 
-1. **Demo models**: the ``small`` preset if its models are cached, else ``tiny`` (trained in about
-   two minutes; ``small`` takes 20-25 minutes on two cores, so the demo does not start it
-   unasked: ``--preset small`` does, and says so).
+1. **Demo models**: the ``small`` preset if its models are cached, else ``tiny`` (trained in under
+   a minute on two cores; ``small`` takes 15-30 minutes, so the demo does not start it unasked:
+   ``--preset small`` asks on a terminal, ``--train`` trains without asking).
 2. **Calibrate** this host (``hetspec calibrate``), unless a host platform younger than
    :data:`real.validation.host_facts.FRESH_DAYS` days already exists (``--recalibrate`` forces it).
 3. **Predict** the best configuration of every decode method for the demo models on ``host``

@@ -8,6 +8,7 @@ so nothing here trains; every run points ``HETSPEC_CACHE_DIR`` at a temporary fo
 
 from __future__ import annotations
 
+import inspect
 import io
 import json
 import shutil
@@ -214,3 +215,47 @@ def test_decoding_shows_progress_on_a_terminal_only(tiny_demo, monkeypatch):
     run_prompts(tiny_demo, "ar", ArConfig(), prompts, 4, warmup=False, progress=True)
     assert pipe.getvalue() == ""
 
+
+# ---------------------------------------------------------------------- where user runs write
+@pytest.mark.parametrize("command, kind", [("validate", "validation"), ("demo", "demo")])
+def test_user_runs_write_to_the_user_report_folder(monkeypatch, tmp_path, command, kind):
+    """validate / demo without --out write under $HETSPEC_REPORTS_DIR (default: the user data folder),
+    never into the repository's committed reports/."""
+    from real.validation import demo_job, validate
+    from real.validation.validate import default_out
+
+    monkeypatch.setenv("HETSPEC_REPORTS_DIR", str(tmp_path / "reports"))
+    assert default_out(kind) == tmp_path / "reports" / kind
+    monkeypatch.delenv("HETSPEC_REPORTS_DIR")
+    assert default_out(kind).parts[-3:] == ("hetspec", "reports", kind)
+    monkeypatch.setenv("HETSPEC_REPORTS_DIR", str(tmp_path / "reports"))
+    monkeypatch.setattr(demo, "prepare_demo", lambda preset, **kw: preset or "tiny")
+    seen = {}
+
+    def fake_validate(out=None, **kw):
+        seen["out"] = out
+        return {"preset": "tiny", "platform": {"device": "cpu"}, "command": kw.get("command"), "methods": []}
+
+    def fake_run_demo(preset=None, recalibrate=False, out=None, device="cpu"):
+        seen["out"] = out
+
+    real_default = inspect.signature(demo_job.run_demo).parameters["out"].default
+    monkeypatch.setattr(validate, "validate", fake_validate)
+    monkeypatch.setattr(demo_job, "run_demo", fake_run_demo)
+    assert main([command] + (["--json"] if command == "validate" else [])) == 0
+    if command == "validate":
+        assert str(seen["out"]) == str(tmp_path / "reports" / kind)
+    else:                          # run_demo resolves None to default_out("demo")
+        assert seen["out"] is None and real_default is None
+
+
+def test_stale_outputs_of_an_earlier_run_are_removed(tmp_path):
+    from real.validation.validate import remove_stale_outputs
+
+    names = ("hetero.md", "hetero.json", "hetero_ratio.png", "hetero_placement.png", "random_weight_timing.png",
+             "report.md")
+    for name in names:
+        (tmp_path / name).write_text("x")
+    assert remove_stale_outputs(tmp_path, hetero=True, random_weight=True) == []
+    assert sorted(remove_stale_outputs(tmp_path, hetero=False, random_weight=False)) == sorted(names[:-1])
+    assert [p.name for p in tmp_path.iterdir()] == ["report.md"]

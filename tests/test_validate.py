@@ -85,10 +85,15 @@ def test_validate_end_to_end_on_tiny(tiny_demo, tmp_path, monkeypatch):
                        repeats=2, random_models=())
     grid = (GridPoint("ar"), GridPoint("chain", 2), GridPoint("medusa", 4))
     out = tmp_path / "report"
+    out.mkdir()
+    stale = ("hetero.md", "hetero.json", "hetero_ratio.png", "random_weight_timing.png")
+    for name in stale:                    # an earlier run's (with --hetero and random-weight models)
+        (out / name).write_text("stale")
     doc = validate(out, preset="tiny", progress=False, settings=settings, grid=grid, command="test")
     for name in ("report.md", "results.json", "step_latency.png", "tokens_per_s.png", "errors.png",
                  "acceptance-profile.json"):
         assert (out / name).stat().st_size > 0, name
+    assert not any((out / name).exists() for name in stale)          # this run did not write them
     saved = json.loads((out / "results.json").read_text())
     assert saved["preset"] == "tiny" and len(saved["points"]) == 3
     for row in saved["points"]:

@@ -55,7 +55,10 @@ def register_validate(subparsers) -> None:
                     "time random-weight Llama-shaped models, and write report.md, PNG plots and results.json.")
     p.add_argument("--quick", action="store_true",
                    help="fewer prompts, tokens and repeats (the acceptance run of docs/validation.md; minutes)")
-    p.add_argument("--out", default=None, metavar="DIR", help="output folder (default reports/validation)")
+    p.add_argument("--out", default=None, metavar="DIR",
+                   help="output folder (default: $HETSPEC_REPORTS_DIR/validation, else "
+                        "~/.local/share/hetspec/reports/validation; the repository's committed report is "
+                        "regenerated only by --out reports/validation)")
     add_preset_flags(p)
     p.add_argument("--platform", default="host", help="calibrated platform name or .toml file (default host)")
     p.add_argument("--device", default="cpu",
@@ -76,9 +79,9 @@ def handle_validate(args: argparse.Namespace) -> int:
 
     if args.preset is not None and args.preset not in ("tiny", "small"):
         raise HetSpecError(f"unknown demo preset {args.preset!r}; valid: small, tiny")
-    from real.validation.validate import DEFAULT_OUT, acceptance_check, validate
+    from real.validation.validate import acceptance_check, default_out, validate
 
-    out = args.out or DEFAULT_OUT
+    out = args.out or str(default_out("validation"))
     resolve_preset(args, announce=False)   # validate() says which preset and why
     if args.hetero_only:
         return _hetero_only(args, out)
@@ -144,7 +147,9 @@ def register_demo(subparsers) -> None:
                     "the report is.")
     add_preset_flags(p)
     p.add_argument("--recalibrate", action="store_true", help="measure the host again even if host.toml is fresh")
-    p.add_argument("--out", default=None, metavar="DIR", help="folder of the validation report (default reports/demo)")
+    p.add_argument("--out", default=None, metavar="DIR",
+                   help="folder of the validation report (default: $HETSPEC_REPORTS_DIR/demo, else "
+                        "~/.local/share/hetspec/reports/demo)")
     p.add_argument("--device", default="cpu", help="host device: cpu (all threads, default) or a worker cpu0, ...")
     p.set_defaults(func=handle_demo)
 
@@ -154,8 +159,8 @@ def handle_demo(args: argparse.Namespace) -> int:
 
     if args.preset is not None and args.preset not in ("tiny", "small"):
         raise HetSpecError(f"unknown demo preset {args.preset!r}; valid: small, tiny")
-    from real.validation.demo_job import DEFAULT_OUT, run_demo
+    from real.validation.demo_job import run_demo
 
     resolve_preset(args, announce=False)   # run_demo() says which preset and why
-    run_demo(preset=args.preset, recalibrate=args.recalibrate, out=args.out or DEFAULT_OUT, device=args.device)
+    run_demo(preset=args.preset, recalibrate=args.recalibrate, out=args.out, device=args.device)
     return 0

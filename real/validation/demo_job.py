@@ -7,7 +7,9 @@
    :data:`real.validation.host_facts.FRESH_DAYS` days already exists (``--recalibrate`` forces it).
 3. **Predict** the best configuration of every decode method for the demo models on ``host``
    (the optimizer's full search, with the acceptance profile measured on calibration prompts).
-4. **Validate** quickly (``hetspec validate --quick``) and print where the report is.
+4. **Validate** quickly (``hetspec validate --quick``) into the user's report folder
+   (``$HETSPEC_REPORTS_DIR/demo``, default ``~/.local/share/hetspec/reports/demo``) or ``--out``,
+   and print where the report is.
 
 Every stage is announced with a banner and shows a progress bar while it works.
 """
@@ -22,8 +24,6 @@ from real.train.demo import choose_preset
 
 #: Methods the demo predicts (the ones the single-worker real path runs).
 DEMO_METHODS = ("ar", "chain", "draft-tree", "medusa")
-#: Default output folder of the demo's validation report.
-DEFAULT_OUT = "reports/demo"
 
 
 def say(text: str) -> None:
@@ -102,15 +102,17 @@ def prediction_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def run_demo(preset: str | None = None, recalibrate: bool = False, out: str | Path = DEFAULT_OUT,
+def run_demo(preset: str | None = None, recalibrate: bool = False, out: str | Path | None = None,
              device: str = "cpu", validate_settings=None) -> dict:
-    """The whole demo; returns the predictions and the validation's acceptance check."""
+    """The whole demo; returns the predictions and the validation's acceptance check. ``out``: the
+    report folder (default :func:`real.validation.validate.default_out` ``("demo")``, outside the repository)."""
     from real.run.acceptance import measure_profile
     from real.run.session import load_models
     from real.train.corpus import prompts as corpus_prompts
     from real.validation.microbench import torch_threads
-    from real.validation.validate import QUICK, acceptance_check, validate
+    from real.validation.validate import QUICK, acceptance_check, default_out, validate
 
+    out = Path(out) if out is not None else default_out("demo")
     total = 5
     preset, why = choose_preset(preset)
     banner(1, total, f"demo models: preset {preset} ({why})")

@@ -32,8 +32,38 @@ from hwmodels.errors import HetSpecError
 from real.train.demo import choose_preset
 from real.validation.machine import DRIFT_WARNING, load_host, machine_drift, shown_path
 
-#: Default output folder (relative to the working directory).
-DEFAULT_OUT = "reports/validation"
+#: Where user runs write their reports unless ``--out`` says otherwise: ``$HETSPEC_REPORTS_DIR``,
+#: else ``platformdirs.user_data_dir("hetspec")/reports`` (``~/.local/share/hetspec/reports`` on
+#: Linux). The committed ``reports/validation/`` is regenerated only by ``--out reports/validation``.
+REPORTS_DIR_ENV = "HETSPEC_REPORTS_DIR"
+
+
+def default_out(kind: str = "validation") -> Path:
+    """The default report folder of ``hetspec validate`` (``kind`` "validation") or ``hetspec demo`` ("demo")."""
+    import os
+
+    from platformdirs import user_data_dir
+
+    root = os.environ.get(REPORTS_DIR_ENV)
+    return (Path(root) if root else Path(user_data_dir("hetspec")) / "reports") / kind
+
+
+def remove_stale_outputs(out: Path, hetero: bool, random_weight: bool) -> list[str]:
+    """Delete what an earlier run left in ``out`` that this one did not write (the heterogeneous
+    section's files without ``--hetero``, the random-weight plot without random-weight rows), so
+    the folder never mixes two runs; returns the names removed."""
+    from real.validation.hetero_report import PLOTS as HETERO_PLOTS
+    from real.validation.hetero_setup import JSON_FILE, MARKDOWN_FILE
+    from real.validation.report import PLOTS
+
+    stale = [] if hetero else [MARKDOWN_FILE, JSON_FILE, *HETERO_PLOTS.values()]
+    stale += [] if random_weight else [PLOTS["random_weight"]]
+    removed = []
+    for name in stale:
+        if (Path(out) / name).is_file():
+            (Path(out) / name).unlink()
+            removed.append(name)
+    return removed
 
 
 @dataclass(frozen=True)
@@ -140,7 +170,7 @@ def _random_weight(settings: Settings, platform, device: str, threads: int, prog
     return rows
 
 
-def validate(out: str | Path = DEFAULT_OUT, preset: str | None = None, quick: bool = False, device: str = "cpu",
+def validate(out: str | Path | None = None, preset: str | None = None, quick: bool = False, device: str = "cpu",
              platform: str = "host", progress: bool = True, command: str = "hetspec validate",
              settings: Settings | None = None, grid=None, hetero: bool = False, hetero_settings=None) -> dict:
     """Run the whole validation; write ``results.json``, the plots and ``report.md`` into ``out``.
@@ -162,7 +192,7 @@ def validate(out: str | Path = DEFAULT_OUT, preset: str | None = None, quick: bo
 
     t_start = time.perf_counter()
     settings = settings or settings_for(quick)
-    out = Path(out)
+    out = Path(out) if out is not None else default_out()
     if out.exists() and not out.is_dir():
         raise HetSpecError(f"--out {out} is a file; give a folder")
 
@@ -246,6 +276,10 @@ def validate(out: str | Path = DEFAULT_OUT, preset: str | None = None, quick: bo
 
         doc["hetero"] = validate_hetero(models, host, ctx, out, hetero_settings or default_hetero(quick), progress)
     write_report(doc, out)
+    removed = remove_stale_outputs(out, hetero, bool(random_rows))
+    if removed and progress:
+        print(f"removed {', '.join(removed)} from {out}: an earlier run's, not this one's"
+              + ("" if hetero else " (the heterogeneous section runs with --hetero)"), file=sys.stderr)
     return doc
 
 

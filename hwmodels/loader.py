@@ -27,6 +27,10 @@ cache_op_overhead_us = { value = 7.0, source = "..." }        # optional: per la
 chain_step = { value = 40.0, source = "..." }                 # <method>_step / _pass / _node
 [devices.gpu.peak_tflops]
 fp16 = { value = 142.0, source = "..." }
+[devices.gpu.timing]             # optional: measured operator latencies instead of the roofline (hwmodels.profile)
+backend = { value = "profiled", source = "..." }              # roofline | profiled
+profile = { value = "profiles/x.csv", source = "..." }        # relative to this file
+mode = { value = "graph", source = "..." }                    # eager | graph
 [devices.cpu.derived_peak_tflops]  # optional: dtypes not measured, priced as factor x a measured peak
 fp16 = { from = "fp32", factor = 1.0, source = "..." }
 
@@ -69,6 +73,7 @@ from hwmodels.datafile import output_path, read_data_file, writing
 from hwmodels.dtypes import DTYPE_BYTES
 from hwmodels.errors import HetSpecError, PresetError, UnknownNameError
 from hwmodels.platform import DEVICE_KINDS, LINK_KINDS, STORAGE, Device, Link, MemoryDomain, Platform
+from hwmodels.profile import check_profiled_device, read_timing, timing_to_dict
 
 #: Environment variable naming an extra folder of platform files (``hetspec calibrate`` writes
 #: ``host.toml`` there by default).
@@ -162,7 +167,7 @@ class _Reader:
         if not isinstance(table, dict):
             raise self.fail(f"devices.{name}", "must be a table")
         allowed = set(_DEVICE_NUMBERS) | {"kind", "description", "peak_tflops", "derived_peak_tflops",
-                                          "host_costs_us"} | set(_DEVICE_CURVES)
+                                          "host_costs_us", "timing"} | set(_DEVICE_CURVES)
         self.unknown_keys(table, allowed, where)
         kind = self.text(table, "kind", where)
         if kind not in DEVICE_KINDS:
@@ -205,11 +210,15 @@ class _Reader:
                 raise self.fail(f"{where}{key}", "needs tokens >= 1 and efficiencies in (0, 1]")
             sources[key] = source
             curves[key] = curve
-        return Device(
+        timing = read_timing(self.path, f"{where}timing.", table["timing"], self.path) if "timing" in table else None
+        device = Device(
             name=name, kind=kind, peak_tflops=peaks, derived_peaks=derived, host_costs_us=host_costs, **curves,
-            description=self.text(table, "description", where, required=False), sources=sources,
+            description=self.text(table, "description", where, required=False), sources=sources, timing=timing,
             **numbers,
         )
+        if timing is not None and timing.profiled:
+            check_profiled_device(self.path, where, device)
+        return device
 
     def derived_peaks(self, table: Any, peaks: dict[str, float], where: str,
                       sources: dict[str, str]) -> dict[str, tuple[str, float]]:
@@ -422,6 +431,8 @@ def platform_to_dict(platform: Platform) -> dict:
                 for dt, (src, factor) in d.derived_peaks.items()}
         if d.host_costs_us:
             entry["host_costs_us"] = {k: _sourced(v, d.sources, f"host_costs_us.{k}") for k, v in d.host_costs_us.items()}
+        if d.timing is not None:
+            entry["timing"] = timing_to_dict(d.timing)
         devices[name] = entry
     doc: dict[str, Any] = {"name": platform.name, "description": platform.description, "devices": devices}
     if platform.links:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from hwmodels.errors import HetSpecError, UnknownNameError
 
@@ -80,6 +81,9 @@ class Device:
     cache_rewarm: float | None = None
     host_costs_us: Mapping[str, float] = field(default_factory=dict)
     derived_peaks: Mapping[str, tuple[str, float]] = field(default_factory=dict)
+    #: How operators are timed: None = the roofline; a :class:`hwmodels.profile.DeviceTiming` (backend
+    #: ``profiled``: a measured operator profile and an execution mode, priced by :mod:`sim.op_timing`).
+    timing: Any = field(default=None, compare=False)
     description: str = ""
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 

@@ -30,6 +30,7 @@ from hwmodels.contention import standalone_bw
 from hwmodels.errors import HetSpecError
 from hwmodels.platform import Device, Platform
 from sim.model_spec import ModelSpec
+from sim.op_timing import is_eager, is_profiled, profiled_seconds
 from sim.step_graph import build_step_graph, weight_working_set
 
 #: Monomials in (b, q, s) that span the step graph's FLOP and byte counts.
@@ -71,26 +72,43 @@ class StepPolynomial:
     count: np.ndarray       # [n_ops]
     launches: np.ndarray    # [n_ops]
     masked: np.ndarray      # [n_ops] bool: priced with the tree-mask density
+    # profile keys (sim.op_timing; the roofline does not read them): operator and shape, the token count
+    # (c0*q + c1*b*q) and the keys (c0*q + c1*s) a profile looks each operator up at, eager-model launches
+    tables: tuple[str, ...] = ()
+    shapes: tuple[str, ...] = ()
+    profile_tokens: np.ndarray | None = None
+    keys: np.ndarray | None = None
+    eager_launches: np.ndarray | None = None
 
     def arrays(self, b, q, s) -> dict[str, np.ndarray]:
         """FLOPs, bytes and tokens of every operator, shape ``[..., n_ops]`` (per instance)."""
         X = basis(b, q, s)
         q_arr = np.asarray(q, float)[..., None]
         bq = (np.asarray(b, float) * np.asarray(q, float))[..., None]
-        return {
+        out = {
             "flops": X @ self.flops.T, "weight_bytes": X @ self.weight_bytes.T,
             "act_bytes": X @ self.act_bytes.T, "kv_bytes": X @ self.kv_bytes.T,
             "tokens": np.rint(self.tokens[:, 0] * q_arr + self.tokens[:, 1] * bq),
         }
+        if self.profile_tokens is not None:
+            s_arr = np.asarray(s, float)[..., None]
+            out["profile_tokens"] = np.rint(self.profile_tokens[:, 0] * q_arr + self.profile_tokens[:, 1] * bq)
+            out["keys"] = np.rint(self.keys[:, 0] * q_arr + self.keys[:, 1] * s_arr)
+        return out
 
 
 @lru_cache(maxsize=256)
-def step_polynomial(model: ModelSpec, dtype: str | None = None, context: bool = True) -> StepPolynomial:
-    """Recover the polynomial form of ``build_step_graph(model, q, s, b)`` (cached per model/dtype)."""
+def step_polynomial(model: ModelSpec, dtype: str | None = None, context: bool = True,
+                    part: str = "ops") -> StepPolynomial:
+    """Recover the polynomial form of ``build_step_graph(model, q, s, b)`` (cached per model/dtype).
+
+    ``part="eager_ops"``: of the graph's :attr:`~sim.step_graph.StepGraph.eager_ops` instead (what the
+    eager real model launches beyond the step graph; priced on a profiled device in eager mode only).
+    """
     dtype = dtype or model.dtype
     s_values = _FIT_S if context else (0,)
     points = [(b, q, s) for b in _FIT_B for q in _FIT_Q for s in s_values]
-    graphs = [build_step_graph(model, q, s, b, dtype) for b, q, s in points]
+    graphs = [_Part(build_step_graph(model, q, s, b, dtype), part) for b, q, s in points]
     ref = graphs[0]
     names = tuple(op.name for op in ref.ops)
     for g in graphs:
@@ -114,23 +132,46 @@ def step_polynomial(model: ModelSpec, dtype: str | None = None, context: bool = 
     T = np.array([[op.tokens for op in g.ops] for g in graphs], dtype=float)
     A = np.array([[q, b * q] for b, q, s in points], dtype=float)
     tok, *_ = np.linalg.lstsq(A, T, rcond=None)
+    P = np.array([[op.profile_tokens or op.tokens for op in g.ops] for g in graphs], dtype=float)
+    ptok, *_ = np.linalg.lstsq(A, P, rcond=None)
+    K = np.array([[op.keys for op in g.ops] for g in graphs], dtype=float)
+    keys, *_ = np.linalg.lstsq(np.array([[q, s] for b, q, s in points], dtype=float), K, rcond=None)
     out = StepPolynomial(
         model=model, dtype=dtype, context=context, names=names, sections=tuple(op.section for op in ref.ops),
         tokens=tok.T, count=np.array([op.count for op in ref.ops], dtype=float),
         launches=np.array([op.launches for op in ref.ops], dtype=float),
         masked=np.array([op.kind == "tree_attention" for op in ref.ops]), **poly,
+        tables=tuple(op.table for op in ref.ops), shapes=tuple(op.shape for op in ref.ops),
+        profile_tokens=ptok.T, keys=keys.T,
+        eager_launches=np.array([op.launches if op.eager_launches is None else op.eager_launches for op in ref.ops],
+                                dtype=float),
     )
-    _check_fit(out, model, dtype, context)
+    _check_fit(out, model, dtype, context, part)
     return out
 
 
-def _check_fit(poly: StepPolynomial, model: ModelSpec, dtype: str, context: bool) -> None:
+@dataclass(frozen=True)
+class _Part:
+    """The operators of one part of a step graph (``ops`` or ``eager_ops``)."""
+
+    graph: object
+    part: str
+
+    @property
+    def ops(self):
+        return getattr(self.graph, self.part)
+
+
+def _check_fit(poly: StepPolynomial, model: ModelSpec, dtype: str, context: bool, part: str = "ops") -> None:
     for b, q, s in _CHECK_POINTS:
         s = s if context else 0
-        g = build_step_graph(model, q, s, b, dtype)
+        g = _Part(build_step_graph(model, q, s, b, dtype), part)
         arr = poly.arrays(b, q, s)
-        for field in ("flops", "weight_bytes", "act_bytes", "kv_bytes", "tokens"):
-            want = np.array([getattr(op, field) for op in g.ops], dtype=float)
+        for field in ("flops", "weight_bytes", "act_bytes", "kv_bytes", "tokens", "profile_tokens", "keys"):
+            if field == "profile_tokens":
+                want = np.array([op.profile_tokens or op.tokens for op in g.ops], dtype=float)
+            else:
+                want = np.array([getattr(op, field) for op in g.ops], dtype=float)
             got = arr[field]
             if not np.allclose(got, want, rtol=_FIT_RTOL, atol=1e-6):
                 raise HetSpecError(f"closed form: step-graph field {field} is not a polynomial in {BASIS} "
@@ -210,9 +251,48 @@ def op_seconds(model: ModelSpec, platform: Platform, device: str, q, s, b=1, den
     nbytes = arr["weight_bytes"] + arr["act_bytes"] + arr["kv_bytes"]
     if resident is None:
         resident = dev.cache_gb is not None and dev.holds(weight_working_set(model, poly.dtype))
+    if is_profiled(dev):    # measured operator latencies (sim.op_timing); the roofline below is untouched
+        return _profiled_op_seconds(poly, arr, model, dev, b, q, s, dens, standalone_bw(platform, device), resident)
     t = roofline_arrays(dev, poly.dtype, arr["flops"], nbytes, arr["tokens"], np.asarray(dens)[..., None],
                         poly.launches, standalone_bw(platform, device), poly.masked, resident)
     return poly, t["time_s"] * poly.count
+
+
+def _profiled_op_seconds(poly: StepPolynomial, arr: dict, model: ModelSpec, dev: Device, b, q, s, dens, bw: float,
+                         resident: bool) -> tuple[StepPolynomial, np.ndarray]:
+    """:func:`op_seconds` on a profiled device; in eager mode the eager model's extra operators are appended."""
+    parts = [poly]
+    if is_eager(dev):
+        parts.append(step_polynomial(model, poly.dtype, poly.context, part="eager_ops"))
+    out = []
+    for p in parts:
+        arr = arr if p is poly else p.arrays(b, q, s)
+        nbytes = arr["weight_bytes"] + arr["act_bytes"] + arr["kv_bytes"]
+        launches = p.eager_launches if is_eager(dev) else p.launches
+        fallback = roofline_arrays(dev, p.dtype, arr["flops"], nbytes, arr["tokens"], np.asarray(dens)[..., None],
+                                   launches, bw, p.masked, resident)["time_s"]
+        out.append(profiled_seconds(p, dev, p.dtype, arr, b, fallback) * p.count)
+    if len(parts) == 1:
+        return poly, out[0]
+    key = (model, poly.dtype, poly.context)
+    if key not in _JOINED:
+        _JOINED[key] = _joined(*parts)
+    return _JOINED[key], np.concatenate(out, axis=-1)
+
+
+_JOINED: dict = {}
+
+
+def _joined(a: StepPolynomial, b: StepPolynomial) -> StepPolynomial:
+    """The operators of two polynomials as one (names, sections and per-operator arrays concatenated)."""
+    cat = lambda x, y: np.concatenate([x, y])  # noqa: E731
+    return StepPolynomial(
+        model=a.model, dtype=a.dtype, context=a.context, names=a.names + b.names, sections=a.sections + b.sections,
+        flops=cat(a.flops, b.flops), weight_bytes=cat(a.weight_bytes, b.weight_bytes),
+        act_bytes=cat(a.act_bytes, b.act_bytes), kv_bytes=cat(a.kv_bytes, b.kv_bytes), tokens=cat(a.tokens, b.tokens),
+        count=cat(a.count, b.count), launches=cat(a.launches, b.launches), masked=cat(a.masked, b.masked),
+        tables=a.tables + b.tables, shapes=a.shapes + b.shapes, profile_tokens=cat(a.profile_tokens, b.profile_tokens),
+        keys=cat(a.keys, b.keys), eager_launches=cat(a.eager_launches, b.eager_launches))
 
 
 def step_seconds(model: ModelSpec, platform: Platform, device: str, q, s, b=1, density=None,

@@ -30,6 +30,7 @@ from hwmodels.contention import standalone_bw
 from hwmodels.errors import HetSpecError
 from hwmodels.platform import Platform
 from hwmodels.roofline import roofline_time
+from sim.op_timing import is_profiled, op_time, priced_ops
 from sim.step_graph import Op, StepGraph, weight_working_set
 from sim.trace import PHASES
 
@@ -175,6 +176,9 @@ def op_task(op: Op, platform: Platform, device: str, dtype: str, name: str, phas
     n = op.count if instances is None else instances
     flops = op.flops * flops_scale
     nbytes = op.bytes * bytes_scale
+    if is_profiled(dev):
+        return _profiled_task(op, platform, device, dtype, name, phase, deps, n, priority, flops_scale, bytes_scale,
+                              resident)
     timing = roofline_time(dev, flops, nbytes, dtype, tokens=op.tokens or None, density=op.density,
                            launches=op.launches, bw_bytes_per_s=standalone_bw(platform, device), resident=resident)
     if resident and dev.resident_bw_bytes_per_s() is not None:
@@ -184,6 +188,21 @@ def op_task(op: Op, platform: Platform, device: str, dtype: str, name: str, phas
     return Task(name=name, kind="compute", resource=device, phase=phase, compute_s=timing.compute_s * n,
                 nbytes=nbytes * n, fixed_s=timing.overhead_s * n, deps=tuple(deps), priority=priority,
                 op=op.name, flops=flops * n)
+
+
+def _profiled_task(op: Op, platform: Platform, device: str, dtype: str, name: str, phase: str, deps: Sequence[str],
+                   n: int, priority: int, flops_scale: float, bytes_scale: float, resident: bool) -> Task:
+    """:func:`op_task` on a profiled device (:mod:`sim.op_timing`): a measured call is its launch (fixed) and
+    its kernel time (body), whose DRAM demand is its bytes over that time, at most the device's standalone
+    bandwidth, so alone it takes exactly the measured time; a fallback operator is the roofline task."""
+    bw = standalone_bw(platform, device)
+    timing, source = op_time(op, platform.device(device), dtype, bw, resident, flops_scale, bytes_scale)
+    flops, nbytes = op.flops * flops_scale, op.bytes * bytes_scale
+    if source.startswith("profile"):
+        nbytes = min(nbytes, timing.compute_s * bw)
+    return Task(name=name, kind="compute", resource=device, phase=phase, compute_s=timing.compute_s * n,
+                nbytes=nbytes * n, fixed_s=timing.overhead_s * n, deps=tuple(deps), priority=priority, op=op.name,
+                flops=flops * n)
 
 
 def graph_tasks(graph: StepGraph, platform: Platform, device: str, prefix: str, phase: str,
@@ -209,18 +228,19 @@ def graph_tasks(graph: StepGraph, platform: Platform, device: str, prefix: str, 
                            resident=resident))
         last = (name,)
 
+    ops = priced_ops(graph, dev)   # + the eager model's extra operators on a profiled device in eager mode
     if not per_layer:
-        for op in graph.ops:
+        for op in ops:
             add(op, f"{prefix}/{op.name}", None)
         return out
-    for op in graph.section("pre"):
+    for op in (o for o in ops if o.section == "pre"):
         add(op, f"{prefix}/{op.name}", None)
-    layer_ops = graph.section("layer")
+    layer_ops = [o for o in ops if o.section == "layer"]
     n_layers = max((op.count for op in layer_ops), default=0)
     for layer in range(n_layers):
         for op in layer_ops:
             add(op, f"{prefix}/L{layer}/{op.name}", 1)
-    for op in graph.section("post"):
+    for op in (o for o in ops if o.section == "post"):
         add(op, f"{prefix}/{op.name}", None)
     return out
 

@@ -38,6 +38,11 @@ ROPE_FLOPS_PER_ELEMENT = 3       # x*cos + rotate(x)*sin
 SOFTMAX_FLOPS_PER_ELEMENT = 5    # max, subtract, exp, sum, divide
 ACT_FLOPS_PER_ELEMENT = 5        # silu (sigmoid + multiply) and the gating multiply / gelu
 ADD_FLOPS_PER_ELEMENT = 1
+#: Kernels HetSpec's eager real model (real/model) launches per RMSNorm, RoPE (q and k) and SwiGLU product;
+#: used only by a profiled device in eager mode for operators its profile does not cover (sim.op_timing).
+EAGER_NORM_LAUNCHES = 8
+EAGER_ROPE_LAUNCHES = 10
+EAGER_ACT_LAUNCHES = 2
 
 
 @dataclass(frozen=True)
@@ -53,6 +58,15 @@ class Op:
     count: int = 1        # identical instances in one step (n_layers for layer operators)
     density: float = 1.0  # kept fraction of a tree-masked block
     launches: int = 1     # kernel launches per instance (0 = fused into the previous operator)
+    # For a measured profile (sim.op_timing; the roofline ignores these): the profile operator and shape
+    # that time it, the keys an attention call attends (cached + new) and its batch, and the kernels
+    # HetSpec's eager real model (real/model) launches for it (None: ``launches``).
+    table: str = ""
+    shape: str = ""
+    keys: int = 0
+    batch: int = 1
+    eager_launches: int | None = None
+    profile_tokens: int = 0   # token count a profile looks the operator up at (0: ``tokens``)
 
     @property
     def bytes(self) -> float:
@@ -73,6 +87,9 @@ class StepGraph:
     dtype: str
     density: float   # tree-mask density of the q x q block
     ops: tuple[Op, ...]
+    #: Operators HetSpec's eager real model launches that ``ops`` does not price (KV-cache writes, position
+    #: and mask building): priced only on a profiled device in eager mode (:mod:`sim.op_timing`).
+    eager_ops: tuple[Op, ...] = ()
 
     def section(self, name: str) -> tuple[Op, ...]:
         return tuple(op for op in self.ops if op.section == name)
@@ -96,37 +113,42 @@ def linear_op(name: str, tokens: int, d_in: int, d_out: int, dt: float, count: i
               kind: str = "linear", section: str = "layer") -> Op:
     """A GEMM of ``tokens`` rows by a ``d_in x d_out`` weight (Medusa App. accounting)."""
     return Op(name, kind, section, flops=2.0 * tokens * d_in * d_out, weight_bytes=dt * d_in * d_out,
-              act_bytes=dt * tokens * (d_in + d_out), kv_bytes=0.0, tokens=tokens, count=count)
+              act_bytes=dt * tokens * (d_in + d_out), kv_bytes=0.0, tokens=tokens, count=count,
+              table="linear", shape=f"{d_in}x{d_out}")
 
 
 def elementwise_op(name: str, kind: str, elements: float, flops_per_element: float, dt: float,
                    count: int, reads: int = 1, writes: int = 1, weight_bytes: float = 0.0,
-                   section: str = "layer", tokens: int = 0, launches: int = 1) -> Op:
+                   section: str = "layer", tokens: int = 0, launches: int = 1, table: str = "", shape: str = "",
+                   eager_launches: int | None = None, keys: int = 0, batch: int = 1, profile_tokens: int = 0) -> Op:
     return Op(name, kind, section, flops=flops_per_element * elements, weight_bytes=weight_bytes,
               act_bytes=dt * elements * (reads + writes), kv_bytes=0.0, tokens=tokens, count=count,
-              launches=launches)
+              launches=launches, table=table, shape=shape, eager_launches=eager_launches, keys=keys, batch=batch,
+              profile_tokens=profile_tokens)
 
 
 def attention_ops(model: ModelSpec, q: int, s: int, b: int, dt: float, density: float) -> list[Op]:
     """Dense part (q x s cached), sparse part (q x q under the tree mask), softmax, per layer."""
     nh, nkv, d, L = model.n_heads, model.n_kv_heads, model.head_dim, model.n_layers
+    # one fused attention call (SDPA) in a profile: its whole time goes to the operator that launches it
+    prof = {"table": "attention", "shape": f"h{nh}kv{nkv}d{d}", "keys": s + q, "batch": b, "profile_tokens": q}
     ops: list[Op] = []
     if s > 0:
         ops.append(Op("attn_score", "attention", "layer", flops=2.0 * b * nh * q * s * d, weight_bytes=0.0,
                       act_bytes=dt * b * (nh * q * d + nh * q * s), kv_bytes=dt * b * nkv * s * d,
-                      tokens=q, count=L))
+                      tokens=q, count=L, **prof))
     ops.append(Op("tree_score", "tree_attention", "layer", flops=2.0 * b * nh * q * q * d, weight_bytes=0.0,
                   act_bytes=dt * b * (nh * q * d + nkv * q * d + nh * q * q), kv_bytes=0.0,
-                  tokens=q, count=L, density=density, launches=0 if s > 0 else 1))
+                  tokens=q, count=L, density=density, launches=0 if s > 0 else 1, **prof))
     ops.append(elementwise_op("softmax", "softmax", b * nh * q * (s + q), SOFTMAX_FLOPS_PER_ELEMENT, dt, L,
-                              launches=0))
+                              launches=0, **prof))
     if s > 0:
         ops.append(Op("attn_value", "attention", "layer", flops=2.0 * b * nh * q * s * d, weight_bytes=0.0,
                       act_bytes=dt * b * (nh * q * s + nh * q * d), kv_bytes=dt * b * nkv * s * d,
-                      tokens=q, count=L, launches=0))
+                      tokens=q, count=L, launches=0, **prof))
     ops.append(Op("tree_value", "tree_attention", "layer", flops=2.0 * b * nh * q * q * d, weight_bytes=0.0,
                   act_bytes=dt * b * (nh * q * q + nkv * q * d + nh * q * d), kv_bytes=0.0,
-                  tokens=q, count=L, density=density, launches=0))
+                  tokens=q, count=L, density=density, launches=0, **prof))
     return ops
 
 
@@ -156,40 +178,78 @@ def build_step_graph(model: ModelSpec, tokens: int, context: int, batch: int = 1
     h, i, L = model.hidden, model.intermediate, model.n_layers
     hq, kv, T = model.n_heads * model.head_dim, model.kv_dim, b * q
 
-    ops: list[Op] = [elementwise_op("embed", "embedding", T * h, 0, dt, 1, reads=1, writes=1, section="pre")]
+    # profile keys of the elementwise operators (sim.op_timing; the roofline ignores them), and the kernels
+    # HetSpec's eager real model launches for them (real/model: RMSNorm casts, squares, means, adds eps, takes
+    # rsqrt, scales, casts back, weights: 8; RoPE on q and k: negate, concatenate, two products, a sum: 2 x 5;
+    # SwiGLU: silu, then the product: 2)
+    ew = {"profile_tokens": T}
+    llama = model.arch == "llama"
+    norm = {**ew, "table": "norm", "shape": str(h), "eager_launches": EAGER_NORM_LAUNCHES if llama else None}
+    add = {**ew, "table": "add", "shape": str(h)}
+    ops: list[Op] = [elementwise_op("embed", "embedding", T * h, 0, dt, 1, reads=1, writes=1, section="pre",
+                                    table="embedding", shape=str(h), **ew)]
     if model.arch == "gpt2":
         ops.append(elementwise_op("pos_embed_add", "elementwise", T * h, ADD_FLOPS_PER_ELEMENT, dt, 1, reads=2,
-                                  section="pre"))
+                                  section="pre", **add))
     ops += [
-        elementwise_op("attn_norm", "norm", T * h, NORM_FLOPS_PER_ELEMENT, dt, L, weight_bytes=dt * h),
+        elementwise_op("attn_norm", "norm", T * h, NORM_FLOPS_PER_ELEMENT, dt, L, weight_bytes=dt * h, **norm),
         linear_op("q_proj", T, h, hq, dt, L),
         linear_op("k_proj", T, h, kv, dt, L),
         linear_op("v_proj", T, h, kv, dt, L),
     ]
     if model.arch == "llama":
-        ops.append(elementwise_op("rope", "elementwise", T * (hq + kv), ROPE_FLOPS_PER_ELEMENT, dt, L))
+        ops.append(elementwise_op("rope", "elementwise", T * (hq + kv), ROPE_FLOPS_PER_ELEMENT, dt, L, table="rope",
+                                  shape=f"h{model.n_heads}kv{model.n_kv_heads}d{model.head_dim}",
+                                  eager_launches=EAGER_ROPE_LAUNCHES, **ew))
     ops += attention_ops(model, q, s, b, dt, density)
     ops += [
         linear_op("o_proj", T, hq, h, dt, L),
-        elementwise_op("attn_residual", "elementwise", T * h, ADD_FLOPS_PER_ELEMENT, dt, L, reads=2),
-        elementwise_op("mlp_norm", "norm", T * h, NORM_FLOPS_PER_ELEMENT, dt, L, weight_bytes=dt * h),
+        elementwise_op("attn_residual", "elementwise", T * h, ADD_FLOPS_PER_ELEMENT, dt, L, reads=2, **add),
+        elementwise_op("mlp_norm", "norm", T * h, NORM_FLOPS_PER_ELEMENT, dt, L, weight_bytes=dt * h, **norm),
     ]
     if model.arch == "llama":
         ops += [
             linear_op("gate_proj", T, h, i, dt, L),
             linear_op("up_proj", T, h, i, dt, L),
-            elementwise_op("act_mul", "elementwise", T * i, ACT_FLOPS_PER_ELEMENT, dt, L, reads=2),
+            elementwise_op("act_mul", "elementwise", T * i, ACT_FLOPS_PER_ELEMENT, dt, L, reads=2, table="act_mul",
+                           shape=str(i), eager_launches=EAGER_ACT_LAUNCHES, **ew),
         ]
     else:
         ops += [
             linear_op("up_proj", T, h, i, dt, L),
-            elementwise_op("gelu", "elementwise", T * i, ACT_FLOPS_PER_ELEMENT, dt, L),
+            elementwise_op("gelu", "elementwise", T * i, ACT_FLOPS_PER_ELEMENT, dt, L, table="gelu", shape=str(i),
+                           **ew),
         ]
     ops += [
         linear_op("down_proj", T, i, h, dt, L),
-        elementwise_op("mlp_residual", "elementwise", T * h, ADD_FLOPS_PER_ELEMENT, dt, L, reads=2),
+        elementwise_op("mlp_residual", "elementwise", T * h, ADD_FLOPS_PER_ELEMENT, dt, L, reads=2, **add),
         elementwise_op("final_norm", "norm", T * h, NORM_FLOPS_PER_ELEMENT, dt, 1, weight_bytes=dt * h,
-                       section="post"),
+                       section="post", **norm),
         linear_op("lm_head", T, h, model.vocab, dt, 1, kind="lm_head", section="post"),
     ]
-    return StepGraph(model=model, tokens=q, context=s, batch=b, dtype=dtype, density=density, ops=tuple(ops))
+    return StepGraph(model=model, tokens=q, context=s, batch=b, dtype=dtype, density=density, ops=tuple(ops),
+                     eager_ops=eager_extra_ops(model, q, s, b, dt) if llama else ())
+
+
+def eager_extra_ops(model: ModelSpec, q: int, s: int, b: int, dt: float) -> tuple[Op, ...]:
+    """What HetSpec's eager real model (real/model, ``Transformer.forward``) launches beyond :func:`build_step_graph`'s
+    operators, per forward: the position ids (``arange``; ``int(positions.max())``: a reduction and a
+    device-to-host copy that synchronises), the RoPE rows of those positions (cos and sin gathers), the
+    attention mask (the committed prefix's ``ones`` and its ``cat`` with the tree mask); per layer: the new
+    keys and values written into the KV cache (two copies).
+
+    Only a profiled device in eager mode prices them (each launch costs at least a host dispatch there);
+    the roofline does not, so roofline results do not change (see docs/simulator.md).
+    """
+    T, L, kv, hd = b * q, model.n_layers, model.kv_dim, model.head_dim
+    one = {"section": "pre", "profile_tokens": q}
+    return (
+        elementwise_op("positions", "elementwise", q, 0, 8.0, 1, reads=1, writes=2, table="positions",
+                       shape="1", eager_launches=3, launches=3, **one),
+        elementwise_op("rope_gather", "elementwise", 2 * q * hd, 0, dt, 1, reads=1, writes=1, table="rope_gather",
+                       shape=str(hd), eager_launches=2, launches=2, **one),
+        elementwise_op("mask_build", "elementwise", q * (s + q), 0, 1.0, 1, reads=1, writes=2, table="mask_build",
+                       shape="1", eager_launches=2, launches=2, **one),
+        elementwise_op("kv_write", "elementwise", 2 * T * kv, 0, dt, L, reads=1, writes=1, table="kv_write",
+                       shape=f"kv{model.n_kv_heads}d{hd}", eager_launches=2, launches=2, profile_tokens=T),
+    )

@@ -1,4 +1,5 @@
-"""Time a step graph on one device with the roofline model (:mod:`hwmodels.roofline`)."""
+"""Time a step graph on one device: the roofline model (:mod:`hwmodels.roofline`), or the device's measured
+profile where its platform file selects one (:mod:`sim.op_timing`)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from dataclasses import dataclass
 
 from hwmodels.platform import Device
 from hwmodels.roofline import OpTiming, roofline_time
+from sim.op_timing import is_profiled, op_time, priced_ops
 from sim.step_graph import Op, StepGraph, weight_working_set
 
 
@@ -13,6 +15,7 @@ from sim.step_graph import Op, StepGraph, weight_working_set
 class OpPrice:
     op: Op
     timing: OpTiming      # one instance
+    source: str = "roofline"   # or "profile", "fallback: <why>" on a profiled device (sim.op_timing)
 
     @property
     def time_s(self) -> float:
@@ -27,7 +30,8 @@ class OpPrice:
             "act_bytes": op.act_bytes * n, "kv_bytes": op.kv_bytes * n,
             "intensity": round(op.intensity, 4), "density": op.density,
             "time_s": self.time_s, "compute_s": t.compute_s * n, "memory_s": t.memory_s * n,
-            "overhead_s": t.overhead_s * n, "bound": t.bound,
+            "overhead_s": t.overhead_s * n, "bound": "measured" if self.source.startswith("profile") else t.bound,
+            "source": self.source,
         }
 
 
@@ -56,6 +60,8 @@ class StepPrice:
 
 def price_op(op: Op, device: Device, dtype: str, bw_bytes_per_s: float | None = None,
              resident: bool = False) -> OpPrice:
+    if is_profiled(device):
+        return OpPrice(op, *op_time(op, device, dtype, bw_bytes_per_s, resident))
     return OpPrice(op, roofline_time(device, op.flops, op.bytes, dtype, tokens=op.tokens or None,
                                      density=op.density, launches=op.launches, bw_bytes_per_s=bw_bytes_per_s,
                                      resident=resident))
@@ -66,4 +72,4 @@ def price_step(graph: StepGraph, device: Device, bw_bytes_per_s: float | None = 
     cache-resident when the model's weights fit in the device's last-level cache)."""
     resident = device.cache_gb is not None and device.holds(weight_working_set(graph.model, graph.dtype))
     return StepPrice(graph, device, tuple(price_op(op, device, graph.dtype, bw_bytes_per_s, resident)
-                                          for op in graph.ops))
+                                          for op in priced_ops(graph, device)))

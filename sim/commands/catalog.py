@@ -76,6 +76,11 @@ def cmd_platform_show(args: argparse.Namespace) -> int:
         if d.gemm_efficiency_curve:
             curve = ", ".join(f"{t}:{e:.2f}" for t, e in d.gemm_efficiency_curve)
             print(f"  gemm_efficiency_curve {curve}  [{d.sources.get('gemm_efficiency_curve', '')}]")
+        if d.timing is not None:
+            for key, value in (("backend", d.timing.backend), ("profile", d.timing.profile_file),
+                               ("mode", d.timing.mode)):
+                if key in d.timing.sources:
+                    print(f"  timing.{key:<15} {value:<10} {'':<7} [{d.timing.sources[key]}]")
     for link in plat.links:
         print(f"\nlink {link.name} ({link.kind}) {link.src} <-> {link.dst}: {link.bw_gbps:g} GB/s x "
               f"{link.efficiency:g}, {link.latency_us:g} us  [{link.sources.get('bw_gbps', '')}]")

@@ -9,11 +9,13 @@ from hwmodels.dtypes import DTYPE_BYTES
 from hwmodels.loader import get_platform
 from sim.model_spec import get_model
 from sim.step_graph import build_step_graph
+from sim.op_timing import is_profiled
 from sim.step_timing import price_step
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("step", help="operators of one decode/verify step: FLOPs, bytes, intensity, roofline time")
+    p = sub.add_parser("step", help="operators of one decode/verify step: FLOPs, bytes, intensity, time (roofline, or "
+                                    "the device's measured profile)")
     p.add_argument("--model", required=True, help="model preset or path to a config.json")
     p.add_argument("--platform", required=True, help="platform preset or path to a platform .toml")
     p.add_argument("--device", help="device of the platform (default: its GPU, else NPU, else CPU)")
@@ -43,13 +45,15 @@ def cmd_step(args: argparse.Namespace) -> int:
         return 0
     print(f"{model.name} on {platform.name}/{device.name}: q={graph.tokens} s={graph.context} b={graph.batch} "
           f"{graph.dtype}")
+    profiled = is_profiled(device)    # a measured profile prices it: say where each time comes from
     rows = []
     for p in price.ops:
         d = p.to_dict()
         rows.append([d["name"], str(d["count"]), f"{d['flops'] / 1e9:.3f}", f"{d['bytes'] / 1e6:.2f}",
-                     f"{d['intensity']:.2f}", f"{d['time_s'] * 1e3:.4f}", d["bound"]])
+                     f"{d['intensity']:.2f}", f"{d['time_s'] * 1e3:.4f}", d["bound"]] + ([d["source"]] * profiled))
     rows.append(["total", "", f"{graph.total_flops / 1e9:.3f}", f"{graph.total_bytes / 1e6:.2f}", "",
-                 f"{price.total_s * 1e3:.4f}", ""])
+                 f"{price.total_s * 1e3:.4f}", ""] + [""] * profiled)
     # widths from the cells, so no value runs into its neighbour however large it is
-    print(format_rows(["operator", "x", "GFLOP", "MB", "FLOP/B", "time ms", "bound"], rows, left=(0, 6), sep="  "))
+    print(format_rows(["operator", "x", "GFLOP", "MB", "FLOP/B", "time ms", "bound"] + ["source"] * profiled, rows,
+                      left=(0, 6, 7), sep="  "))
     return 0

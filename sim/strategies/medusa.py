@@ -30,6 +30,7 @@ from hwmodels.dtypes import DTYPE_BYTES
 from hwmodels.errors import HetSpecError
 from sim.closed_form import roofline_arrays, step_seconds
 from sim.model_spec import ModelSpec
+from sim.op_timing import fallback_launches, measured_or
 from sim.plan import StepPlan, delay_task, graph_tasks, ops_tasks
 from sim.step_graph import ACT_FLOPS_PER_ELEMENT, ADD_FLOPS_PER_ELEMENT, Op, build_step_graph, elementwise_op, linear_op
 from sim.step_timing import price_op
@@ -130,7 +131,8 @@ def heads_seconds_many(problem: Problem, device: str, widths: np.ndarray, n_head
     for op in ops:
         # flops and activation bytes scale with T; weight bytes do not (sim.step_graph.linear_op)
         t = roofline_arrays(dev, problem.model.dtype, op.flops * T, op.weight_bytes + op.act_bytes * T + op.kv_bytes * T,
-                            T if op.tokens else 0.0, 1.0, op.launches, bw, resident=resident)["time_s"]
+                            T if op.tokens else 0.0, 1.0, fallback_launches(op, dev), bw, resident=resident)["time_s"]
+        t = measured_or(dev, op, problem.model.dtype, T, t)   # a profiled device's measured head GEMMs (sim.op_timing)
         total += t
     return total * n_heads
 

@@ -23,6 +23,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "sim.commands.simulate",
     "sim.commands.sweep",
     "sim.commands.reproduce",
+    "sim.commands.profile",
     "real.run.commands",
     "real.train.commands",
     "real.validation.commands",

@@ -21,12 +21,14 @@ REQUIRED = (
     "jetson-xavier-nx", "jetson-xavier-nx-204mhz", "jetson-orin-nx", "jetson-tx2", "apple-m2",
     "xeon4214r-rtx2080super", "xeon4310-rtx3090", "a100-80gb-pcie", "h100-sxm", "rtx4090-pcie4",
     "rtx2080ti-pcie3", "tenstorrent-n150x8", "snapdragon865",
+    # the A100 and H100 presets with their GPUs priced by Vidur's measured kernel latencies (sim.op_timing)
+    "a100-80gb-vidur", "h100-sxm-vidur",
 )
 #: Systems on a chip: CPU, GPU (and NPU) read one DRAM.
 SOCS = ("jetson-xavier-nx", "jetson-xavier-nx-204mhz", "jetson-orin-nx", "jetson-tx2", "apple-m2", "snapdragon865")
 #: Discrete GPUs and the PCIe generation their host link must have.
 PCIE_GEN = {"xeon4214r-rtx2080super": 3, "rtx2080ti-pcie3": 3, "xeon4310-rtx3090": 4, "rtx4090-pcie4": 4,
-            "a100-80gb-pcie": 4, "h100-sxm": 5}
+            "a100-80gb-pcie": 4, "h100-sxm": 5, "a100-80gb-vidur": 4, "h100-sxm-vidur": 5}
 #: x16 per-direction rate: GT/s x 16 lanes x 128/130 / 8 bits.
 PCIE_X16_GBPS = {gen: rate * 16 * 128 / 130 / 8 for gen, rate in {3: 8, 4: 16, 5: 32}.items()}
 

@@ -20,6 +20,7 @@ What is reproduced, all on the ``a100-80gb-pcie`` preset (the GPU of the paper's
 from __future__ import annotations
 
 import statistics
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from hwmodels.platform import Device
 from sim.acceptance import AcceptanceModel, load_acceptance
 from sim.model_spec import ModelSpec, get_model
 from sim.plots import new_figure, save_figure
+from sim.reproduce import medusa_profile
 from sim.reproduce.report import Comparison, Figure, Fit, PaperReport
 from sim.step_graph import build_step_graph
 from sim.step_timing import price_op
@@ -394,9 +396,11 @@ def reproduce(out_dir: Path) -> PaperReport:
     report = PaperReport(paper="medusa", title=TITLE, citation=CITATION)
 
     sim_rows, curves = appg_rows(get_model(APPG_MODEL), device, acceptance)
+    g3 = sys.modules[__name__]   # the measured-profile rerun reads this module's figures (not the record)
+    prof = medusa_profile.profile_curves(g3, get_model(APPG_MODEL), acceptance)
     chat_rows, chat = overhead_rows()
     tab_rows, points = table_rows(get_model(TABLES_MODEL), device)
-    report.add(*sim_rows, *chat_rows, *tab_rows)
+    report.add(*sim_rows, *medusa_profile.profile_rows(g3, prof), *chat_rows, *tab_rows)
 
     curve = acceptance.length_curve
     report.fits += [
@@ -420,6 +424,7 @@ def reproduce(out_dir: Path) -> PaperReport:
                "Medusa Fig. 23: Llama-7B block, batch 4, speedup per KV length", out_dir / "medusa_fig23.png")
     plot_tables(points, device, out_dir / "medusa_tables6-8.png")
     plot_overheads(chat["overhead"], out_dir / "medusa_table1.png")
+    medusa_profile.plot_profile(g3, curves, prof, out_dir / medusa_profile.FIGURE.filename)
     report.figures += [
         Figure("medusa_fig21.png", "Fig. 21 (batch 1, s = 1024): simulated speedup, acceleration rate and normalised "
                "block latency vs candidates; stars / grey bars: the paper's values read off the figure"),
@@ -431,9 +436,11 @@ def reproduce(out_dir: Path) -> PaperReport:
                "HetSpec's (crosses) against operational intensity"),
         Figure("medusa_table1.png", "Table 1: per-step overhead of the 64-token tree and the speedup it implies with "
                "the paper's acceleration rates"),
+        medusa_profile.FIGURE,
     ]
     report.setup = _setup_text(platform.name)
-    report.discussion = _discussion(report, curves, chat, device, acceptance)
+    report.discussion = (_discussion(report, curves, chat, device, acceptance) + "\n\n"
+                         + medusa_profile.paragraph(g3, get_model(APPG_MODEL), curves, prof, acceptance))
     report.missing = MISSING
     return report
 

@@ -28,6 +28,14 @@ def register_calibrate(subparsers) -> None:
                    help="platform file to write (default: host.toml in $HETSPEC_PLATFORMS_DIR or the user "
                         "platform folder)")
     p.add_argument("--quick", action="store_true", help="fewer sizes and repeats (about 20 s instead of 1-2 min)")
+    p.add_argument("--device", default=None, metavar="D",
+                   help="profile the operators of a torch device (cpu, cuda, cuda:N) instead: writes a measured "
+                        "operator profile (CSV) and a platform whose device is priced by it (TOML)")
+    p.add_argument("--models", default=None, metavar="M1,M2",
+                   help="with --device: the models whose operator shapes the profile covers (presets, config.json "
+                        "paths, demo:tiny, demo:small; default: the demo models, plus llama2-7b on CUDA)")
+    p.add_argument("--dtype", default=None, choices=("fp32", "fp16", "bf16"),
+                   help="with --device: the dtype profiled (default fp32 on a CPU, fp16 on CUDA)")
     p.set_defaults(func=handle_calibrate)
 
 
@@ -36,12 +44,44 @@ def handle_calibrate(args: argparse.Namespace) -> int:
 
     if args.out is not None and not args.out.endswith(".toml"):
         raise HetSpecError(f"--out {args.out}: a platform file ends in .toml")
+    if args.device is not None:
+        return _profile_device(args)
+    if args.models is not None or args.dtype is not None:
+        raise HetSpecError("--models and --dtype go with --device (the operator profile of a torch device)")
     from real.validation.calibrate import calibrate, raw_path, summary_lines
 
     platform, path, cal = calibrate(args.out, quick=args.quick, progress=True)
     for line in summary_lines(platform, cal):
         print(line)
     print(f"wrote {path} (measurements: {raw_path(path)})")
+    return 0
+
+
+def _profile_device(args: argparse.Namespace) -> int:
+    """``hetspec calibrate --device D``: the measured operator profile of a torch device and its platform."""
+    from hwmodels.loader import user_platform_dir
+    from real.validation.profile_device import (
+        QUICK,
+        ProfileSettings,
+        default_models,
+        parse_device,
+        profile_device,
+        resolve_models,
+        summary_lines,
+        write_device_profile,
+    )
+
+    device = parse_device(args.device)
+    names = [m.strip() for m in args.models.split(",") if m.strip()] if args.models else default_models(str(device))
+    models = resolve_models(names)
+    label = str(device).replace(":", "")
+    out = args.out or str(user_platform_dir() / f"profiled-{label}.toml")
+    parts = ["hetspec calibrate", f"--device {args.device}"] + ([f"--models {args.models}"] if args.models else []) + \
+        ([f"--dtype {args.dtype}"] if args.dtype else []) + (["--quick"] if args.quick else [])
+    prof = profile_device(args.device, models, QUICK if args.quick else ProfileSettings(), args.dtype, progress=True)
+    csv_path, toml_path = write_device_profile(prof, out, " ".join(parts))
+    for line in summary_lines(prof, csv_path, toml_path):
+        print(line)
     return 0
 
 

@@ -1,0 +1,464 @@
+"""Measured operator timing of any torch device: a ``hetspec-op-profile/1`` profile and a platform
+whose device is priced by it (``hetspec calibrate --device cpu|cuda:N [--models M1,M2]``).
+
+What is measured, with the same code on every device (CUDA timing where CUDA is):
+
+- the operators of the step graph (:func:`sim.step_graph.build_step_graph`) of every model asked
+  for, each at its own shapes: linear layers by (d_in, d_out) at token counts :data:`TOKENS`
+  (1, 2, 4, 8, then every 8 to 256, then 384 and 512); attention by (heads, KV heads, head dim)
+  under a boolean tree mask over a (q, keys) grid (:data:`ATTENTION_Q` x :data:`ATTENTION_KEYS`);
+  RMSNorm, residual adds, SiLU x mul, RoPE and the embedding lookup at the token counts;
+- the launch cost of an operator (a one-element add) in each execution mode the device has:
+  ``eager`` (the host launches every kernel; on a CPU this is torch's dispatch) and, on CUDA,
+  ``graph`` (a captured CUDA graph replayed);
+- the device's copy bandwidth and its best GEMV and GEMM rates (the platform's ``mem_bw_gbps`` and
+  ``peak_tflops``, so the roofline the profile falls back to is this device's own);
+- on CUDA, the host-to-device and device-to-host links (pinned and pageable: latency and bandwidth).
+
+Kernel time is kept apart from launch cost. On CUDA a row's ``kernel_us`` is the time of the
+operator repeated inside one CUDA graph divided by the repeats (no launch gaps), its
+``eager_launch_us`` what one eager call takes beyond that, and its ``graph_launch_us`` what one
+replayed call adds. On a CPU there are no graphs: ``kernel_us`` is a call's time less torch's
+dispatch cost, ``eager_launch_us`` that dispatch cost, and the device runs in ``eager`` mode.
+Every number is a median of interleaved repeats (:func:`real.run.repeats.interleaved`).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from hwmodels.errors import HetSpecError
+from real.run.repeats import interleaved, median
+
+#: Token counts of the linear and elementwise rows.
+TOKENS = (1, 2, 4, 8) + tuple(range(16, 257, 8)) + (384, 512)
+#: Fewer token counts for ``--quick`` (still the range 1..512, steps kept where widths live).
+QUICK_TOKENS = (1, 2, 4, 8, 16, 32, 64, 72, 128, 256, 512)
+#: Attention rows: queries (new tokens) x keys attended (cached + new).
+ATTENTION_Q = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+ATTENTION_KEYS = (64, 256, 1024, 4096)
+QUICK_ATTENTION_Q = (1, 8, 64, 256)
+QUICK_ATTENTION_KEYS = (256, 1024)
+#: The dtype the real path runs on each kind of device by default.
+DEFAULT_DTYPE = {"cpu": "fp32", "cuda": "fp16"}
+TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+@dataclass(frozen=True)
+class ProfileSettings:
+    tokens: tuple[int, ...] = TOKENS
+    attention_q: tuple[int, ...] = ATTENTION_Q
+    attention_keys: tuple[int, ...] = ATTENTION_KEYS
+    repeats: int = 5          # interleaved repeats (medians)
+    calls: int = 10           # calls per timed sample (CPU, and CUDA eager)
+    graph_copies: int = 20    # copies of the operator inside one CUDA graph (kernel time without launch gaps)
+
+
+QUICK = ProfileSettings(tokens=QUICK_TOKENS, attention_q=QUICK_ATTENTION_Q, attention_keys=QUICK_ATTENTION_KEYS,
+                        repeats=3, calls=5, graph_copies=10)
+
+
+@dataclass(frozen=True)
+class OpTiming:
+    """One measured call: seconds of the kernels, and what a call adds on top in eager / graph mode
+    (``nan``: that mode does not exist on the device)."""
+
+    kernel_s: float
+    eager_launch_s: float
+    graph_launch_s: float = math.nan
+
+
+@dataclass
+class DeviceProfile:
+    """Everything :func:`profile_device` measured (the raw record next to the profile)."""
+
+    device: str
+    name: str
+    dtype: str
+    rows: list[tuple] = field(default_factory=list)       # profile rows (microseconds)
+    launch_us: dict[str, float] = field(default_factory=dict)
+    copy_gbps: float = 0.0
+    gemv_gbps: float = 0.0
+    gemm_tflops: float = 0.0
+    links: dict[str, dict[str, float]] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+# ---------------------------------------------------------------------------- timing one callable
+def parse_device(text: str) -> torch.device:
+    """``cpu``, ``cuda`` or ``cuda:N``; one line if CUDA is asked for where there is none."""
+    try:
+        device = torch.device(text)
+    except (RuntimeError, ValueError):
+        raise HetSpecError(f"--device {text!r}: give cpu, cuda or cuda:N") from None
+    if device.type not in ("cpu", "cuda"):
+        raise HetSpecError(f"--device {text!r}: give cpu, cuda or cuda:N")
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise HetSpecError(f"--device {text}: this torch has no CUDA device (torch {torch.__version__})")
+        index = device.index or 0
+        if index >= torch.cuda.device_count():
+            raise HetSpecError(f"--device {text}: only {torch.cuda.device_count()} CUDA device(s)")
+        device = torch.device("cuda", index)
+    return device
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _wall_per_call(fn: Callable[[], object], device: torch.device, calls: int) -> float:
+    """Seconds per call of ``calls`` back-to-back calls (the device drained before and after)."""
+    _sync(device)
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    _sync(device)
+    return (time.perf_counter() - t0) / calls
+
+
+def _graph_per_call(fn: Callable[[], object], device: torch.device, copies: int) -> tuple[float, float]:
+    """CUDA only: (seconds per copy of ``fn`` inside one graph of ``copies`` copies, seconds of one
+    replay of a graph holding a single copy)."""
+    stream = torch.cuda.Stream(device)
+    stream.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(stream):   # warm-up on a side stream, as capture requires
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream(device).wait_stream(stream)
+    many, one = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+    with torch.cuda.graph(many):
+        for _ in range(copies):
+            fn()
+    with torch.cuda.graph(one):
+        fn()
+
+    def timed(graph) -> float:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        graph.replay()
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) * 1e-3
+
+    return timed(many) / copies, timed(one)
+
+
+def time_op(fn: Callable[[], object], device: torch.device, settings: ProfileSettings,
+            dispatch_s: float = 0.0) -> Callable[[], OpTiming]:
+    """A measurement of ``fn`` (called once per sample by the interleaved protocol)."""
+    fn()   # first call: allocations, kernel selection
+    _sync(device)
+
+    def sample() -> OpTiming:
+        eager = _wall_per_call(fn, device, settings.calls)
+        if device.type != "cuda":
+            return OpTiming(kernel_s=max(eager - dispatch_s, 0.0), eager_launch_s=min(dispatch_s, eager))
+        kernel, one = _graph_per_call(fn, device, settings.graph_copies)
+        return OpTiming(kernel_s=kernel, eager_launch_s=max(eager - kernel, 0.0), graph_launch_s=max(one - kernel, 0.0))
+
+    return sample
+
+
+def _median_timing(samples: Sequence[OpTiming]) -> OpTiming:
+    return OpTiming(kernel_s=median(s.kernel_s for s in samples), eager_launch_s=median(s.eager_launch_s for s in samples),
+                    graph_launch_s=median(s.graph_launch_s for s in samples) if device_has_graphs(samples) else math.nan)
+
+
+def device_has_graphs(samples: Sequence[OpTiming]) -> bool:
+    return any(not math.isnan(s.graph_launch_s) for s in samples)
+
+
+# ---------------------------------------------------------------------------- the operators
+def _rms_norm(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """RMSNorm as HetSpec's model computes it (fp32 statistics)."""
+    h = x.float()
+    return (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype) * weight
+
+
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
+def _heads(shape: str) -> tuple[int, int, int]:
+    h, rest = shape[1:].split("kv")
+    kv, d = rest.split("d")
+    return int(h), int(kv), int(d.split("b")[0])
+
+
+def op_callable(table: str, shape: str, tokens: int, keys: int, vocab: int, device: torch.device,
+                dtype: torch.dtype) -> Callable[[], object] | None:
+    """A closure running one call of a step-graph operator of profile key (``table``, ``shape``) at
+    ``tokens`` (and ``keys`` for attention), on preallocated tensors; None for an operator not profiled."""
+    g = torch.Generator(device="cpu").manual_seed(0)
+
+    def rand(*size):
+        return torch.randn(*size, generator=g, dtype=torch.float32).to(device=device, dtype=dtype)
+
+    if table == "linear":
+        d_in, d_out = (int(v) for v in shape.split("x"))
+        x, w = rand(tokens, d_in), rand(d_out, d_in) * d_in ** -0.5
+        return lambda: F.linear(x, w)
+    if table == "attention":
+        h, kv, d = _heads(shape)
+        q, k, v = rand(1, h, tokens, d), rand(1, kv, keys, d), rand(1, kv, keys, d)
+        mask = torch.ones(tokens, keys, dtype=torch.bool, device=device).tril(diagonal=keys - tokens)
+        gqa = kv != h
+        return lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
+    if table == "norm":
+        x, w = rand(tokens, int(shape)), rand(int(shape))
+        return lambda: _rms_norm(x, w)
+    if table == "add":
+        x, y = rand(tokens, int(shape)), rand(tokens, int(shape))
+        return lambda: x + y
+    if table == "act_mul":
+        a, b = rand(tokens, int(shape)), rand(tokens, int(shape))
+        return lambda: F.silu(a) * b
+    if table == "gelu":
+        a = rand(tokens, int(shape))
+        return lambda: F.gelu(a)
+    if table == "rope":
+        h, kv, d = _heads(shape)
+        q, k = rand(1, h, tokens, d), rand(1, kv, tokens, d)
+        cos, sin = rand(tokens, d), rand(tokens, d)
+        return lambda: (_rope(q, cos, sin), _rope(k, cos, sin))
+    if table == "embedding":
+        table_w = rand(vocab, int(shape))
+        ids = torch.randint(0, vocab, (tokens,), generator=g).to(device)
+        return lambda: F.embedding(ids, table_w)
+    return None
+
+
+def profile_keys(models) -> dict[tuple[str, str], int]:
+    """(table, shape) -> vocabulary of the step-graph operators of ``models`` (ModelSpecs) that a profile
+    row can hold."""
+    from sim.step_graph import build_step_graph
+
+    keys: dict[tuple[str, str], int] = {}
+    for spec in models:
+        for op in build_step_graph(spec, 1, 16).ops:
+            if op.table:
+                keys.setdefault((op.table, op.shape), spec.vocab)
+    return keys
+
+
+# ---------------------------------------------------------------------------- bandwidth, links
+def copy_bandwidth(device: torch.device, nbytes: int, settings: ProfileSettings) -> float:
+    """Bytes per second of a device-to-device copy (read + write counted)."""
+    n = nbytes // 4
+    a, b = torch.empty(n, device=device), torch.empty(n, device=device)
+    a.fill_(1.0)
+    b.copy_(a)   # first touch of the destination's pages, outside the timing
+    runs = interleaved(1, settings.repeats, lambda *_: _wall_per_call(lambda: b.copy_(a), device, 2))
+    return 2 * n * 4 / median(r[0] for r in runs[0])
+
+
+def link_timings(device: torch.device, settings: ProfileSettings) -> dict[str, dict[str, float]]:
+    """CUDA: latency (4 KiB) and bandwidth (256 MiB) of host-to-device and device-to-host copies,
+    pinned and pageable host memory."""
+    out = {}
+    for pinned in (True, False):
+        for direction in ("h2d", "d2h"):
+            row = {}
+            for label, nbytes in (("latency_us", 4096), ("bw_gbps", 256 * 2**20)):
+                host = torch.empty(nbytes // 4, pin_memory=pinned)
+                dev = torch.empty(nbytes // 4, device=device)
+                src, dst = (host, dev) if direction == "h2d" else (dev, host)
+                runs = interleaved(1, settings.repeats,
+                                   lambda *_: _wall_per_call(lambda: dst.copy_(src, non_blocking=pinned), device, 3))
+                s = median(r[0] for r in runs[0])
+                row[label] = s * 1e6 if label == "latency_us" else nbytes / s / 1e9
+            out[f"{direction}_{'pinned' if pinned else 'pageable'}"] = row
+    return out
+
+
+# ---------------------------------------------------------------------------- the whole measurement
+def profile_device(device_text: str, models, settings: ProfileSettings = ProfileSettings(), dtype: str | None = None,
+                   progress: bool = True) -> DeviceProfile:
+    """Measure the operators of ``models`` (ModelSpecs) and the device's bandwidth, launch costs and links."""
+    from tqdm.auto import tqdm
+
+    device = parse_device(device_text)
+    dtype = dtype or DEFAULT_DTYPE[device.type]
+    if dtype not in TORCH_DTYPES:
+        raise HetSpecError(f"--dtype {dtype!r}: valid: {', '.join(TORCH_DTYPES)}")
+    if device.type == "cpu" and dtype == "fp16":
+        raise HetSpecError("--dtype fp16 on a CPU: torch converts it through fp32 there; profile fp32 or bf16")
+    tdtype = TORCH_DTYPES[dtype]
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_name()
+    out = DeviceProfile(device=str(device), name=name, dtype=dtype)
+    t0 = time.perf_counter()
+    tiny_a, tiny_b = torch.ones(1, device=device), torch.ones(1, device=device)
+    launch = time_op(lambda: tiny_a + tiny_b, device, settings)
+    launch_samples = [r[0] for r in interleaved(1, settings.repeats, lambda *_: launch())[0]]
+    # the one-element add is all launch: its kernel time is what a launch costs beyond nothing
+    dispatch = median(s.kernel_s + s.eager_launch_s for s in launch_samples)
+    out.launch_us["eager"] = dispatch * 1e6
+    if device.type == "cuda":
+        out.launch_us["graph"] = median(s.graph_launch_s + s.kernel_s for s in launch_samples) * 1e6
+
+    work: list[tuple[str, str, int, int, int]] = []
+    for (table, shape), vocab in profile_keys(models).items():
+        if table == "attention":
+            work += [(table, shape, q, k, vocab) for k in settings.attention_keys for q in settings.attention_q if q <= k]
+        elif table in ("linear", "norm", "add", "act_mul", "gelu", "rope", "embedding"):
+            work += [(table, shape, t, 0, vocab) for t in settings.tokens]
+    bar = tqdm(total=len(work), desc=f"profiling {device}", unit="op", disable=not progress, file=sys.stderr)
+    for table, shape, tokens, keys, vocab in work:
+        try:
+            fn = op_callable(table, shape, tokens, keys, vocab, device, tdtype)
+            if fn is None:
+                bar.update(1)
+                continue
+            sample = time_op(fn, device, settings, dispatch_s=dispatch)
+            timing = _median_timing([r[0] for r in interleaved(1, settings.repeats, lambda *_: sample())[0]])
+        except torch.OutOfMemoryError:
+            bar.update(1)
+            continue
+        out.rows.append((table, shape, tokens, keys, timing.kernel_s * 1e6, timing.eager_launch_s * 1e6,
+                         timing.graph_launch_s * 1e6))
+        bar.update(1)
+    bar.close()
+    out.copy_gbps = copy_bandwidth(device, 256 * 2**20 if device.type == "cuda" else 128 * 2**20, settings) / 1e9
+    out.gemv_gbps, out.gemm_tflops = _best_rates(out.rows, DTYPE_BYTES_OF[dtype])
+    if device.type == "cuda":
+        out.links = link_timings(device, settings)
+    out.seconds = time.perf_counter() - t0
+    return out
+
+
+DTYPE_BYTES_OF = {"fp32": 4, "fp16": 2, "bf16": 2}
+
+
+def _best_rates(rows, dt: int) -> tuple[float, float]:
+    """(best GB/s of a one-token linear, best TFLOP/s of any linear) among the profile's rows."""
+    gemv = gemm = 0.0
+    for table, shape, tokens, _, kernel_us, _, _ in rows:
+        if table != "linear" or kernel_us <= 0:
+            continue
+        d_in, d_out = (int(v) for v in shape.split("x"))
+        seconds = kernel_us * 1e-6
+        if tokens == 1:
+            gemv = max(gemv, dt * (d_in + d_out + d_in * d_out) / seconds / 1e9)
+        gemm = max(gemm, 2.0 * tokens * d_in * d_out / seconds / 1e12)
+    return gemv, gemm
+
+
+def _cpu_name() -> str:
+    from real.validation.host_facts import cpu_model
+
+    return cpu_model()
+
+
+# ---------------------------------------------------------------------------- writing
+def write_device_profile(prof: DeviceProfile, out: str | Path, command: str) -> tuple[Path, Path]:
+    """Write ``<out>.csv`` (the profile) and ``<out>.toml`` (a platform of one device priced by it)."""
+    from hwmodels.loader import load_platform_file, write_platform_file
+    from hwmodels.platform import Device, Platform
+    from hwmodels.profile import DeviceTiming, measured_efficiencies, read_profile, write_profile
+
+    out = Path(out)
+    csv_path, toml_path = out.with_suffix(".csv"), out.with_suffix(".toml")
+    date = time.strftime("%Y-%m-%d %H:%M")
+    mode = "graph" if "graph" in prof.launch_us else "eager"
+    by = f"measured by `{command}` on {prof.name} ({prof.device}), torch {torch.__version__}, {date}"
+    header = {"dtype": prof.dtype, "source": by, "device": f"{prof.name} ({prof.device})",
+              "launch_us.eager": f"{prof.launch_us['eager']:.3f}",
+              "launch_us.eager.source": "one-element add launched from Python (torch dispatch, and on CUDA the "
+                                        f"kernel launch), median of interleaved repeats; {by}"}
+    if "graph" in prof.launch_us:
+        header["launch_us.graph"] = f"{prof.launch_us['graph']:.3f}"
+        header["launch_us.graph.source"] = f"one-element add replayed from a captured CUDA graph; {by}"
+    rows = [r if mode == "graph" else (*r[:6], math.nan) for r in prof.rows]
+    notes = (f"copy bandwidth {prof.copy_gbps:.1f} GB/s, best one-token linear {prof.gemv_gbps:.1f} GB/s, best linear "
+             f"{prof.gemm_tflops:.3f} TFLOP/s",) + tuple(
+        f"link {k}: {v['latency_us']:.1f} us, {v['bw_gbps']:.1f} GB/s" for k, v in prof.links.items())
+    write_profile(csv_path, header, rows, notes)
+    profile = read_profile(csv_path)
+    mem_bw = max(prof.copy_gbps, prof.gemv_gbps)
+    peak = prof.gemm_tflops
+    eff = measured_efficiencies(profile, mem_bw, peak)
+    kind = "gpu" if prof.device.startswith("cuda") else "cpu"
+    capacity = (torch.cuda.get_device_properties(torch.device(prof.device)).total_memory if kind == "gpu"
+                else _physical_memory())
+    src = {
+        "mem_bw_gbps": f"measured: the larger of the copy bandwidth ({prof.copy_gbps:.1f} GB/s, read + write) and the "
+                       f"best one-token linear ({prof.gemv_gbps:.1f} GB/s); {by}",
+        f"peak_tflops.{prof.dtype}": f"measured: the best linear row of the profile; {by}",
+        "mem_capacity_gb": "torch.cuda.get_device_properties" if kind == "gpu" else "os.sysconf: physical memory",
+        "bw_efficiency": f"the profile's best bandwidth fraction ({eff['bw_where']})",
+        "compute_efficiency": f"the profile's best FLOP fraction ({eff['compute_where']})",
+        "op_overhead_us": f"the profile's launch cost in {mode} mode",
+        "token_tile": "1: the profile's rows keep the steps of tiling (measured token counts)",
+        "sparse_attn_efficiency": "0: tree attention priced dense, as the profile measured it (boolean mask)",
+    }
+    device = Device(name=kind, kind=kind, peak_tflops={prof.dtype: round(peak, 6)}, mem_bw_gbps=round(mem_bw, 3),
+                    mem_capacity_gb=round(capacity / 1e9, 3), bw_efficiency=round(eff["bw_efficiency"], 3),
+                    compute_efficiency=round(eff["compute_efficiency"], 3),
+                    op_overhead_us=round(profile.launch_us[mode], 3), token_tile=1, sparse_attn_efficiency=0.0,
+                    description=f"{prof.name} ({prof.device}), {prof.dtype}, priced by its measured profile",
+                    sources=src,
+                    timing=DeviceTiming("profiled", mode, profile, csv_path.name,
+                                        {"backend": by, "profile": by,
+                                         "mode": "graph: CUDA graphs replayed" if mode == "graph" else
+                                         "eager: the host launches every operator (no graphs on this device)"}))
+    platform = Platform(name=toml_path.stem, description=f"{prof.name} ({prof.device}), profiled by {command} on {date}",
+                        devices={kind: device})
+    write_platform_file(platform, toml_path)
+    load_platform_file(toml_path)   # what we write must load
+    return csv_path, toml_path
+
+
+def _physical_memory() -> int:
+    from real.validation.host_facts import physical_memory_bytes
+
+    return physical_memory_bytes()
+
+
+def summary_lines(prof: DeviceProfile, csv_path: Path, toml_path: Path) -> list[str]:
+    lines = [f"{prof.name} ({prof.device}), {prof.dtype}: {len(prof.rows)} operator rows in {prof.seconds:.0f} s",
+             f"  launch: eager {prof.launch_us['eager']:.2f} us"
+             + (f", graph {prof.launch_us['graph']:.2f} us" if "graph" in prof.launch_us else " (no graphs on this device)"),
+             f"  copy {prof.copy_gbps:.1f} GB/s, best one-token linear {prof.gemv_gbps:.1f} GB/s, "
+             f"best linear {prof.gemm_tflops * 1e3:.1f} GFLOP/s"]
+    lines += [f"  {k}: {v['latency_us']:.1f} us, {v['bw_gbps']:.1f} GB/s" for k, v in prof.links.items()]
+    lines += [f"wrote {csv_path} and {toml_path}"]
+    return lines
+
+
+def default_models(device_text: str) -> list[str]:
+    """The models a profile covers by default: the cached demo models (else the tiny recipe's shapes), plus
+    one 7B-class shape on a device with the memory for it (a CUDA device)."""
+    names = ["demo:small", "demo:tiny"]
+    if device_text.startswith("cuda"):
+        names.append("llama2-7b")
+    return names
+
+
+def resolve_models(names: Sequence[str]):
+    """ModelSpecs of ``names``: presets or config.json paths, and ``demo:<preset>`` (the demo recipe's shapes)."""
+    from sim.model_spec import get_model
+
+    specs = []
+    for name in names:
+        if name.startswith("demo:"):
+            from real.train.demo import get_recipe
+
+            recipe = get_recipe(name.split(":", 1)[1])
+            specs += [recipe.target.spec(f"{recipe.name}-target", recipe.vocab, recipe.max_position),
+                      recipe.draft.spec(f"{recipe.name}-draft", recipe.vocab, recipe.max_position)]
+        else:
+            specs.append(get_model(name))
+    return specs

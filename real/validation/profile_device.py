@@ -387,15 +387,17 @@ def write_device_profile(prof: DeviceProfile, out: str | Path, command: str) -> 
         f"link {k}: {v['latency_us']:.1f} us, {v['bw_gbps']:.1f} GB/s" for k, v in prof.links.items())
     write_profile(csv_path, header, rows, notes)
     profile = read_profile(csv_path)
-    mem_bw = max(prof.copy_gbps, prof.gemv_gbps)
-    peak = prof.gemm_tflops
+    best = measured_efficiencies(profile, 1.0, 1.0)   # against 1 GB/s and 1 TFLOP/s: the best rates themselves
+    mem_bw = max(prof.copy_gbps, best["bw_efficiency"])
+    peak = max(prof.gemm_tflops, best["compute_efficiency"])
     eff = measured_efficiencies(profile, mem_bw, peak)
     kind = "gpu" if prof.device.startswith("cuda") else "cpu"
     capacity = (torch.cuda.get_device_properties(torch.device(prof.device)).total_memory if kind == "gpu"
                 else _physical_memory())
     src = {
         "mem_bw_gbps": f"measured: the larger of the copy bandwidth ({prof.copy_gbps:.1f} GB/s, read + write) and the "
-                       f"best one-token linear ({prof.gemv_gbps:.1f} GB/s); {by}",
+                       f"best bandwidth a linear row reaches ({best['bw_efficiency']:.1f} GB/s, {best['bw_where']}; on a "
+                       f"CPU small layers stream from the cache); {by}",
         f"peak_tflops.{prof.dtype}": f"measured: the best linear row of the profile; {by}",
         "mem_capacity_gb": "torch.cuda.get_device_properties" if kind == "gpu" else "os.sysconf: physical memory",
         "bw_efficiency": f"the profile's best bandwidth fraction ({eff['bw_where']})",

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
+from torch import Tensor
 
 from hwmodels.errors import HetSpecError
 from real.decode.common import (
@@ -32,7 +33,9 @@ from real.decode.common import (
     prompt_tensor,
     require,
 )
-from real.decode.speculative_sampling import speculative_sample
+from real.decode.device_tree import read_back
+from real.decode.speculative_sampling import speculative_sample_tensors
+from real.model.executor import declare_widths
 
 NAME = "chain"
 
@@ -58,58 +61,60 @@ def generate(models, prompt, max_new_tokens: int, config: ChainConfig, clock: Cl
     cache_len = check_request(models, prompt, max_new_tokens, extra_tokens=config.draft_depth + 1)
     sampling = config.sampling
     log = StepLog(NAME, len(prompt), max_new_tokens, clock)
+    declare_widths(target, (config.draft_depth + 1,))   # the verify width of every step but the last
     with torch.inference_mode():
         device = model_device(target)
         t = clock.now()
         tokens = prompt_tensor(prompt, device)                               # [1, n]
         t_cache, logits = prefill(target, tokens, cache_len)                 # logits [1, 1, vocab]
-        d_cache, _ = prefill(draft, tokens, cache_len)
-        root = int(choose_token(logits[0, -1], sampling, generator))
-        log.prefill_done(root, t)
-        lag = [root]                       # tokens the draft has not fed yet; lag[-1] is the root
+        d_cache, _ = prefill(draft, tokens, cache_len, slot="draft")
+        root_t = choose_token(logits[0, -1], sampling, generator).view(1)
+        log.prefill_done(read_back(root_t)[0], t)
+        lag = root_t                       # [m]: tokens the draft has not fed yet; lag[-1] is the root
 
         while log.remaining > 0:
             step = log.step
             gamma = min(config.draft_depth, log.remaining - 1)   # the last step needs no more proposals
-            drafts: list[int] = []
+            drafts: list[Tensor] = []                            # [1] each, on the device
             q_rows = []
-            feed = torch.tensor([lag], dtype=torch.long, device=device)     # [1, m]
+            feed = lag.view(1, -1)                                              # [1, m]
             for _ in range(gamma):
                 t = clock.now()
                 d_logits = draft(feed, d_cache, last_only=True)[0, -1]     # [vocab]
                 if sampling.greedy:
-                    x = d_logits.argmax()
+                    x = d_logits.argmax().view(1)
                 else:
                     q_i = probs_from_logits(d_logits, sampling)
                     q_rows.append(q_i)
-                    x = torch.multinomial(q_i, 1, generator=generator)[0]
-                drafts.append(int(x))
+                    x = torch.multinomial(q_i, 1, generator=generator)
+                drafts.append(x)
                 feed = x.view(1, 1)
                 log.draft_passes += 1
                 clock.record(step, "draft", t, clock.now())
 
             t = clock.now()
-            block = torch.tensor([[lag[-1], *drafts]], dtype=torch.long, device=device)  # [1, g+1]
-            v_logits = target(block, t_cache)[0]                            # [g+1, vocab]
+            block = torch.cat([lag[-1:], *drafts]).view(1, -1)                   # [1, g+1]
+            v_logits = target(block, t_cache)[0]                                # [g+1, vocab]
             if sampling.greedy:
-                best = v_logits.argmax(-1)                                  # [g+1]
-                matches = (best[:gamma] == block[0, 1:]).int()
-                n_acc = int(matches.cumprod(0).sum())
-                nxt = int(best[n_acc])
+                best = v_logits.argmax(-1)                                      # [g+1]
+                n_acc_t = (best[:gamma] == block[0, 1:]).int().cumprod(0).sum().view(1)
+                nxt_t = best.gather(0, n_acc_t)
             else:
-                p = probs_from_logits(v_logits, sampling)                   # [g+1, vocab]
+                p = probs_from_logits(v_logits, sampling)                       # [g+1, vocab]
                 q = torch.stack(q_rows) if q_rows else p[:0]
-                n_acc, nxt = speculative_sample(p, q, block[0, 1:], generator)
+                n_acc_t, nxt_t = speculative_sample_tensors(p, q, block[0, 1:], generator)
+            values = read_back(n_acc_t, nxt_t, block[0, 1:])                    # the step's one read-back
+            n_acc, nxt = values[0], values[1]
             t_verified = clock.now()
 
             t_cache.keep(range(n_acc + 1))                                  # root + accepted drafts
             if gamma == 0:
-                lag = lag + [nxt]
+                lag = torch.cat([lag, nxt_t])
             else:
                 # fed: the lag, then d_1..d_{g-1}; keep the lag and the accepted ones among those
                 d_cache.keep(range(len(lag) + min(n_acc, gamma - 1)))
-                lag = ([drafts[-1]] if n_acc == gamma else []) + [nxt]
-            kept = log.emit(drafts[:n_acc] + [nxt])
+                lag = torch.cat([drafts[-1], nxt_t]) if n_acc == gamma else nxt_t
+            kept = log.emit(values[2:2 + n_acc] + [nxt])
             clock.record(step, "accept", t_verified, clock.now())
             log.step_done("verify", t, t_verified, proposed=gamma, accepted=kept)
     return log.finish()

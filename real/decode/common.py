@@ -227,11 +227,13 @@ def model_device(model) -> torch.device:
     return next(model.parameters()).device
 
 
-def prefill(model, tokens: Tensor, cache_len: int, last_only: bool = True, return_hidden: bool = False):
+def prefill(model, tokens: Tensor, cache_len: int, last_only: bool = True, return_hidden: bool = False,
+            slot: str = "main"):
     """The prompt pass: a new KV cache of ``cache_len`` slots holding ``tokens`` (``[1, n]``) committed,
     and the model's output for them (logits ``[1, 1 or n, vocab]``; with ``return_hidden``, also the
-    hidden states ``[1, 1 or n, d]``). Returns ``(cache, output)``."""
-    cache = model.new_cache(cache_len)
+    hidden states ``[1, 1 or n, d]``). Returns ``(cache, output)``. ``slot``: which of the model's
+    static caches to use when it runs through an executor (a model that drafts for itself needs two)."""
+    cache = model.new_cache(cache_len, slot=slot)
     out = model(tokens, cache, last_only=last_only, return_hidden=return_hidden)
     cache.keep(range(tokens.shape[1]))
     return cache, out

@@ -40,6 +40,7 @@ from real.decode.common import (
     prompt_tensor,
     require,
 )
+from real.decode.device_tree import device_ids, read_back, tree_tensors
 from sim.tree import TokenTree
 
 NAME = "draft-tree"
@@ -168,9 +169,14 @@ class DraftTree:
     def add_children(self, node: int, probs: torch.Tensor, top_k: int, threshold: float,
                      budget: int) -> None:
         """Children of a fed node from its draft distribution ``probs [vocab]``: the top-1 always,
-        other candidates if their confidence exceeds ``threshold`` — while the budget allows."""
+        other candidates if their confidence exceeds ``threshold`` — while the budget allows. The
+        branching decision needs the confidences on the host: one read-back per draft pass (LLMCad's
+        tree grows from them; nothing else of the pass is read back)."""
         values, ids = probs.topk(min(top_k, probs.shape[-1]))
-        for rank, (p, tok) in enumerate(zip(values.tolist(), ids.tolist())):
+        k = values.shape[-1]
+        read = torch.cat([values.float(), ids.float()]).tolist()   # one read-back (ids < 2**24: exact)
+        confidences, tokens = read[:k], [int(t) for t in read[k:]]
+        for rank, (p, tok) in enumerate(zip(confidences, tokens)):
             if self.size >= budget or (rank > 0 and p <= threshold):
                 break
             self.tokens.append(tok)
@@ -231,8 +237,8 @@ def generate(models, prompt, max_new_tokens: int, config: DraftTreeConfig, clock
         t = clock.now()
         tokens = prompt_tensor(prompt, device)                                   # [1, n]
         t_cache, logits = prefill(target, tokens, cache_len)                     # logits [1, 1, vocab]
-        d_cache, _ = prefill(draft, tokens, cache_len)
-        root = int(logits[0, -1].argmax())
+        d_cache, _ = prefill(draft, tokens, cache_len, slot="draft")
+        root = read_back(logits[0, -1].argmax())[0]
         log.prefill_done(root, t)
         lag = [root]                  # tokens the draft has not fed yet; lag[-1] is the root
 
@@ -245,8 +251,7 @@ def generate(models, prompt, max_new_tokens: int, config: DraftTreeConfig, clock
             def run_draft(tree: DraftTree, node: int) -> torch.Tensor:
                 t0 = clock.now()
                 if node == 0:   # feed the lag causally (pending is empty); the root's row sees the stem
-                    feed = torch.tensor([lag], dtype=torch.long, device=device)            # [1, stem]
-                    d_logits = draft(feed, d_cache, last_only=True)[0, -1]                # [vocab]
+                    d_logits = draft(device_ids(lag, device), d_cache, last_only=True)[0, -1]   # [vocab]
                     slot = stem - 1
                     rows[slot].zero_()
                     rows[slot, :stem] = True
@@ -255,9 +260,9 @@ def generate(models, prompt, max_new_tokens: int, config: DraftTreeConfig, clock
                     rows[slot].zero_()
                     rows[slot, : parent_slot + 1] = rows[parent_slot, : parent_slot + 1]
                     rows[slot, slot] = True
-                    pos = torch.tensor([root_position + tree.depths[node]], device=device)
-                    d_logits = draft(torch.tensor([[tree.tokens[node]]], device=device), d_cache,
-                                     positions=pos, tree_mask=rows[slot: slot + 1, : slot + 1])[0, -1]
+                    d_logits = draft(device_ids([tree.tokens[node]], device), d_cache,
+                                     positions=root_position + tree.depths[node],
+                                     tree_mask=rows[slot: slot + 1, : slot + 1])[0, -1]
                 tree.slots[node] = slot
                 log.draft_passes += 1
                 clock.record(step, "draft", t0, clock.now())
@@ -271,20 +276,21 @@ def generate(models, prompt, max_new_tokens: int, config: DraftTreeConfig, clock
             # verification of the whole tree in one target pass
             t = clock.now()
             shape = tree.to_token_tree()
-            block = torch.tensor([tree.tokens], dtype=torch.long, device=device)      # [1, n]
-            positions = t_cache.length + torch.tensor(shape.depths, device=device)
-            mask = torch.from_numpy(shape.attention_mask()).to(device)                # [n, n]
-            v_logits = target(block, t_cache, positions=positions, tree_mask=mask)[0]  # [n, vocab]
+            tt = tree_tensors(shape, device)                                          # built once per shape
+            block = device_ids(tree.tokens, device)                                   # [1, n]
+            v_logits = target(block, t_cache, positions=t_cache.length + tt.depth, tree_mask=tt.mask,
+                              position_bound=t_cache.length + shape.depth + 1)[0]     # [n, vocab]
             t_verified = clock.now()
-            best = v_logits.argmax(-1).tolist()
-            correct = [True] + [tree.tokens[i] == best[tree.parents[i]] for i in range(1, tree.size)]
-            path = shape.accepted_path(correct)
-            nxt = best[path[-1]]
-            t_cache.keep(path)
+            # acceptance on the device; one read-back: the last accepted node and the target's next token
+            best = v_logits.argmax(-1)                                                # [n]
+            correct = torch.cat([torch.ones(1, dtype=torch.bool, device=device), block[0, 1:] == best[tt.parent]])
+            last_t = tt.best_node(correct)
+            last, nxt = read_back(last_t, best[last_t])
+            path = shape.ancestors(last)
+            t_cache.keep(path, index=tt.paths[last_t][:len(path)])
             if budget > 1:
                 fed = [tree.slots[n] for n in path[1:] if tree.slots[n] is not None]
                 d_cache.keep(list(range(stem)) + fed)
-                last = path[-1]
                 lag = ([tree.tokens[last]] if last != 0 and tree.slots[last] is None else []) + [nxt]
                 alpha = update_alpha(alpha, len(path) - 1, matching_branch_length(shape, path))
             else:

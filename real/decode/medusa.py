@@ -35,6 +35,8 @@ from real.decode.common import (
     prompt_tensor,
     require,
 )
+from real.decode.device_tree import TreeTensors, read_back, tree_tensors
+from real.model.executor import declare_widths
 from sim.tree import TokenTree
 
 NAME = "medusa"
@@ -66,7 +68,9 @@ class MedusaConfig:
 
 @dataclass(frozen=True)
 class TreeBuffers:
-    """Everything the verifier needs from a tree, as tensors (Medusa's ``generate_medusa_buffers``)."""
+    """Everything the verifier needs from a tree, as tensors on the model's device (Medusa's
+    ``generate_medusa_buffers``), built once per tree: the tree's :class:`TreeTensors` plus where each
+    node's candidate comes from."""
 
     tree: TokenTree
     mask: Tensor          # [n, n] bool: node i attends to node j iff j is i or an ancestor of i
@@ -75,18 +79,20 @@ class TreeBuffers:
     rank_index: Tensor    # [n-1] long: rank of nodes 1..n-1 among that head's candidates
     parent: Tensor        # [n-1] long: parent node of nodes 1..n-1
     top_k: int            # candidates needed per head (max rank + 1)
+    tensors: TreeTensors | None = None
 
     @classmethod
     def build(cls, tree: TokenTree, device) -> "TreeBuffers":
-        depths = torch.tensor(tree.depths, dtype=torch.long, device=device)
+        tt = tree_tensors(tree, device)
         return cls(
             tree=tree,
-            mask=torch.from_numpy(tree.attention_mask()).to(device),
-            depth=depths,
-            head_index=depths[1:] - 1,
-            rank_index=torch.tensor(tree.ranks[1:], dtype=torch.long, device=device),
-            parent=torch.tensor(tree.parents[1:], dtype=torch.long, device=device),
+            mask=tt.mask,
+            depth=tt.depth,
+            head_index=tt.depth[1:] - 1,
+            rank_index=torch.tensor(tree.ranks[1:], dtype=torch.long).to(device),
+            parent=tt.parent,
             top_k=max(tree.ranks[1:], default=0) + 1,
+            tensors=tt,
         )
 
     def candidates(self, root: Tensor, head_top: Tensor) -> Tensor:
@@ -102,8 +108,9 @@ def head_proposals(heads, hidden: Tensor, top_k: int, need_heads: int) -> Tensor
     return logits.topk(top_k, dim=-1).indices
 
 
-def correct_nodes(buffers: TreeBuffers, tokens: Tensor, logits: Tensor, config: MedusaConfig) -> list[bool]:
-    """Per node: is its token accepted after its parent? tokens ``[n]``, logits ``[n, vocab]``."""
+def correct_mask(buffers: TreeBuffers, tokens: Tensor, logits: Tensor, config: MedusaConfig) -> Tensor:
+    """Per node, on the device: is its token accepted after its parent? tokens ``[n]``, logits
+    ``[n, vocab]``; ``[n]`` bool, the root True."""
     cand = tokens[1:]
     if config.acceptance == "greedy":
         ok = cand == logits.argmax(-1)[buffers.parent]
@@ -114,7 +121,12 @@ def correct_nodes(buffers: TreeBuffers, tokens: Tensor, logits: Tensor, config: 
         threshold = torch.minimum(torch.full_like(entropy, config.epsilon),
                                   config.delta * torch.exp(-entropy))              # [n]
         ok = p[buffers.parent, cand] > threshold[buffers.parent]
-    return [True] + ok.tolist()
+    return torch.cat([torch.ones(1, dtype=torch.bool, device=ok.device), ok])
+
+
+def correct_nodes(buffers: TreeBuffers, tokens: Tensor, logits: Tensor, config: MedusaConfig) -> list[bool]:
+    """:func:`correct_mask` read back as a list (one host synchronisation)."""
+    return correct_mask(buffers, tokens, logits, config).tolist()
 
 
 def generate(models, prompt, max_new_tokens: int, config: MedusaConfig, clock: Clock,
@@ -125,33 +137,39 @@ def generate(models, prompt, max_new_tokens: int, config: MedusaConfig, clock: C
     if max(tree.ranks[1:], default=0) >= target.spec.vocab:
         raise HetSpecError(f"medusa: the tree uses rank {max(tree.ranks[1:])} but the vocabulary has {target.spec.vocab} tokens")
     log = StepLog(NAME, len(prompt), max_new_tokens, clock)
+    declare_widths(target, (tree.size,))
     with torch.inference_mode():
         device = model_device(target)
         buffers = TreeBuffers.build(tree, device)
         t = clock.now()
         cache, (logits, hidden) = prefill(target, prompt_tensor(prompt, device), cache_len,
                                           return_hidden=True)                      # [1,1,V], [1,1,d]
-        root = logits[0, -1].argmax()
+        root = logits[0, -1].argmax().view(1)
         head_top = head_proposals(heads, hidden[0, -1], buffers.top_k, tree.depth)  # [n_heads, k]
-        log.prefill_done(int(root), t)
+        log.prefill_done(read_back(root)[0], t)
 
         while log.remaining > 0:
             step = log.step
             t = clock.now()
             block = buffers.candidates(root, head_top)                             # [1, n]
             logits, hidden = target(block, cache, positions=cache.length + buffers.depth,
-                                    tree_mask=buffers.mask, return_hidden=True)  # [1,n,V], [1,n,d]
+                                    tree_mask=buffers.mask, return_hidden=True,
+                                    position_bound=cache.length + tree.depth + 1)  # [1,n,V], [1,n,d]
             t_verified = clock.now()
-            path = tree.accepted_path(correct_nodes(buffers, block[0], logits[0], config))
-            cache.keep(path)
-            last = path[-1]
-            root = logits[0, last].argmax()
-            accepted = block[0, list(path[1:])].tolist()
-            kept = log.emit(accepted + [int(root)])
+            # acceptance on the device; the step's one read-back: the last accepted node, the path's
+            # tokens and the next root
+            best = buffers.tensors.best_node(correct_mask(buffers, block[0], logits[0], config))
+            nodes = buffers.tensors.paths[best]                                    # [depth + 1]
+            root = logits[0].index_select(0, best.view(1)).argmax(-1)               # [1]
+            values = read_back(best, block[0, nodes], root)
+            path = tree.ancestors(values[0])
+            cache.keep(path, index=nodes[:len(path)])
+            kept = log.emit(values[2:1 + len(path)] + [values[-1]])
             t_accept = clock.now()
             clock.record(step, "accept", t_verified, t_accept)
             log.step_done("verify", t, t_verified, proposed=tree.size - 1, accepted=kept)
             if log.remaining > 0:   # the heads' proposals belong to (are the draft of) the next step
-                head_top = head_proposals(heads, hidden[0, last], buffers.top_k, tree.depth)
+                head_top = head_proposals(heads, hidden[0].index_select(0, best.view(1))[0], buffers.top_k,
+                                          tree.depth)
                 clock.record(step + 1, "draft", t_accept, clock.now())
     return log.finish()

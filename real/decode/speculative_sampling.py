@@ -24,14 +24,15 @@ def residual_distribution(p: Tensor, q: Tensor) -> Tensor:
     return torch.where(mass > RESIDUAL_EPS, r / mass.clamp_min(RESIDUAL_EPS), p)
 
 
-def speculative_sample(p: Tensor, q: Tensor, draft_tokens: Tensor,
-                       generator: torch.Generator | None = None) -> tuple[int, int]:
-    """Accept a prefix of ``draft_tokens`` and choose the next token.
+def speculative_sample_tensors(p: Tensor, q: Tensor, draft_tokens: Tensor,
+                               generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+    """Accept a prefix of ``draft_tokens`` and choose the next token, on the device (no read-back).
 
     p: ``[g + 1, vocab]`` target probabilities at the g draft positions and after the last one.
     q: ``[g, vocab]`` draft probabilities the draft tokens were drawn from. draft_tokens: ``[g]``.
-    Returns ``(n_accepted, next_token)``: the first ``n_accepted`` drafts are kept and followed by
-    ``next_token`` (the residual draw at the first rejection, or the bonus draw from ``p[g]``).
+    Returns ``(n_accepted, next_token)`` as ``[1]`` long tensors: the first ``n_accepted`` drafts are
+    kept and followed by ``next_token`` (the residual draw at the first rejection, or the bonus draw
+    from ``p[g]``). ``generator`` must live on ``p``'s device.
     """
     g = draft_tokens.shape[0]
     idx = torch.arange(g, device=p.device)
@@ -39,8 +40,16 @@ def speculative_sample(p: Tensor, q: Tensor, draft_tokens: Tensor,
     q_x = q[idx, draft_tokens]                         # [g] draft prob of each draft token
     u = torch.rand(g, generator=generator, device=p.device)
     # accept iff u < p/q, written without division: u * q < p (q_x > 0 since x was drawn from q)
-    rejected = (u * q_x >= p_x).nonzero()
-    if rejected.numel() == 0:
-        return g, int(torch.multinomial(p[g], 1, generator=generator))
-    n = int(rejected[0, 0])
-    return n, int(torch.multinomial(residual_distribution(p[n], q[n]), 1, generator=generator))
+    accepted = (u * q_x < p_x).int().cumprod(0).sum().view(1)             # first rejection, or g
+    p_n = p.index_select(0, accepted)[0]
+    q_n = torch.cat([q, torch.zeros_like(p[:1])]).index_select(0, accepted)[0]
+    # the residual at a rejection; p[g] itself when all were accepted (the same draw as before)
+    dist = torch.where(accepted < g, residual_distribution(p_n, q_n), p_n)
+    return accepted, torch.multinomial(dist, 1, generator=generator)
+
+
+def speculative_sample(p: Tensor, q: Tensor, draft_tokens: Tensor,
+                       generator: torch.Generator | None = None) -> tuple[int, int]:
+    """:func:`speculative_sample_tensors` read back: ``(n_accepted, next_token)`` as ints."""
+    n, token = speculative_sample_tensors(p, q, draft_tokens, generator)
+    return int(n), int(token)

@@ -11,6 +11,11 @@ to one another as the mask allows. :meth:`KVCache.keep` then commits a chosen su
 pending tokens (the accepted path of a tree, in order) by copying their K/V down to
 ``[length, length + n)``; :meth:`KVCache.discard` drops them. Rejected tokens are never
 "rolled back": their slots are simply overwritten later.
+
+No forward reads a value back from its device: position bounds are checked in Python integers, the
+attention mask is a view of rows the cache keeps (prefix columns set as the cache grows, the tree
+block copied in). The eager forward here is the reference; :mod:`real.model.executor` runs the same
+layers through static buffers and token-count buckets (CUDA graphs on a GPU) when attached.
 """
 
 from __future__ import annotations
@@ -37,10 +42,48 @@ class KVCache:
         self.max_len = max_len
         self.length = 0    # committed tokens
         self.pending = 0   # tokens written after ``length`` by forwards since the last keep/discard
+        #: the :class:`real.model.executor.StepExecutor` whose static buffers (``static``) own this
+        #: cache (None: eager forwards)
+        self.executor = None
+        self.static = None
+        self._attend: Tensor | None = None   # [rows, max_len] bool: mask rows reused by every forward
+        self._true_upto = 0                  # columns [0, _true_upto) of _attend are True in every row
+        self._blocks: dict[tuple[int, int], Tensor] = {}   # causal blocks by (q, pending)
 
     def reset(self) -> None:
         self.length = 0
         self.pending = 0
+
+    def attention_mask(self, q: int, tree_mask: Tensor | None) -> Tensor | None:
+        """``[q, end]`` bool mask of ``q`` new tokens written after the pending block (True = attend):
+        the committed prefix, then ``tree_mask [q, pending + q]`` (causal when None). None for one
+        token without a tree mask (it sees every slot). A view into rows kept with the cache: the
+        prefix columns are set once as the cache grows, the block columns copied per call; nothing
+        of size ``q x length`` is allocated per step."""
+        if tree_mask is None and q == 1:
+            return None
+        start = self.length + self.pending
+        end = start + q
+        rows = self._attend
+        if rows is None or rows.shape[0] < q:
+            rows = self._attend = torch.zeros(max(q, 64), self.max_len, dtype=torch.bool, device=self.k.device)
+            self._true_upto = 0
+        if self._true_upto < self.length:
+            rows[:, self._true_upto:self.length] = True
+        self._true_upto = self.length     # block columns (>= length) are overwritten below
+        block = rows[:q, self.length:end]
+        block.copy_(tree_mask if tree_mask is not None else self.causal_block(q, self.pending))
+        return rows[:q, :end]
+
+    def causal_block(self, q: int, pending: int) -> Tensor:
+        """``[q, pending + q]`` bool: new token i sees the pending block and new tokens ``<= i``."""
+        key = (q, pending)
+        block = self._blocks.get(key)
+        if block is None:
+            block = torch.ones(q, pending + q, dtype=torch.bool, device=self.k.device).tril(diagonal=pending)
+            if q <= 256:
+                self._blocks[key] = block
+        return block
 
     def reserve(self, q: int) -> int:
         """Slot of the first of ``q`` new tokens; raises if the cache would overflow."""
@@ -49,14 +92,16 @@ class KVCache:
             raise HetSpecError(f"KV cache full: {start} + {q} tokens > max_len {self.max_len}")
         return start
 
-    def keep(self, accepted: Sequence[int] | Tensor) -> None:
-        """Commit the pending tokens ``accepted`` (indices into the pending block, in order)."""
+    def keep(self, accepted: Sequence[int] | Tensor, index: Tensor | None = None) -> None:
+        """Commit the pending tokens ``accepted`` (indices into the pending block, in order).
+        ``index``: the same indices as a long tensor on the cache's device, when the caller has them
+        there (no host-to-device copy)."""
         idx = [int(i) for i in accepted]
         if any(not 0 <= i < self.pending for i in idx):
             raise HetSpecError(f"keep({idx}): pending block has {self.pending} tokens")
         n = len(idx)
         if idx != list(range(n)):  # not already contiguous at the front: gather, then write
-            src = torch.tensor(idx, device=self.k.device) + self.length
+            src = (index if index is not None else index_tensor(idx, self.k.device)) + self.length
             dst = slice(self.length, self.length + n)
             self.k[:, :, :, dst] = self.k[:, :, :, src]
             self.v[:, :, :, dst] = self.v[:, :, :, src]
@@ -73,6 +118,15 @@ class KVCache:
             raise HetSpecError(f"truncate({length}): cache holds {self.length} tokens")
         self.length = length
         self.pending = 0
+
+
+def index_tensor(values: Sequence[int], device) -> Tensor:
+    """A long tensor of ``values`` on ``device``; to a CUDA device through pinned memory without
+    blocking (a plain host-to-device copy waits for every kernel queued before it)."""
+    host = torch.tensor(list(values), dtype=torch.long)
+    if torch.device(device).type == "cuda":
+        return host.pin_memory().to(device, non_blocking=True)
+    return host.to(device)
 
 
 class RMSNorm(nn.Module):
@@ -160,11 +214,6 @@ class Attention(nn.Module):
         return self.o_proj(out.transpose(1, 2).reshape(b, q, self.n_heads * self.hd))
 
 
-def _causal_mask(q: int, end: int, device) -> Tensor:
-    """``[q, end]`` bool: new token i (slot end-q+i) sees slots ``<= end-q+i``."""
-    return torch.ones(q, end, dtype=torch.bool, device=device).tril(diagonal=end - q)
-
-
 class MLP(nn.Module):
     def __init__(self, spec: ModelSpec):
         super().__init__()
@@ -216,41 +265,69 @@ class Transformer(nn.Module):
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
 
-    def new_cache(self, max_len: int, batch: int = 1) -> KVCache:
+    def new_cache(self, max_len: int, batch: int = 1, slot: str = "main") -> KVCache:
+        """A KV cache of ``max_len`` slots. With a :class:`real.model.executor.StepExecutor` attached
+        (``self.executor``), the executor's persistent cache of ``slot`` (one per role a decoder gives
+        this model, e.g. ``main`` and ``draft`` when a model drafts for itself), reset."""
+        if self.executor is not None and batch == 1:
+            return self.executor.new_cache(max_len, slot)
         p = self.lm_head.weight
         return KVCache(self.spec, max_len, batch, dtype=p.dtype, device=p.device)
 
-    def forward(self, tokens: Tensor, cache: KVCache | None = None, positions: Tensor | None = None,
-                tree_mask: Tensor | None = None, last_only: bool = False, return_hidden: bool = False):
+    #: A :class:`real.model.executor.StepExecutor` running forwards through static buffers (CUDA
+    #: graphs on a GPU); None runs every forward eagerly (the reference path).
+    executor = None
+
+    def forward(self, tokens: Tensor, cache: KVCache | None = None, positions: Tensor | int | None = None,
+                tree_mask: Tensor | None = None, last_only: bool = False, return_hidden: bool = False,
+                position_bound: int | None = None):
         """Run q new tokens.
 
         tokens: ``[b, q]`` ids. cache: their K/V are written as pending slots (when None: a plain
         causal LM pass over ``tokens`` that autograd can train through). positions: ``[q]`` or ``[b, q]``
-        position ids (default: continuing the sequence, ``length + pending + arange(q)``).
+        position ids; an int p means ``p + arange(q)``; None continues the sequence,
+        ``length + pending + arange(q)``. position_bound: 1 + the largest id in a ``positions``
+        tensor when the caller knows it (a tree's depth): the bound is then checked in Python
+        integers, without reading the tensor back from its device (a CUDA tensor without a bound is
+        read back, a host synchronisation).
         tree_mask: ``[q, pending + q]`` bool, True where new token i may attend to pending or
         new token j (the committed prefix is always visible); None means causal.
         Returns logits ``[b, q, vocab]`` (``[b, 1, vocab]`` with ``last_only``), plus the final
-        normed hidden state ``[b, q, hidden]`` when ``return_hidden``.
+        normed hidden state ``[b, q, hidden]`` when ``return_hidden``. Through an executor the
+        outputs are views of its static buffers, valid until the next forward of that cache.
         """
         b, q = tokens.shape
         if cache is None and tree_mask is not None:
-            cache = self.new_cache(q, b)
+            p = self.lm_head.weight
+            cache = KVCache(self.spec, q, b, dtype=p.dtype, device=p.device)
         start = cache.reserve(q) if cache is not None else 0
-        if positions is None:
-            positions = torch.arange(start, start + q, device=tokens.device)
+        if positions is None or isinstance(positions, int):
+            first = start if positions is None else positions
+            bound = first + q
+            positions = torch.arange(first, first + q, device=tokens.device)
+        elif position_bound is not None:
+            bound = position_bound
+        else:
+            bound = int(positions.max()) + 1
+        if bound > self.spec.max_position:
+            raise HetSpecError(f"position {bound - 1} exceeds max_position {self.spec.max_position}")
         if positions.dim() == 1:
             positions = positions.unsqueeze(0)
-        if int(positions.max()) >= self.spec.max_position:
-            raise HetSpecError(f"position {int(positions.max())} exceeds max_position {self.spec.max_position}")
+        if tree_mask is not None and tree_mask.shape != (q, cache.pending + q):
+            raise HetSpecError(f"tree_mask shape {tuple(tree_mask.shape)} != ({q}, {cache.pending + q})")
+        if cache is not None and cache.executor is not None and cache.executor.handles(q, b):
+            logits, hidden = cache.executor.forward(cache, tokens, positions, tree_mask)
+            cache.pending += q
+            if last_only:
+                logits, hidden = logits[:, -1:], hidden[:, -1:]
+            return (logits, hidden) if return_hidden else logits
         cos = self.rope_cos[positions].unsqueeze(1)  # [b or 1, 1, q, head_dim]
         sin = self.rope_sin[positions].unsqueeze(1)
-        if tree_mask is not None:
-            if tree_mask.shape != (q, cache.pending + q):
-                raise HetSpecError(f"tree_mask shape {tuple(tree_mask.shape)} != ({q}, {cache.pending + q})")
-            prefix = torch.ones(q, cache.length, dtype=torch.bool, device=tokens.device)
-            mask = torch.cat([prefix, tree_mask.to(device=tokens.device, dtype=torch.bool)], dim=1)
+        if cache is None:
+            mask = None
         else:
-            mask = _causal_mask(q, start + q, tokens.device) if q > 1 and cache is not None else None
+            mask = cache.attention_mask(q, None if tree_mask is None else tree_mask.to(device=tokens.device,
+                                                                                        dtype=torch.bool))
         x = self.model.embed_tokens(tokens)
         for layer in self.model.layers:
             x = layer(x, cos, sin, cache, start, mask)

@@ -179,7 +179,9 @@ class SplitTarget:
         if self.endpoint is not None:
             dev = self.devices[self.endpoint]
             self.full = target if _device_of(target) == dev else _moved(target, dev)
-            self.full_heads = heads if heads is None or _device_of(heads) == dev else heads.to(dev)
+            # a copy on the endpoint's device: Module.to moves in place, and the caller's heads are shared
+            # (a ratio sweep cuts the same models at every ratio, the other end on the other device)
+            self.full_heads = heads if heads is None or _device_of(heads) == dev else _moved(heads, dev)
             self.rope = (self.full.rope_cos, self.full.rope_sin)
             return
         spec = self.spec
@@ -442,7 +444,7 @@ def _device_of(module) -> torch.device:
 
 
 def _moved(target, device: torch.device):
-    """A copy of ``target`` on ``device`` (the original stays where it is)."""
+    """A copy of ``target`` (a model or Medusa heads) on ``device``; the original stays where it is."""
     import copy
 
     clone = copy.deepcopy(target)

@@ -95,6 +95,12 @@ def cuda_devices() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
+def cuda_torch_device(index: int) -> str:
+    """The torch device worker ``cuda:K`` computes on (tests map it to a CPU device to run the CUDA
+    case's code path, devices apart, on a machine without CUDA)."""
+    return f"cuda:{index}"
+
+
 def get_worker(name: str) -> Worker:
     """The worker called ``name``; an unknown or unavailable one raises one line."""
     name = name.strip()
@@ -115,7 +121,7 @@ def get_worker(name: str) -> Worker:
         if index >= n:
             have = f"{n} CUDA device(s)" if n else "no CUDA device (torch.cuda.is_available() is False)"
             raise HetSpecError(f"worker {name}: this machine has {have}; valid: {', '.join(valid_names())}")
-        return Worker(f"cuda:{index}", f"cuda:{index}", None, ())
+        return Worker(f"cuda:{index}", cuda_torch_device(index), None, ())
     raise HetSpecError(f"unknown worker {name!r}; valid: {', '.join(valid_names())}")
 
 

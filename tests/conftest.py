@@ -13,6 +13,27 @@ import os
 import pytest
 
 TEST_CACHE_ENV = "HETSPEC_TEST_CACHE_DIR"
+#: Torch intra-op threads of the whole suite (and of the CLI subprocesses it starts): the suite's
+#: time must not grow with the machine's core count (a 16-core CUDA host would otherwise run every
+#: tiny operator on 16 OpenMP threads). Modules that time things use one thread (``one_torch_thread``).
+TEST_THREADS = 2
+# Before torch loads OpenMP: idle OpenMP threads sleep instead of spinning (on a busy machine the
+# default spin-wait made multi-threaded steps several times slower), and subprocesses inherit both.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+os.environ.setdefault("OMP_NUM_THREADS", str(TEST_THREADS))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def pinned_torch_threads():
+    """Every test runs with at most :data:`TEST_THREADS` intra-op threads and one inter-op thread."""
+    import torch
+
+    torch.set_num_threads(min(TEST_THREADS, os.cpu_count() or 1))
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:      # only allowed before the first inter-op parallel work of the process
+        pass
+    yield
 
 
 @pytest.fixture(scope="session")

@@ -343,3 +343,30 @@ def test_the_probe_draft_predicts_the_probe_target_so_draft_trees_grow():
         assert torch.equal(models.target(tokens, t_cache).argmax(-1), models.draft(tokens, d_cache).argmax(-1))
         run = decoder("draft-tree").generate(models, tokens[0].tolist(), 24, DraftTreeConfig(tree_width=8), Clock())
     assert run.draft_passes / run.steps > 3          # trees grow past one pass a round
+
+
+# ---------------------------------------------------------------------------- every dtype the host runs
+def test_calibrated_host_prices_every_dtype_it_runs(tiny_calibration):
+    """bf16 / fp16 GEMMs are timed as torch runs them on this CPU and written as measured peaks with
+    their sources, so an fp16 or bf16 model predicts on host; a measurement without them (an older
+    calibration) marks them derived from fp32 instead of leaving them out."""
+    from real.validation.host_platform import build_platform
+
+    _, path, cal = tiny_calibration
+    loaded = load_platform_file(path)
+    for name in ("cpu", "cpu0"):
+        dev = loaded.device(name)
+        for dt in ("bf16", "fp16"):
+            assert dev.peak_tflops[dt] > 0 and dt not in dev.derived_peaks, (name, dt)
+            assert dev.sources[f"peak_tflops.{dt}"].startswith("measured:") and "F.linear" in dev.sources[
+                f"peak_tflops.{dt}"]
+    for dt in ("fp16", "bf16", "fp32"):
+        assert float(step_seconds(replace(SMALL, dtype=dt), loaded, "cpu", 4, 64)) > 0
+    older = replace(cal, all_threads=replace(cal.all_threads, dtype_rates=()),
+                    one_thread=replace(cal.one_thread, dtype_rates=()))
+    derived = build_platform(older).device("cpu")
+    assert derived.derived_peaks == {"bf16": ("fp32", 1.0), "fp16": ("fp32", 1.0)}
+    assert derived.peak_tflops["fp16"] == derived.peak_tflops["fp32"]
+    doc = platform_to_dict(build_platform(older))
+    assert doc["devices"]["cpu"]["derived_peak_tflops"]["fp16"]["from"] == "fp32"
+    assert "not measured" in doc["devices"]["cpu"]["derived_peak_tflops"]["fp16"]["source"]

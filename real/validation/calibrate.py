@@ -24,6 +24,10 @@ How the measurements enter the roofline (:mod:`hwmodels.roofline`):
   ``cache_gemm_efficiency_curve`` the same with the weight resident in the cache (a model that
   fits it: :meth:`hwmodels.platform.Device.holds`). The curves are useful FLOP/s, so they already
   contain any quantization of M and ``token_tile`` is 1 (no second rounding).
+- ``peak_tflops.bf16`` / ``.fp16``: ``F.linear`` in that dtype at the shape of the fp32 peak, as
+  torch runs it on this CPU (native bf16 where the CPU has it; fp16 is often converted or
+  emulated, and its slow rate is the real one); a dtype torch cannot run is left out. The
+  token-count curves are fp32's, applied to these peaks.
 - ``mem_bw_gbps`` is the triad bandwidth on a working set well beyond the last-level cache, and
   ``bw_efficiency`` 1 (the number is already achievable, not a datasheet peak); ``cache_gb`` /
   ``cache_bw_gbps`` describe the last-level cache (triad on a quarter of it).
@@ -121,6 +125,8 @@ def _measure_worker(threads: int, settings: Settings, dram_ws: int, cache_ws: in
     cold = mb.gemm_rates(settings.m_values, settings.shapes, threads, settings.repeats, settings.warmup,
                          cold_pool_bytes=cold_pool, progress=tick)
     peak = max(p.flops_per_s for p in warm + cold)
+    best = max(warm + cold, key=lambda p: p.flops_per_s)
+    dtype_rates = mb.dtype_gemm_rates(best.m, best.k, best.n, threads, settings.repeats, settings.warmup)
     dram = mb.stream_bandwidth(dram_ws, threads, settings.repeats, settings.warmup)
     tick()
     cache_curve = tuple((mib * 2**20, mb.stream_bandwidth(mib * 2**20, threads, settings.repeats, settings.warmup))
@@ -142,7 +148,7 @@ def _measure_worker(threads: int, settings: Settings, dram_ws: int, cache_ws: in
                                  settings.m_values),
                              dram_bw_bytes_per_s=dram, cache_bw_bytes_per_s=cache, dispatch_s=dispatch,
                              cache_bytes=cache_bytes, cache_curve=cache_curve,
-                             overhead=overhead, loops=loops, streaming=streaming)
+                             overhead=overhead, loops=loops, streaming=streaming, dtype_rates=dtype_rates)
 
 
 def measure(settings: Settings, progress: bool = True, command: str = "hetspec calibrate") -> Calibration:

@@ -72,9 +72,10 @@ def _device(name: str, w: WorkerMeasurement, cal: Calibration, description: str)
                                   "with a boolean mask)",
         "cores": (f"{w.threads} of this machine's {cal.cores} cores (torch intra-op threads)"),
     }
+    peaks, derived = _low_precision_peaks(w, sources, thr, s, by, on)
     device = Device(
         name=name, kind="cpu", description=description,
-        peak_tflops={"fp32": round(w.peak_flops_per_s / 1e12, 6)},
+        peak_tflops={"fp32": round(w.peak_flops_per_s / 1e12, 6), **peaks}, derived_peaks=derived,
         mem_bw_gbps=round(w.dram_bw_bytes_per_s / 1e9, 3), mem_capacity_gb=round(cal.memory_bytes / 1e9, 3),
         bw_efficiency=1.0, compute_efficiency=1.0, op_overhead_us=round(ov.per_op_s * 1e6, 3),
         cache_op_overhead_us=round(ov.per_op_s * 1e6, 3), token_tile=1,
@@ -98,6 +99,34 @@ def _device(name: str, w: WorkerMeasurement, cal: Calibration, description: str)
         return device
     costs, cost_sources = fit_host_costs(device, w.loops, s, by, on)
     return replace(device, host_costs_us=costs, sources={**device.sources, **cost_sources})
+
+
+def _low_precision_peaks(w: WorkerMeasurement, sources: dict, thr: str, s: Settings, by: str,
+                         on: str) -> tuple[dict[str, float], dict[str, tuple[str, float]]]:
+    """bf16 / fp16 peaks of a worker: measured where the calibration timed them (``w.dtype_rates``;
+    a dtype torch has no kernel for on this CPU is left out: the device does not run it), else marked
+    as derived from the fp32 peak (a measurement from before the calibration timed them). Adds the
+    sources; returns (measured peaks in TFLOP/s, derived peaks)."""
+    from real.validation.microbench import LOW_PRECISION_DTYPES
+
+    peaks: dict[str, float] = {}
+    for r in w.dtype_rates:
+        if r.flops_per_s is None:
+            continue
+        peaks[r.dtype] = round(r.flops_per_s / 1e12, 6)
+        sources[f"peak_tflops.{r.dtype}"] = (
+            f"measured: {r.flops_per_s / 1e9:.3g} GFLOP/s {by} (F.linear in {LOW_PRECISION_DTYPES[r.dtype]} at "
+            f"the fp32 peak's shape M={r.m}, K={r.k}, N={r.n}, weight in the cache, as torch runs it on this CPU: "
+            f"native or converted; {thr}, median of {s.repeats}) {on}; the token-count efficiency curves are "
+            f"fp32's, applied to this peak")
+    timed = {r.dtype for r in w.dtype_rates}
+    derived = {dt: ("fp32", 1.0) for dt in LOW_PRECISION_DTYPES if dt not in timed}
+    for dt in derived:
+        text = ("not measured by this calibration (it did not time low-precision GEMMs): priced at the fp32 "
+                "peak; `hetspec calibrate` measures it")
+        sources[f"derived_peak_tflops.{dt}"] = text
+        sources[f"peak_tflops.{dt}"] = f"derived: 1 x the fp32 peak; {text}"
+    return peaks, derived
 
 
 def streaming_overhead(device: Device, probe, thr: str, settings: Settings, by: str, on: str) -> tuple[float, str]:

@@ -105,6 +105,43 @@ def gemm_rates(m_values: Sequence[int], shapes: Sequence[tuple[int, int]], threa
     return tuple(out)
 
 
+#: The lower precisions the calibration times beside fp32 (hwmodels dtype name -> torch dtype).
+LOW_PRECISION_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass(frozen=True)
+class DtypeRate:
+    dtype: str                 # hwmodels name: bf16, fp16
+    m: int
+    k: int
+    n: int
+    flops_per_s: float | None  # None: torch has no kernel for it on this CPU
+    note: str = ""             # why there is no rate
+
+
+def dtype_gemm_rates(m: int, k: int, n: int, threads: int, repeats: int, warmup: int,
+                     dtypes: Sequence[str] = tuple(LOW_PRECISION_DTYPES)) -> tuple[DtypeRate, ...]:
+    """``F.linear`` FLOP/s in each of ``dtypes`` at one shape (the weight in the cache, as the fp32
+    peak's best shape), as torch runs them on this CPU: natively where the CPU has the instructions,
+    converted or emulated where it does not (fp16 on most x86 CPUs), so a slow rate is the real one."""
+    out = []
+    gen = torch.Generator().manual_seed(0)
+    with torch_threads(threads), torch.inference_mode():
+        for name in dtypes:
+            dt = LOW_PRECISION_DTYPES[name]
+            x = torch.randn(m, k, generator=gen).to(dt)
+            w = torch.randn(n, k, generator=gen).to(dt)
+            try:
+                F.linear(x, w)
+            except RuntimeError as exc:      # no kernel for this dtype on this build
+                out.append(DtypeRate(name, m, k, n, None, str(exc).splitlines()[0][:200]))
+                continue
+            inner = min(max(1, int(2e-3 * 50e9 / (2.0 * m * k * n))), 64)
+            s = median_time(lambda: F.linear(x, w), repeats, warmup, inner=inner)
+            out.append(DtypeRate(name, m, k, n, 2.0 * m * k * n / s))
+    return tuple(out)
+
+
 # ---------------------------------------------------------------------------- memory
 def stream_bandwidth(working_set_bytes: int, threads: int, repeats: int, warmup: int) -> float:
     """STREAM triad bytes/s with three fp32 arrays totalling ``working_set_bytes``."""

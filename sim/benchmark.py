@@ -6,7 +6,10 @@ Measures the simulator's two speed targets and prints them:
    Xavier NX at 204 MHz, Medusa, Ghidorah's MBPP table), as a fresh process (Python start-up and
    imports included: what a user waits for) and in-process (the search alone); target < 2 s;
 2. a sweep of at least 100,000 configurations (models x platforms x methods x acceptance x
-   contexts x batches, every knob combination); target < 60 s.
+   contexts x batches, every knob combination); target < 60 s;
+3. the same grid on the platforms whose GPUs are priced by measured operator profiles
+   (``a100-80gb-vidur``, ``h100-sxm-vidur``) and on their roofline twins: configurations per
+   second with a profiled device (the sweep's speed must hold: 100,000 a minute).
 
 Timings are noisy on a shared machine: medians of ``--repeats`` runs are reported.
 """
@@ -33,6 +36,10 @@ SWEEP_ACCEPTANCE = ("ghidorah-mbpp", "alpha:0.8")
 SWEEP_CONTEXTS = (256, 2048)
 SWEEP_BATCHES = (1, 4)
 TARGET_CONFIGS = 100_000
+#: Platforms whose GPUs are priced by measured operator profiles (sim.op_timing), and their roofline twins:
+#: the same benchmark grid on both shows what a profiled device costs the sweep.
+PROFILED_PLATFORMS = ("a100-80gb-vidur", "h100-sxm-vidur")
+ROOFLINE_TWINS = ("a100-80gb-pcie", "h100-sxm")
 
 
 def _predict_args() -> list[str]:
@@ -113,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     sweep_s = sum(v[0] for v in per_method.values())
     configs = sum(v[1] for v in per_method.values())
     skipped = sum(v[2] for v in per_method.values())
+    profiled = time_profiled(methods, args.workers, args.quick)
     report = {
         "predict_command": "hetspec predict " + " ".join(_predict_args()) + " --json",
         "predict_configurations": rows,
@@ -134,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         "cpus": os.cpu_count(),
         "load_average_1_5_15": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
     }
+    report["profiled_sweep"] = profiled
     if args.json:
         print(json.dumps(report, indent=1))
         return 0
@@ -154,7 +163,29 @@ def main(argv: list[str] | None = None) -> int:
               "(other jobs slow every figure above)")
     for method, v in report["sweep_by_method"].items():
         print(f"  {method:<11}{v['configurations']:>8} configurations {v['s']:>7.1f} s {v['configs_per_s']:>9.0f} /s")
+    for label, v in profiled.items():
+        print(f"sweep on {label} ({', '.join(v['platforms'])}): {v['configurations']} configurations in {v['s']:.1f} s "
+              f"({v['configs_per_s']:.0f} /s, {60 * v['configs_per_s']:.0f} a minute)")
     return 0
+
+
+def time_profiled(methods: tuple[str, ...], workers: int, quick: bool) -> dict[str, dict]:
+    """The benchmark grid on the profiled platforms and on their roofline twins: seconds, configurations, rate."""
+    from hwmodels.loader import platform_names
+
+    names = set(platform_names())
+    out = {}
+    for label, platforms in (("profiled devices", PROFILED_PLATFORMS), ("their roofline twins", ROOFLINE_TWINS)):
+        platforms = tuple(p for p in platforms if p in names)
+        if not platforms:
+            continue
+        kw = {"contexts": (256,), "models": ("vicuna-7b",)} if quick else {}
+        per_method = time_sweep(platforms, methods, workers=workers, **kw)
+        secs = sum(v[0] for v in per_method.values())
+        configs = sum(v[1] for v in per_method.values())
+        out[label] = {"platforms": list(platforms), "configurations": configs, "s": secs,
+                      "configs_per_s": configs / secs if secs else 0.0}
+    return out
 
 
 if __name__ == "__main__":

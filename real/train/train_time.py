@@ -2,8 +2,11 @@
 the command modules can quote it in ``--help``).
 
 Measured with ``HETSPEC_CACHE_DIR=$(mktemp -d) hetspec train-demo --preset P`` on the 2-core
-development machine: ``tiny`` 41-46 s wall while other jobs shared the cores, ``small`` 15.5 min on
-the idle machine and 29.8 min under a load average of 3.5 (docs/demo-models.md).
+development machine (docs/demo-models.md): ``tiny`` 41 s, and 58.5 s wall (53 s of training, 39 s
+of CPU time) under a load average of 3-4 from other jobs, 2026-11-23; ``small`` 15.5 min on the
+idle machine and 29.8 min under a load average of 3.5. On a machine far busier than its cores,
+OpenMP's spin-waiting can make it several times slower (a tiny run at a load rising to 4.7 took
+4 min, 172 s of CPU time).
 """
 
 from __future__ import annotations

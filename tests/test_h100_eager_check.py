@@ -12,7 +12,7 @@ Tolerance: the median |error| over the 27 rows within 15 %; Llama-2-7B's median 
 TinyLlama's within -30 % .. 0 (it is under-predicted by about a quarter: a per-layer host cost the isolated
 calls do not show, see docs/simulator.md); every row within 40 % (the measurement itself scatters: the same
 7B step at s = 2048 took 26.6 to 38.9 ms for q = 16..128). Without counting what the eager model launches
-(the step graph's 13 launches per layer), the miss is over 40 %.
+(the step graph's 14 launches per layer; the eager model's are 40), the miss is over 40 %.
 """
 
 from __future__ import annotations

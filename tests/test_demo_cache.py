@@ -238,6 +238,8 @@ def test_user_runs_write_to_the_user_report_folder(monkeypatch, tmp_path, comman
 
     def fake_run_demo(preset=None, recalibrate=False, out=None, device="cpu"):
         seen["out"] = out
+        return {"preset": preset, "predictions": [], "check": {"trusted": True, "all_pass": True, "methods": {}},
+                "report": ""}
 
     real_default = inspect.signature(demo_job.run_demo).parameters["out"].default
     monkeypatch.setattr(validate, "validate", fake_validate)

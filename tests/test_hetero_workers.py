@@ -73,6 +73,19 @@ def test_a_worker_thread_pins_itself_and_sets_its_own_threads_only():
     assert thread.state.pinned
 
 
+@two_cores
+@linux_affinity
+def test_an_all_core_worker_started_by_a_pinned_thread_gets_every_core():
+    # workers cpu0,cpu: the calling thread is pinned to one core before the cpu worker's thread starts;
+    # a thread inherits its creator's mask, and the cpu worker's intra-op threads ran on that one core
+    before = os.sched_getaffinity(0)
+    with WorkerSession(parse_workers(f"cpu{CORES[0]},cpu")) as session:
+        assert os.sched_getaffinity(0) == {CORES[0]}
+        seen = session.run(1, lambda: (torch.get_num_threads(), os.sched_getaffinity(0)))
+    assert seen == (len(CORES), set(CORES))
+    assert os.sched_getaffinity(0) == before
+
+
 @linux_affinity
 def test_on_worker_restores_the_caller():
     before = (torch.get_num_threads(), os.sched_getaffinity(0))

@@ -6,7 +6,8 @@ of the ``host`` platform written by ``hetspec calibrate`` (:mod:`real.validation
 run and a simulated one name the same units:
 
 - ``cpuN``: one thread with one intra-op thread, pinned to core N (Linux);
-- ``cpu``: one thread with as many intra-op threads as this process may use cores, not pinned;
+- ``cpu``: one thread with as many intra-op threads as this process may use cores, not pinned (it
+  runs on every core this process may use, also when a thread pinned to one core starts it);
 - ``cuda`` / ``cuda:K``: CUDA device K, driven by its own thread (guarded: a machine without CUDA
   gets one clear line).
 
@@ -156,6 +157,11 @@ def configure_current_thread(worker: Worker) -> WorkerState:
     if worker.cores and can_pin():
         os.sched_setaffinity(0, set(worker.cores))
         pinned = True
+    elif worker.device == "cpu" and can_pin() and previous_cores != allowed_cores():
+        # ``cpu`` (every core) is not pinned, but a thread inherits its creator's mask: a ``cpu`` worker
+        # thread started by a caller pinned to one core (workers cpu0,cpu) would run all its intra-op
+        # threads on that core. It takes back every core this process may use.
+        os.sched_setaffinity(0, set(allowed_cores()))
     if worker.threads is not None:
         torch.set_num_threads(worker.threads)
     if worker.is_cuda:
@@ -166,7 +172,7 @@ def configure_current_thread(worker: Worker) -> WorkerState:
 def restore_current_thread(state: WorkerState) -> None:
     import torch
 
-    if state.pinned and state.previous_cores is not None:
+    if state.previous_cores is not None and can_pin() and tuple(sorted(os.sched_getaffinity(0))) != state.previous_cores:
         os.sched_setaffinity(0, set(state.previous_cores))
     torch.set_num_threads(state.previous_threads)
 

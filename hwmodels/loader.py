@@ -23,8 +23,6 @@ cache_gb = { value = 0.032, source = "..." }                  # optional: last-l
 cache_bw_gbps = { value = 90.0, source = "..." }              # optional: streaming from it
 cache_gemm_efficiency_curve = { value = [[1, 0.4]], source = "..." }  # optional: weights in cache
 cache_op_overhead_us = { value = 7.0, source = "..." }        # optional: per launch, model in cache
-[devices.cpu.host_costs_us]      # optional: host-side work of the real decode loops, per method
-chain_step = { value = 40.0, source = "..." }                 # <method>_step / _pass / _node
 [devices.gpu.peak_tflops]
 fp16 = { value = 142.0, source = "..." }
 [devices.gpu.timing]             # optional: measured operator latencies instead of the roofline (hwmodels.profile)
@@ -49,6 +47,9 @@ devices = ["cpu", "gpu"]
 bw_gbps = { value = 51.2, source = "..." }
 capacity_gb = { value = 8.0, source = "..." }
 contention_efficiency = { value = 0.85, source = "..." }
+
+[loop_costs.cpu]        # optional (hetspec calibrate writes it): HetSpec's decode loops beyond their forwards
+chain_step = { value = 40.0, source = "..." }                 # <method>_step / _pass / _node, microseconds
 ```
 
 A bad file raises :class:`~hwmodels.errors.PresetError` naming the file, the field and the
@@ -72,7 +73,17 @@ from typing import Any
 from hwmodels.datafile import output_path, read_data_file, writing
 from hwmodels.dtypes import DTYPE_BYTES
 from hwmodels.errors import HetSpecError, PresetError, UnknownNameError
-from hwmodels.platform import DEVICE_KINDS, LINK_KINDS, STORAGE, Device, Link, MemoryDomain, Platform
+from hwmodels.platform import (
+    DEVICE_KINDS,
+    LINK_KINDS,
+    LOOP_COST_TERMS,
+    STORAGE,
+    Device,
+    Link,
+    LoopCosts,
+    MemoryDomain,
+    Platform,
+)
 from hwmodels.profile import check_profiled_device, read_timing, timing_to_dict
 
 #: Environment variable naming an extra folder of platform files (``hetspec calibrate`` writes
@@ -162,12 +173,25 @@ class _Reader:
         if extra:
             raise self.fail(f"{where}{extra[0]}", f"unknown field; valid: {', '.join(sorted(allowed))}")
 
+    def loop_costs(self, device: str, table: Any, where: str, devices: dict) -> LoopCosts:
+        """A device's calibrated decode-loop costs: ``<method>_<step|pass|node> = { value, source }``."""
+        if device not in devices:
+            raise self.fail(where.rstrip("."), f"loop costs of unknown device {device!r}; devices: {', '.join(devices)}")
+        if not isinstance(table, dict):
+            raise self.fail(where.rstrip("."), "must be a table of <method>_<step|pass|node> = { value, source }")
+        costs, sources = {}, {}
+        for key in table:
+            if key.rsplit("_", 1)[-1] not in LOOP_COST_TERMS:
+                raise self.fail(f"{where}{key}", "keys are <method>_step, <method>_pass or <method>_node")
+            costs[key] = float(self.number(table, key, where, "nonneg", True, sources))
+        return LoopCosts(device=device, costs_us=costs, sources=sources)
+
     def device(self, name: str, table: Any) -> Device:
         where = f"devices.{name}."
         if not isinstance(table, dict):
             raise self.fail(f"devices.{name}", "must be a table")
         allowed = set(_DEVICE_NUMBERS) | {"kind", "description", "peak_tflops", "derived_peak_tflops",
-                                          "host_costs_us", "timing"} | set(_DEVICE_CURVES)
+                                          "timing"} | set(_DEVICE_CURVES)
         self.unknown_keys(table, allowed, where)
         kind = self.text(table, "kind", where)
         if kind not in DEVICE_KINDS:
@@ -185,18 +209,6 @@ class _Reader:
             peaks[dtype] = float(self.number(peaks_table, dtype, f"{where}peak_tflops.", "pos", True, peak_sources))
             sources[f"peak_tflops.{dtype}"] = peak_sources[dtype]
         derived = self.derived_peaks(table.get("derived_peak_tflops"), peaks, where, sources)
-        host_costs: dict[str, float] = {}
-        if "host_costs_us" in table:
-            costs_table = table["host_costs_us"]
-            if not isinstance(costs_table, dict):
-                raise self.fail(f"{where}host_costs_us", "must be a table of <method>_<step|pass|node> = { value, source }")
-            for key in costs_table:
-                if key.rsplit("_", 1)[-1] not in ("step", "pass", "node"):
-                    raise self.fail(f"{where}host_costs_us.{key}", "keys are <method>_step, <method>_pass or <method>_node")
-                cost_sources: dict[str, str] = {}
-                host_costs[key] = float(self.number(costs_table, key, f"{where}host_costs_us.", "nonneg", True,
-                                                    cost_sources))
-                sources[f"host_costs_us.{key}"] = cost_sources[key]
         curves = {}
         for key in _DEVICE_CURVES:
             if key not in table:
@@ -212,7 +224,7 @@ class _Reader:
             curves[key] = curve
         timing = read_timing(self.path, f"{where}timing.", table["timing"], self.path) if "timing" in table else None
         device = Device(
-            name=name, kind=kind, peak_tflops=peaks, derived_peaks=derived, host_costs_us=host_costs, **curves,
+            name=name, kind=kind, peak_tflops=peaks, derived_peaks=derived, **curves,
             description=self.text(table, "description", where, required=False), sources=sources, timing=timing,
             **numbers,
         )
@@ -290,12 +302,22 @@ class _Reader:
 def parse_platform(data: dict, path: str) -> Platform:
     """Build and check a :class:`Platform` from a parsed TOML document."""
     reader = _Reader(path)
-    reader.unknown_keys(data, {"name", "description", "devices", "links", "memory_domains"}, "")
+    reader.unknown_keys(data, {"name", "description", "devices", "links", "memory_domains", "loop_costs"}, "")
     name = reader.text(data, "name", "")
     devices_table = data.get("devices")
     if not isinstance(devices_table, dict) or not devices_table:
         raise reader.fail("devices", "missing field (at least one [devices.<name>] table)")
+    loop_tables = data.get("loop_costs", {})
+    if not isinstance(loop_tables, dict):
+        raise reader.fail("loop_costs", "must be a table of [loop_costs.<device>] tables")
+    loop_tables = {d: (t, f"loop_costs.{d}.") for d, t in loop_tables.items()}
+    for dev, table in devices_table.items():   # calibrations written before loop_costs kept them per device
+        if isinstance(table, dict) and "host_costs_us" in table:
+            table = dict(table)
+            loop_tables.setdefault(dev, (table.pop("host_costs_us"), f"devices.{dev}.host_costs_us."))
+            devices_table = {**devices_table, dev: table}
     devices = {n: reader.device(n, t) for n, t in devices_table.items()}
+    loop_costs = {d: reader.loop_costs(d, t, where, devices) for d, (t, where) in loop_tables.items()}
     links = tuple(reader.link(i, t, devices) for i, t in enumerate(data.get("links", [])))
     domains = tuple(reader.domain(i, t, devices) for i, t in enumerate(data.get("memory_domains", [])))
     seen: dict[str, str] = {}
@@ -305,7 +327,7 @@ def parse_platform(data: dict, path: str) -> Platform:
                 raise reader.fail(f"memory_domains[{i}].devices", f"device {member!r} is already in domain {seen[member]!r}")
             seen[member] = domain.name
     return Platform(name=name, description=reader.text(data, "description", "", required=False),
-                    devices=devices, links=links, memory_domains=domains, path=path)
+                    devices=devices, links=links, memory_domains=domains, path=path, loop_costs=loop_costs)
 
 
 def load_platform_file(path: str | Path) -> Platform:
@@ -429,8 +451,6 @@ def platform_to_dict(platform: Platform) -> dict:
             entry["derived_peak_tflops"] = {
                 dt: {"from": src, "factor": factor, "source": d.sources.get(f"derived_peak_tflops.{dt}", "unknown")}
                 for dt, (src, factor) in d.derived_peaks.items()}
-        if d.host_costs_us:
-            entry["host_costs_us"] = {k: _sourced(v, d.sources, f"host_costs_us.{k}") for k, v in d.host_costs_us.items()}
         if d.timing is not None:
             entry["timing"] = timing_to_dict(d.timing)
         devices[name] = entry
@@ -442,6 +462,9 @@ def platform_to_dict(platform: Platform) -> dict:
              **{k: _sourced(getattr(l, k), l.sources, k) for k in _LINK_NUMBERS}}
             for l in platform.links
         ]
+    if platform.loop_costs:
+        doc["loop_costs"] = {d: {k: _sourced(v, c.sources, k) for k, v in c.costs_us.items()}
+                             for d, c in platform.loop_costs.items()}
     if platform.memory_domains:
         doc["memory_domains"] = [
             {"name": m.name, "devices": list(m.devices), **({"description": m.description} if m.description else {}),

@@ -50,12 +50,6 @@ class Device:
     pass, as an LRU cache would; a cache shared with busy neighbours re-warms more slowly).
     Without these fields nothing is resident (every preset taken from datasheets and papers).
 
-    Optional ``host_costs_us`` (host calibration writes it): host-side work of HetSpec's real decode
-    loops on this device, measured per method: ``<method>_step`` per decode step, ``<method>_pass``
-    per draft pass, ``<method>_node`` per verified token (building inputs and masks, argmax,
-    acceptance walk, cache compaction). The strategies price it (:func:`sim.strategies.base.host_seconds`);
-    absent keys cost nothing.
-
     Optional ``derived_peaks`` (dtype -> (source dtype, factor)): peaks that were not measured but are
     derived from a measured one, ``peak_tflops[dtype] = factor * peak_tflops[source]`` (host calibration
     measures fp32 GEMMs only, and prices fp16/bf16 from them). ``peak_tflops`` holds the derived values
@@ -79,7 +73,6 @@ class Device:
     cache_gemm_efficiency_curve: tuple[tuple[int, float], ...] | None = None
     cache_op_overhead_us: float | None = None
     cache_rewarm: float | None = None
-    host_costs_us: Mapping[str, float] = field(default_factory=dict)
     derived_peaks: Mapping[str, tuple[str, float]] = field(default_factory=dict)
     #: How operators are timed: None = the roofline; a :class:`hwmodels.profile.DeviceTiming` (backend
     #: ``profiled``: a measured operator profile and an execution mode, priced by :mod:`sim.op_timing`).
@@ -220,6 +213,35 @@ class MemoryDomain:
 
 
 @dataclass(frozen=True)
+class LoopCosts:
+    """Host-side work of HetSpec's real decode loops on one device of a calibrated machine.
+
+    Not a property of the hardware but a calibration of the software that runs on it (``hetspec
+    calibrate`` fits it; presets have none): per method, microseconds per decode step
+    (``<method>_step``), per draft pass (``<method>_pass``) and per verified token
+    (``<method>_node``) beyond the forwards the roofline prices (building inputs and masks, argmax,
+    the acceptance walk, cache compaction, a tree grown in Python). The strategies price it through
+    :func:`sim.strategies.base.host_seconds`; absent keys cost nothing.
+    """
+
+    device: str
+    costs_us: Mapping[str, float]
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        for key, value in self.costs_us.items():
+            if key.rsplit("_", 1)[-1] not in LOOP_COST_TERMS:
+                raise HetSpecError(f"loop cost {key!r} of {self.device}: keys are <method>_step, <method>_pass "
+                                   "or <method>_node")
+            if not value >= 0:
+                raise HetSpecError(f"loop cost {key} of {self.device} must be >= 0 (got {value})")
+
+
+#: The per-step counts a loop cost is charged by.
+LOOP_COST_TERMS = ("step", "pass", "node")
+
+
+@dataclass(frozen=True)
 class Platform:
     name: str
     description: str
@@ -227,6 +249,12 @@ class Platform:
     links: tuple[Link, ...] = ()
     memory_domains: tuple[MemoryDomain, ...] = ()
     path: str = ""
+    loop_costs: Mapping[str, LoopCosts] = field(default_factory=dict)   # device -> its calibrated loop costs
+
+    def loop_costs_us(self, device: str) -> Mapping[str, float]:
+        """The calibrated decode-loop costs of ``device`` (empty where the platform has none)."""
+        costs = self.loop_costs.get(device)
+        return costs.costs_us if costs is not None else {}
 
     def device(self, name: str) -> Device:
         try:

@@ -80,10 +80,12 @@ def test_calibration_writes_a_loadable_host_with_sources(tiny_calibration):
     assert "torch operators" in cpu.sources["cache_op_overhead_us"]
     assert [m for m, _ in cpu.gemm_efficiency_curve] == [1, 8]
     assert all(0 < e <= 1 for _, e in cpu.gemm_efficiency_curve + cpu.cache_gemm_efficiency_curve)
-    assert set(cpu.host_costs_us) == {"ar_step", "chain_step", "chain_pass", "draft-tree_step", "draft-tree_pass",
-                                      "medusa_step", "medusa_node", "dovetail_step", "dovetail_pass"}
-    assert all(v >= 0 for v in cpu.host_costs_us.values())
-    assert "decode loop" in cpu.sources["host_costs_us.chain_step"]
+    loops = loaded.loop_costs["cpu"]
+    assert set(loops.costs_us) == {"ar_step", "chain_step", "chain_pass", "draft-tree_step", "draft-tree_pass",
+                                   "medusa_step", "medusa_node", "dovetail_step", "dovetail_pass"}
+    assert all(v >= 0 for v in loops.costs_us.values())
+    assert "decode loop" in loops.sources["chain_step"]
+    assert not hasattr(cpu, "host_costs_us")   # the hardware record describes hardware
     w0 = loaded.device("cpu0")
     assert w0.cores == 1 and "1 thread" in w0.sources["mem_bw_gbps"]
     # raw measurements next to the platform
@@ -192,21 +194,37 @@ def test_preset_with_a_bad_cache_curve_names_the_field(tmp_path):
 
 
 # ---------------------------------------------------------------------------- host-side decode-loop costs
-def test_host_costs_round_trip_and_bad_keys_name_the_field():
+def test_loop_costs_round_trip_and_bad_keys_name_the_field():
+    from hwmodels.platform import LoopCosts
+
     plat = _cached_cpu(0.032)
-    dev = replace(plat.device("cpu"), host_costs_us={"chain_step": 30.0, "chain_pass": 5.0},
-                  sources={"host_costs_us.chain_step": "x", "host_costs_us.chain_pass": "y"})
-    plat = replace(plat, devices={"cpu": dev})
+    plat = replace(plat, loop_costs={"cpu": LoopCosts("cpu", {"chain_step": 30.0, "chain_pass": 5.0},
+                                                      {"chain_step": "x", "chain_pass": "y"})})
     again = parse_platform(platform_to_dict(plat), "again")
-    assert again.device("cpu").host_costs_us == {"chain_step": 30.0, "chain_pass": 5.0}
+    assert again.loop_costs_us("cpu") == {"chain_step": 30.0, "chain_pass": 5.0}
+    assert again.loop_costs["cpu"].sources == {"chain_step": "x", "chain_pass": "y"}
+    assert again.loop_costs_us("gpu") == {}
     doc = platform_to_dict(plat)
-    doc["devices"]["cpu"]["host_costs_us"]["chain_total"] = {"value": 1.0, "source": "z"}
-    with pytest.raises(PresetError, match="host_costs_us.chain_total"):
+    doc["loop_costs"]["cpu"]["chain_total"] = {"value": 1.0, "source": "z"}
+    with pytest.raises(PresetError, match="loop_costs.cpu.chain_total"):
         parse_platform(doc, "bad.toml")
     doc = platform_to_dict(plat)
-    doc["devices"]["cpu"]["host_costs_us"]["chain_pass"] = {"value": -1.0, "source": "z"}
+    doc["loop_costs"]["cpu"]["chain_pass"] = {"value": -1.0, "source": "z"}
     with pytest.raises(PresetError, match="must be >= 0"):
         parse_platform(doc, "bad.toml")
+    doc = platform_to_dict(plat)
+    doc["loop_costs"]["gpu0"] = doc["loop_costs"].pop("cpu")
+    with pytest.raises(PresetError, match="loop costs of unknown device 'gpu0'"):
+        parse_platform(doc, "bad.toml")
+
+
+def test_calibrations_written_with_per_device_host_costs_still_load():
+    plat = _cached_cpu(0.032)
+    doc = platform_to_dict(plat)
+    doc["devices"]["cpu"]["host_costs_us"] = {"chain_step": {"value": 30.0, "source": "x"}}
+    old = parse_platform(doc, "old-host.toml")
+    assert old.loop_costs_us("cpu") == {"chain_step": 30.0}
+    assert "loop_costs" in platform_to_dict(old) and "host_costs_us" not in platform_to_dict(old)["devices"]["cpu"]
 
 
 @pytest.mark.parametrize("method,knobs,passes,nodes", [
@@ -217,13 +235,14 @@ def test_host_costs_round_trip_and_bad_keys_name_the_field():
                   "top_k": 4, "tau": 2.0, "draft_dtype": "fp32"}, 4, 8),
 ])
 def test_strategies_price_the_host_costs_in_closed_form_and_plan(method, knobs, passes, nodes):
+    from hwmodels.platform import LoopCosts
     from sim.acceptance import AcceptanceModel
     from sim.strategies import get_strategy
     from sim.strategies.base import Problem, StrategyConfig
 
     costs = {f"{method}_step": 40.0, f"{method}_pass": 7.0, f"{method}_node": 2.0}
     plain = _cached_cpu(0.032)
-    costly = replace(plain, devices={"cpu": replace(plain.device("cpu"), host_costs_us=costs)})
+    costly = replace(plain, loop_costs={"cpu": LoopCosts("cpu", costs)})
     acc = AcceptanceModel(name="a", source="test", draft_alpha=0.6, medusa_accuracy=((0.6, 0.1), (0.5, 0.1)))
     strategy = get_strategy(method)
     out = {}
@@ -262,7 +281,7 @@ def test_dovetail_host_costs_are_the_loop_time_beyond_the_priced_passes():
     assert deep > shallow                          # five more top-k passes of the drafter are priced
     costs, sources = fit_host_costs(dev, samples, QUICK, "by test", "on test")
     assert costs == {"dovetail_step": pytest.approx(30.0, abs=1e-3), "dovetail_pass": pytest.approx(200.0, abs=1e-3)}
-    assert "dovetail decode loop" in sources["host_costs_us.dovetail_pass"]
+    assert "dovetail decode loop" in sources["dovetail_pass"]
 
 
 def test_a_draft_that_fits_alone_but_not_with_its_target_is_priced_from_dram():

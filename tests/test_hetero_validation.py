@@ -9,27 +9,27 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from hwmodels.platform import Device, Link, MemoryDomain, Platform
+from hwmodels.platform import Device, Link, LoopCosts, MemoryDomain, Platform
 from real.hetero.workers import allowed_cores
 
 pytestmark = [pytest.mark.skipif(len(allowed_cores()) < 2, reason="two CPU workers need two cores"),
               pytest.mark.usefixtures("one_torch_thread")]
 
 
-def _device(name: str, threads: int, host_costs=None) -> Device:
+def _device(name: str, threads: int) -> Device:
     return Device(name=name, kind="cpu", peak_tflops={"fp32": 0.05 * threads}, mem_bw_gbps=20.0, mem_capacity_gb=8.0,
                   bw_efficiency=1.0, compute_efficiency=1.0, op_overhead_us=8.0, token_tile=1,
-                  sparse_attn_efficiency=0.0, cores=threads, host_costs_us=host_costs or {})
+                  sparse_attn_efficiency=0.0, cores=threads)
 
 
 def host_like(host_costs=None) -> Platform:
     """A host platform shaped like ``hetspec calibrate``'s (cpu, cpu0, cpu1, one DRAM, a unified link)."""
-    devices = {"cpu": _device("cpu", 2, host_costs), "cpu0": _device("cpu0", 1, host_costs),
-               "cpu1": _device("cpu1", 1, host_costs)}
+    devices = {"cpu": _device("cpu", 2), "cpu0": _device("cpu0", 1), "cpu1": _device("cpu1", 1)}
+    loops = {n: LoopCosts(n, host_costs) for n in devices} if host_costs else {}
     domain = MemoryDomain(name="dram", devices=tuple(devices), bw_gbps=30.0, capacity_gb=16.0, contention_efficiency=0.8)
     link = Link(name="cpu0-cpu1", kind="unified", src="cpu0", dst="cpu1", bw_gbps=30.0, latency_us=10.0, efficiency=1.0)
     return Platform(name="host", description="synthetic host for tests", devices=devices, links=(link,),
-                    memory_domains=(domain,))
+                    memory_domains=(domain,), loop_costs=loops)
 
 
 def _mini_settings():
@@ -96,7 +96,8 @@ def _renamed(platform: Platform, pair) -> Platform:
     devices = {rename.get(k, k): replace(v, name=rename.get(k, k)) for k, v in platform.devices.items()}
     link = replace(platform.links[0], name=f"{pair[0]}-{pair[1]}", src=pair[0], dst=pair[1])
     domain = replace(platform.memory_domains[0], devices=tuple(devices))
-    return replace(platform, devices=devices, links=(link,), memory_domains=(domain,))
+    loops = {rename.get(k, k): replace(v, device=rename.get(k, k)) for k, v in platform.loop_costs.items()}
+    return replace(platform, devices=devices, links=(link,), memory_domains=(domain,), loop_costs=loops)
 
 
 def test_hcmp_prices_the_medusa_loop_at_every_ratio():

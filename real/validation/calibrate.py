@@ -34,7 +34,7 @@ How the measurements enter the roofline (:mod:`hwmodels.roofline`):
 - ``op_overhead_us`` is the fixed cost per step-graph operator of the real path's own forward
   (:func:`real.validation.microbench.layer_overhead`): the real path issues several torch operators per
   step-graph operator (counted and reported), so a tiny ``torch.add`` alone would underestimate it.
-- ``host_costs_us`` is the host-side work of HetSpec's decode loops beyond their forwards (inputs,
+- ``loop_costs`` (per device, not part of the hardware record) is the host-side work of HetSpec's decode loops beyond their forwards (inputs,
   masks, argmax, acceptance walk, cache compaction; dovetail: growing and reranking its tree), per
   method, per step / draft pass / verified token (:func:`fit_host_costs` on
   :func:`real.validation.microbench.decode_loop_samples`; the dovetail loop runs drafter and verifier on the

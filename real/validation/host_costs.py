@@ -52,7 +52,7 @@ def _nonneg_fit(xs, ys, terms: tuple[str, ...]) -> dict[str, float]:
 
 
 def fit_host_costs(device: Device, loops, settings: Settings, by: str, on: str) -> tuple[dict, dict]:
-    """``host_costs_us`` of ``device`` and their sources: per method, the probe loops' step time minus
+    """The loop costs of ``device`` (:class:`hwmodels.platform.LoopCosts`) and their sources: per method, the probe loops' step time minus
     the model's price of their forwards and heads, fitted per step / per pass / per verified token."""
     from real.decode import ALL_DECODER_MODULES
     from real.validation.microbench import (
@@ -75,7 +75,7 @@ def fit_host_costs(device: Device, loops, settings: Settings, by: str, on: str) 
         for term, value in fitted.items():
             key = f"{method}_{term}"
             costs[key] = round(value * 1e6, 3)
-            sources[f"host_costs_us.{key}"] = (
+            sources[key] = (
                 f"measured {by}: HetSpec's {method} decode loop ({ALL_DECODER_MODULES[method][0]}) on probe models "
                 f"(hidden {PROBE_HIDDEN}: "
                 f"a {REFERENCE_LAYERS}-layer target, a 1-layer draft; configs {knobs}) costs "

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from hwmodels.platform import Device, Link, MemoryDomain, Platform
+from hwmodels.platform import Device, Link, LoopCosts, MemoryDomain, Platform
 from real.validation.host_costs import fit_host_costs
 from real.validation.host_facts import (
     COLD_POOL_LLC,
@@ -95,10 +95,16 @@ def _device(name: str, w: WorkerMeasurement, cal: Calibration, description: str)
         device = replace(device, op_overhead_us=round(per_op * 1e6, 3), cache_rewarm=round(probe.rewarm, 4),
                          sources={**device.sources, "op_overhead_us": source,
                                   "cache_op_overhead_us": sources["op_overhead_us"], "cache_rewarm": rewarm_source})
+    return device
+
+
+def _loop_costs(device: Device, w: WorkerMeasurement, cal: Calibration) -> LoopCosts | None:
+    """The decode-loop costs of ``device`` fitted from its worker's probe loops (None without loops)."""
     if not w.loops:
-        return device
-    costs, cost_sources = fit_host_costs(device, w.loops, s, by, on)
-    return replace(device, host_costs_us=costs, sources={**device.sources, **cost_sources})
+        return None
+    by, on = f"by {cal.command}", f"on {cal.cpu}, {cal.date}"
+    costs, sources = fit_host_costs(device, w.loops, cal.settings, by, on)
+    return LoopCosts(device=device.name, costs_us=costs, sources=sources)
 
 
 def _low_precision_peaks(w: WorkerMeasurement, sources: dict, thr: str, s: Settings, by: str,
@@ -159,6 +165,7 @@ def build_platform(cal: Calibration, name: str = HOST_NAME) -> Platform:
     for w in workers:
         devices[w] = _device(w, single, cal, f"{cal.cpu}: one single-thread worker (identical to every cpuN; "
                                              "measured once)")
+    loops = {n: _loop_costs(d, whole if n == "cpu" else single, cal) for n, d in devices.items()}
     domain_bw = max(whole.dram_bw_bytes_per_s, single.dram_bw_bytes_per_s)
     together = sum(cal.concurrent_bw_bytes_per_s)
     n_conc = len(cal.concurrent_bw_bytes_per_s)
@@ -195,4 +202,5 @@ def build_platform(cal: Calibration, name: str = HOST_NAME) -> Platform:
     return Platform(name=name,
                     description=f"this machine, calibrated by {cal.command} on {cal.date}: {cal.cpu}, "
                                 f"{cal.cores} cores, torch {cal.torch_version}",
-                    devices=devices, links=links, memory_domains=(domain,))
+                    devices=devices, links=links, memory_domains=(domain,),
+                    loop_costs={n: c for n, c in loops.items() if c is not None})

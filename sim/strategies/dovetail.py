@@ -32,7 +32,7 @@ One round (Dovetail §III-A, Fig. 5):
    (cast to ``draft_dtype``).
 
 Host-side work (growing and reranking the tree in Python, the acceptance walk) is the draft
-device's measured ``host_costs_us`` (``dovetail_step`` + ``dovetail_pass`` per drafter pass; host
+device's calibrated loop costs (``dovetail_step`` + ``dovetail_pass`` per drafter pass; host
 calibration writes them from the real loop, :mod:`real.validation.calibrate`); 0 on presets.
 
 Tokens per round: option ``tau`` if given (a measured mean acceptance length), else the

@@ -39,7 +39,7 @@ the engine's step time; the engine plan is the same groups as tasks with the sam
 
 Ratio 0 or 1 is the single-device Medusa step of :mod:`sim.strategies.medusa` plus nothing
 (no sync, no merge). The decode loop's host-side work (acceptance walk, cache compaction; the
-device's measured ``host_costs_us``, only calibrated hosts have them) is the Medusa loop's at every
+device's calibrated loop costs, only calibrated hosts have them) is the Medusa loop's at every
 ratio, run by the primary: the split step adds it after the heads as the single-device step does.
 """
 

@@ -10,9 +10,18 @@ objective is tokens per second (per sequence): expected tokens per step / step s
 
 The result is the best configuration and the whole table (pandas) with one row per configuration
 evaluated: the knobs, ``step_s``, ``tokens_per_step``, ``tokens_per_s``, ``speedup_vs_ar``
-(against the best ``ar`` placement for the same problem), ``refined`` (row produced by the
-refinement). Combinations the strategy rejects (e.g. a width beyond what a depth budget allows)
-are skipped and counted; if every combination is rejected, the first reason is raised.
+(against ``ar`` on the row's own device, so ``ar``'s rows are 1x; against the best ``ar``
+placement where the model does not fit that device, e.g. ``offload``), ``refined`` (row produced
+by the refinement). Combinations the strategy rejects (e.g. a width beyond what a depth budget
+allows) are skipped and counted; if every combination is rejected, the first reason is raised.
+
+A knob the caller sets must be one the method declares (its strategy's ``knob_help``, which
+covers its search space) and must show in the configurations evaluated: a knob the method does
+not use, or a value it replaces (a depth a Medusa choice list ignores, a shape the acceptance
+model cannot build), is an :class:`UnusedKnobError` naming the flag and the method, never
+silently ignored. A strategy lists in ``budget_knobs`` (class attribute, default none) the knobs
+that are caps rather than values: a resolved config may come out below the value asked (Medusa's
+depth budget; draft-tree's tree budget under a chain shape).
 """
 
 from __future__ import annotations
@@ -28,7 +37,8 @@ import numpy as np
 
 from hwmodels.errors import HetSpecError
 from sim.strategies import get_strategy
-from sim.strategies.base import Knob, Problem, Strategy, StrategyConfig
+from sim.strategies.base import CONFIG_KNOBS, Knob, Problem, Strategy, StrategyConfig
+from sim.tree import TokenTree
 
 #: Continuous knobs the optimizer refines (and the only continuous knob in the contract).
 CONTINUOUS_KNOBS = ("partition_ratio",)
@@ -37,6 +47,11 @@ CONTINUOUS_KNOBS = ("partition_ratio",)
 REFINE_TOP = 8
 #: Ratio tolerance of the refinement (1e-3 = 0.1 % of the work moved between devices).
 RATIO_XATOL = 1e-3
+
+#: Command-line flag of each knob (messages name the flag the user typed); options: ``--option NAME=...``.
+KNOB_FLAGS = {"tree_width": "--tree-width", "draft_depth": "--draft-depth", "partition_ratio": "--ratio",
+              "device": "--device", "draft_device": "--draft-device", "draft_model": "--draft-model",
+              "tree_shape": "--tree-shape", "tree": "--tree-choices"}
 
 TABLE_COLUMNS = ("method", "tree_width", "draft_depth", "partition_ratio", "device", "draft_device", "draft_model",
                  "tree_shape", "step_s", "tokens_per_step", "proposed_per_step", "tokens_per_s", "speedup_vs_ar",
@@ -48,7 +63,8 @@ class OptimizeResult:
     """The best configuration and every configuration evaluated.
 
     ``columns`` holds the table as lists; ``table`` is the same as a pandas DataFrame, built on
-    first use (so a JSON answer does not pay for importing pandas).
+    first use (so a JSON answer does not pay for importing pandas). ``ar_tokens_per_s`` is the
+    baseline of the best row's ``speedup_vs_ar`` (``ar`` on the best row's device).
     """
 
     method: str
@@ -100,6 +116,73 @@ def _jsonable(row: Mapping) -> dict:
             v = list(v)
         out[k] = v
     return out
+
+
+class UnusedKnobError(HetSpecError):
+    """A knob given to a method that does not use it (or whose value the method replaces)."""
+
+
+def knob_flag(name: str) -> str:
+    """The flag that sets knob ``name`` (``--option name=...`` for a method's own options)."""
+    return KNOB_FLAGS.get(name, f"--option {name}")
+
+
+def declared_knobs(strategy: Strategy) -> tuple[str, ...]:
+    """The knobs ``strategy`` takes: those its ``knob_help`` describes (its search space is among them)."""
+    return tuple(strategy.knob_help)
+
+
+def check_knob_names(strategy: Strategy, space: Mapping[str, Any] | None) -> None:
+    """One line naming the first knob of ``space`` that ``strategy`` does not declare."""
+    given = [name for name, value in (space or {}).items() if value is not None]
+    extra = [name for name in given if name not in declared_knobs(strategy)]
+    if extra:
+        takes = ", ".join(knob_flag(k) for k in declared_knobs(strategy)) or "none"
+        raise UnusedKnobError(f"{knob_flag(extra[0])} does not apply to method {strategy.name} (its knobs: {takes})")
+
+
+def _shown(value) -> str:
+    if isinstance(value, TokenTree):
+        return f"a {value.size}-token tree"
+    if isinstance(value, (tuple, list)):
+        return ",".join(map(str, value))
+    return str(value)
+
+
+def check_knobs_used(strategy: Strategy, space: Mapping[str, Any] | None, configs: Sequence[StrategyConfig]) -> None:
+    """One line if a knob the caller fixed did not shape the resolved ``configs``: the method replaced its
+    value (a Medusa choice list fixes the depth; an acceptance table without accuracies builds only list
+    trees) or dropped it everywhere.
+
+    Some config must carry a value asked for; no config may come out with another value, except None
+    (the knob does not apply to that part of the search, e.g. ALSpec's receiver without speculation) and,
+    for a budget knob (:attr:`Strategy.budget_knobs`), a value below the largest one asked. An option
+    counts as used when some config keeps it."""
+    if not configs:
+        return
+    budgets = getattr(strategy, "budget_knobs", ())
+    for name, value in (space or {}).items():
+        if value is None:
+            continue
+        if name in CONTINUOUS_KNOBS and isinstance(value, tuple) and len(value) == 2:
+            continue                                     # a range to search, not a value
+        wanted = tuple(value) if isinstance(value, (list, tuple, range, np.ndarray)) else (value,)
+        if name not in CONFIG_KNOBS and name != "tree":
+            if not any(name in c.options for c in configs):
+                raise UnusedKnobError(f"{knob_flag(name)} has no effect on method {strategy.name} here "
+                                      "(its configurations drop it)")
+            continue
+        got = [getattr(c, name) for c in configs]
+        if name in budgets:
+            off = [g for g in got if g is not None and g > max(wanted)]
+        else:
+            off = [g for g in got if g is not None and g not in wanted]
+        if not off and any(g in wanted for g in got):
+            continue
+        seen = sorted({_shown(g) for g in (off or got)}, key=lambda t: (len(t), t))
+        raise UnusedKnobError(f"{knob_flag(name)} {_shown(value)} has no effect on method {strategy.name} here: "
+                              f"its configurations come out with {name} {', '.join(seen[:6])}"
+                              f"{', ...' if len(seen) > 6 else ''}")
 
 
 # ---------------------------------------------------------------------- search space
@@ -159,10 +242,12 @@ def evaluate_space(problem: Problem, method: str, space: Mapping[str, Any] | Non
     ``speedup_vs_ar`` is left to the caller (it needs the AR baseline).
     """
     strategy = get_strategy(method)
+    check_knob_names(strategy, space)
     knobs = effective_space(strategy, problem, space)
     configs, skipped, reason = resolve_space(strategy, problem, knobs)
     if not configs:
         raise HetSpecError(reason or f"method {method}: the search space is empty")
+    check_knobs_used(strategy, space, configs)
     ratio_knob = next((k for k in knobs if k.continuous), None)
     rows_cfg: list[StrategyConfig] = []
     step: list[float] = []
@@ -239,22 +324,38 @@ def _refine_ratio(strategy: Strategy, problem: Problem, config: StrategyConfig, 
 
 def ar_baseline(problem: Problem) -> float:
     """Tokens/s of the best ``ar`` placement for ``problem`` (NaN if the model fits on no device)."""
+    by_device = ar_by_device(problem)
+    return max(by_device.values()) if by_device else float("nan")
+
+
+def ar_by_device(problem: Problem) -> dict[str, float]:
+    """Tokens/s of ``ar`` on each device the model fits on (empty if it fits on none)."""
     try:
         columns, _, _, _ = evaluate_space(problem, "ar")
     except HetSpecError:
-        return float("nan")
-    return float(max(columns["tokens_per_s"]))
+        return {}
+    return {d: float(t) for d, t in zip(columns["device"], columns["tokens_per_s"])}
+
+
+def speedups_vs_ar(problem: Problem, devices: Sequence[str], tokens_per_s: Sequence[float],
+                   by_device: Mapping[str, float] | None = None) -> tuple[list[float], list[float]]:
+    """Each row's speedup over ``ar`` on the row's device, and that baseline (tokens/s): ``ar``'s own rows
+    are 1x. Where ``ar`` cannot run on the row's device (a model that does not fit it, as ``offload``
+    runs it), the baseline is ``ar``'s best placement; NaN if ``ar`` fits nowhere."""
+    by_device = ar_by_device(problem) if by_device is None else by_device
+    best = max(by_device.values()) if by_device else float("nan")
+    bases = [by_device.get(d, best) for d in devices]
+    return [t / b if b == b else float("nan") for t, b in zip(tokens_per_s, bases)], bases
 
 
 def optimize(problem: Problem, method: str, space: Mapping[str, Any] | None = None, refine: bool = True,
              refine_top: int = REFINE_TOP) -> OptimizeResult:
     """Search ``method``'s knobs for the highest tokens/s; return the best configuration and the table."""
     columns, configs, skipped, reason = evaluate_space(problem, method, space, refine, refine_top)
-    ar_tps = ar_baseline(problem)
-    columns["speedup_vs_ar"] = [t / ar_tps if ar_tps == ar_tps else float("nan") for t in columns["tokens_per_s"]]
+    columns["speedup_vs_ar"], bases = speedups_vs_ar(problem, columns["device"], columns["tokens_per_s"])
     ordered = [c for c in TABLE_COLUMNS if c in columns] + [c for c in columns if c not in TABLE_COLUMNS]
     columns = {c: columns[c] for c in ordered}
     best_i = int(np.argmax(columns["tokens_per_s"]))
     best = {c: values[best_i] for c, values in columns.items()}
     return OptimizeResult(method=method, best=best, best_config=configs[best_i], columns=columns,
-                          ar_tokens_per_s=ar_tps, skipped=skipped, skip_reason=reason)
+                          ar_tokens_per_s=bases[best_i], skipped=skipped, skip_reason=reason)

@@ -130,3 +130,17 @@ def test_platform_names_still_list_every_file(user_dir):
     assert "broken" in platform_names()        # listed by name, fails with its own line when loaded
     with pytest.raises(HetSpecError, match="broken.toml"):
         get_platform("broken")
+
+
+def test_a_sweep_says_which_platform_it_skipped_and_why(user_dir, tmp_path, capsys):
+    _write(user_dir, "fp32box", _fp32_only_cpu(_doc(), None))       # a host calibrated before derived peaks
+    _write(user_dir, "host", _fp32_only_cpu(_doc(), DERIVED))
+    out = tmp_path / "t.csv"
+    assert main(["sweep", "--models", "tinyllama-1.1b", "--platforms", "fp32box,host", "--methods", "ar",
+                 "--device", "cpu", "--out", str(out), "--no-progress"]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["hetspec: skipped tinyllama-1.1b on fp32box (ar; 1 problem): device cpu has no peak FLOP/s for "
+                   "dtype 'fp16'; it has: fp32"]
+    import pandas as pd
+
+    assert list(pd.read_csv(out)["platform"]) == ["host"]      # the derived fp16 peak prices it

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
-from sim.commands.predict import add_context_args, add_knob_args, space_from_args
+from sim.commands.predict import add_context_args, add_knob_args, check_at_least, space_from_args
 
 
 def _names(text: str, all_names) -> list[str]:
@@ -22,7 +23,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_knob_args(p)
     p.add_argument("--no-refine", action="store_true", help="partition ratio on the coarse grid only")
     p.add_argument("--out", required=True, metavar="FILE", help="output table: .csv or .parquet (needs pyarrow)")
-    p.add_argument("--workers", type=int, default=1, help="processes to spread the problems over (default 1)")
+    p.add_argument("--workers", type=int, default=1,
+                   help="processes to spread the problems over (default 1); with --scheduler local, its workers")
+    p.add_argument("--scheduler", metavar="local|tcp://HOST:PORT",
+                   help="run the problems on a Dask cluster (pip install 'hetspec[dask]'): local starts one of "
+                        "--workers processes, an address uses a running scheduler; same rows, same order")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_sweep)
 
@@ -30,9 +35,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 def cmd_sweep(args: argparse.Namespace) -> int:
     from hwmodels.loader import load_platforms
     from sim.commands.catalog import warn_bad_platform_files
+    from sim.optimizer import knob_flag
     from sim.strategies import available_methods
     from sim.sweep import check_table_path, parse_int_list, sweep, write_table
 
+    check_at_least(args.workers, 1, "--workers")
     check_table_path(args.out)              # before the sweep: a table that cannot be written fails at once
     platforms = _names(args.platforms, ["all"])
     if platforms == ["all"]:
@@ -44,17 +51,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                    methods=_names(args.methods, available_methods()), acceptances=args.acceptance or (),
                    contexts=parse_int_list(args.contexts, "--contexts"), batches=parse_int_list(args.batches, "--batches"),
                    space=space_from_args(args), progress=not args.no_progress, refine=not args.no_refine,
-                   workers=args.workers)
+                   workers=args.workers, scheduler=args.scheduler)
     path = write_table(result.table, args.out)
     elapsed = time.perf_counter() - start
+    for knob, methods in result.unused_knobs.items():
+        print(f"hetspec: note: {knob_flag(knob)} does not apply to {', '.join(methods)}: swept over their own "
+              "search space", file=sys.stderr)
     print(f"{result.configurations} configurations in {elapsed:.1f} s -> {path}")
-    if result.skipped:
-        print(f"skipped {len(result.skipped)} method/problem combinations, e.g.:")
-        seen = set()
-        for what, why in result.skipped:
-            if why not in seen:
-                seen.add(why)
-                print(f"  {what}: {why}")
-            if len(seen) >= 3:
-                break
+    # what was skipped and why: one line per (model, platform, reason), so no platform drops out unseen
+    for model, platform, why, methods, count in result.skip_summary():
+        print(f"hetspec: skipped {model} on {platform} ({', '.join(methods)}; {count} problem"
+              f"{'s' if count != 1 else ''}): {why}", file=sys.stderr)
     return 0

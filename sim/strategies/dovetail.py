@@ -259,6 +259,8 @@ class DovetailStrategy(Strategy):
         "target_gpu_layers": "option: target layers kept on the accelerator (Table II's 7 GB mode: 10)",
         "overlap_beta": "option: overlap of compute and memory time on the verifier, Dovetail eq. (4) (default 1)",
         "draft_dtype": "option: dtype of the drafter and of GPU-resident target layers (default fp16)",
+        "tree_shape": "greedy (the drafted tree) | chain (a chain drafter, from the acceptance model's draft_alpha)",
+        "draft_model": "a model preset (or config.json) as the drafter, as option drafter=<preset>",
     }
 
     # ------------------------------------------------------------------ search space

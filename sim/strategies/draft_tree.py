@@ -249,6 +249,7 @@ class DraftTreeStrategy(Strategy):
         "resident": "option: keep (default: the target's part under the budget stays in memory) or none "
                     "(a model that does not fit is re-read whole every forward)",
     }
+    budget_knobs = ("tree_width",)      # a cap: a chain shape stops at the depth (sim.optimizer)
 
     # ------------------------------------------------------------------ search space
     def search_space(self, problem: Problem) -> tuple[Knob, ...]:

@@ -389,7 +389,12 @@ class HcmpStrategy(Strategy):
         "split": "option: hcmp (Ghidorah: column split, dense/sparse attention) | megatron (Medusa+EM baseline)",
         "attention_split": "option (hcmp): dynamic (balance the attention, default) | static (dense on the primary, "
                            "sparse on the secondary)",
+        "tree": "a fixed tree (--tree-choices FILE of Medusa choice paths), as for medusa",
+        "cartesian_sizes": "option (tree_shape cartesian): candidates per head, as for medusa",
+        "medusa_heads": "option: heads computed per step, as for medusa",
+        "medusa_heads_impl": "option: reference | hetspec, as for medusa",
     }
+    budget_knobs = ("draft_depth",)     # a cap, as for medusa (sim.optimizer)
 
     def __init__(self) -> None:
         self._medusa = MedusaStrategy()

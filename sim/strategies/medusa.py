@@ -148,7 +148,10 @@ class MedusaStrategy(Strategy):
         "medusa_heads_impl": "option: reference (default: one GEMM per head over every verified token, as "
                              "Medusa's code) | hetspec (one batched GEMM for all heads over the last accepted "
                              "token, as HetSpec's real path)",
+        "tree": "a fixed tree (--tree-choices FILE of Medusa choice paths) instead of one built per width",
+        "cartesian_sizes": "option (tree_shape cartesian): candidates per head, e.g. 2,3",
     }
+    budget_knobs = ("draft_depth",)     # a cap: trees come out as deep as they need, up to it (sim.optimizer)
 
     # ------------------------------------------------------------------ search space
     def search_space(self, problem: Problem, max_width: int = DEFAULT_MAX_WIDTH) -> tuple[Knob, ...]:

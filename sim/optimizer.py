@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from hwmodels.errors import HetSpecError
+from sim.knobs import flag
 from sim.strategies import get_strategy
 from sim.strategies.base import CONFIG_KNOBS, Knob, Problem, Strategy, StrategyConfig
 from sim.tree import TokenTree
@@ -49,7 +50,7 @@ REFINE_TOP = 8
 RATIO_XATOL = 1e-3
 
 #: Command-line flag of each knob (messages name the flag the user typed); options: ``--option NAME=...``.
-KNOB_FLAGS = {"tree_width": "--tree-width", "draft_depth": "--draft-depth", "partition_ratio": "--ratio",
+KNOB_FLAGS = {**{k: flag(k) for k in ("tree_width", "draft_depth", "partition_ratio")},
               "device": "--device", "draft_device": "--draft-device", "draft_model": "--draft-model",
               "tree_shape": "--tree-shape", "tree": "--tree-choices"}
 

@@ -26,7 +26,7 @@ MEDUSA_LOG = ("--model", "vicuna-7b", "--platform", A100, "--method", "medusa", 
 
 
 @pytest.mark.parametrize("knob, match", [
-    (("--ratio", "0.3"), "--ratio does not apply to method medusa (its knobs: --tree-width"),
+    (("--ratio", "0.3"), "--partition-ratio does not apply to method medusa (its knobs: --tree-width"),
     (("--option", "foo=bar"), "--option foo does not apply to method medusa"),
     (("--draft-model", "llama-68m"), "--draft-model does not apply to method medusa"),
     (("--draft-depth", "99"), "--draft-depth 99 has no effect on method medusa here: its configurations come "
@@ -76,8 +76,8 @@ def test_a_sweep_knob_narrows_the_methods_that_take_it_and_says_which_do_not(tmp
 
 
 @pytest.mark.parametrize("methods, knob, match", [
-    ("medusa", ("--ratio", "0.3"), "--ratio does not apply to method medusa"),
-    ("ar,medusa", ("--ratio", "0.3"), "--ratio does not apply to any method swept (ar, medusa)"),
+    ("medusa", ("--ratio", "0.3"), "--partition-ratio does not apply to method medusa"),
+    ("ar,medusa", ("--ratio", "0.3"), "--partition-ratio does not apply to any method swept (ar, medusa)"),
     ("ar,medusa", ("--option", "foo=1"), "--option foo does not apply to any method swept"),
 ])
 def test_a_sweep_knob_no_method_takes_is_one_line(tmp_path, capsys, methods, knob, match):

@@ -35,9 +35,12 @@ def add_context_args(p: argparse.ArgumentParser, many: bool = False) -> None:
 
 def add_knob_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("knobs (fix or narrow the search; default: the method's search space)")
-    g.add_argument("--tree-width", help="tokens verified per step, root included: N, a list or a range (1-64)")
-    g.add_argument("--draft-depth", help="gamma / tree depth / drafter depth: N, a list or a range")
-    g.add_argument("--ratio", help="partition ratio in [0, 1], or LOW:HIGH to search a range")
+    g.add_argument("--tree-width", "--width", dest="tree_width",
+                   help="tokens verified per step, root included: N, a list or a range (1-64)")
+    g.add_argument("--draft-depth", "--depth", "--gamma", dest="draft_depth",
+                   help="gamma / tree depth / drafter depth: N, a list or a range")
+    g.add_argument("--partition-ratio", "--ratio", dest="ratio",
+                   help="partition ratio in [0, 1], or LOW:HIGH to search a range")
     g.add_argument("--device", help="device(s) for the target, comma-separated")
     g.add_argument("--draft-device", help="device(s) for the draft model, comma-separated")
     g.add_argument("--draft-model", help="draft model preset (chain, draft-tree)")

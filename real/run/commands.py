@@ -43,6 +43,7 @@ def register_run(subparsers) -> None:
     p.add_argument("--seed", type=int, default=0, help="prompt selection and sampling seed (default 0)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch threads while decoding (default: torch's; use 1 on a machine shared with other jobs)")
+    add_placement_flags(p)
     p.add_argument("--trace", default=None, metavar="FILE", help="write the per-step trace (.csv, .jsonl, .json)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a summary")
     p.set_defaults(func=handle_run)
@@ -68,6 +69,19 @@ RUN_KNOB_ARGS = {
 }
 
 
+def add_placement_flags(parser, graphs: bool = True) -> None:
+    """``--device``, ``--dtype`` (and ``--graphs``) of the single-device methods (real.model.placement)."""
+    parser.add_argument("--device", default=None, metavar="D",
+                        help="torch device of the single-device methods: cpu, cuda or cuda:N (default cuda:0 where "
+                             "CUDA exists, else cpu); the heterogeneous methods take --workers")
+    parser.add_argument("--dtype", default=None, choices=("fp32", "fp16", "bf16"),
+                        help="weights and activations: fp32 (default), fp16 (CUDA only), bf16")
+    if graphs:
+        parser.add_argument("--graphs", default="auto", choices=("auto", "on", "off"),
+                            help="replay each step's forward as a captured CUDA graph per token-count bucket "
+                                 "(auto: on for a CUDA device, off on the CPU; off = the eager reference)")
+
+
 def add_knob_flags(parser) -> None:
     """One flag per knob of :data:`sim.knobs.KNOBS`, named as there (short aliases accepted)."""
     from sim.knobs import KNOBS
@@ -87,7 +101,18 @@ def _request(args, method: str, only_applicable: bool):
         knobs = {k: v for k, v in knobs.items() if k in RUN_KNOBS[method]}
     return RunRequest(method=method, preset=args.preset, temperature=args.temperature, top_p=args.top_p,
                       prompts=args.prompts, prompt_tokens=args.prompt_tokens,
-                      max_new_tokens=args.max_new_tokens, seed=args.seed, threads=args.threads, **knobs)
+                      max_new_tokens=args.max_new_tokens, seed=args.seed, threads=args.threads,
+                      device=args.device, dtype=args.dtype, graphs=args.graphs, **knobs)
+
+
+def _check_placement(request) -> None:
+    """A device this machine lacks (or fp16 on the CPU) fails before any model is loaded or trained."""
+    from real.hetero.runner import uses_hetero_runner
+
+    if not uses_hetero_runner(request):
+        from real.model.placement import resolve
+
+        resolve(request.device, request.dtype, request.graphs)
 
 
 def handle_run(args: argparse.Namespace) -> int:
@@ -98,6 +123,7 @@ def handle_run(args: argparse.Namespace) -> int:
     if args.compare is not None:
         return _handle_compare(args)
     request = _request(args, args.method, only_applicable=False)   # validated before torch loads
+    _check_placement(request)
     args.preset = resolve_preset(args)
     request = replace(request, preset=args.preset)
     from real.run.demo_run import run_demo
@@ -127,6 +153,8 @@ def _handle_compare(args: argparse.Namespace) -> int:
         raise HetSpecError("--trace records one method; it does not combine with --compare")
     methods = parse_methods(args.compare)
     requests = [_request(args, m, only_applicable=True) for m in methods]
+    for r in requests:
+        _check_placement(r)
     args.preset = resolve_preset(args)
     requests = [replace(r, preset=args.preset) for r in requests]
     from real.run.compare import compare
@@ -139,7 +167,7 @@ def _handle_compare(args: argparse.Namespace) -> int:
     else:
         threads = f"{args.threads} thread(s)" if args.threads else "torch's default threads"
         print(f"{args.prompts} evaluation prompts x {args.max_new_tokens} new tokens, {args.preset} demo models, "
-              f"{threads}, median of {args.repeats} interleaved repeats")
+              f"{comparison.placement}, {threads}, median of {args.repeats} interleaved repeats")
         print(comparison.table())
     return 0
 
@@ -158,17 +186,24 @@ def register_profile(subparsers) -> None:
     p.add_argument("--prompt-tokens", type=int, default=64, help="tokens per prompt (default 64)")
     p.add_argument("--max-new-tokens", type=int, default=64,
                    help="greedy target tokens scored per prompt (default 64)")
+    add_placement_flags(p)
     p.set_defaults(func=handle_profile)
 
 
 def handle_profile(args: argparse.Namespace) -> int:
+    from real.model.placement import check_device_name, check_dtype_name
     from real.run.request import check_profile_args
 
     check_profile_args(args.out, args.prompts, args.prompt_tokens, args.max_new_tokens)
+    check_device_name(args.device)
+    check_dtype_name(args.dtype)
+    from real.model.placement import resolve
+
+    placement = resolve(args.device, args.dtype, args.graphs)     # before any model is loaded or trained
     args.preset = resolve_preset(args)
     from real.run.session import profile_demo
 
-    profile = profile_demo(args.preset, args.out, args.prompts, args.prompt_tokens, args.max_new_tokens)
+    profile = profile_demo(args.preset, args.out, args.prompts, args.prompt_tokens, args.max_new_tokens, placement)
     print(f"wrote {args.out}: {profile.name}, {profile.meta.get('positions', 0)} positions")
     if profile.medusa_accuracy is not None:
         top1 = ", ".join(f"{row[0]:.3f}" for row in profile.medusa_accuracy)

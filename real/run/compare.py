@@ -12,7 +12,6 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-import torch
 from tqdm.auto import tqdm
 
 from hwmodels.errors import HetSpecError
@@ -25,7 +24,9 @@ from real.run.session import (
     RunResult,
     config_summary,
     evaluation_prompts,
+    generator,
     load_models,
+    placement_of,
     run_prompts,
     torch_threads,
 )
@@ -56,6 +57,7 @@ class Comparison:
     baseline: str
     timings: tuple[MethodTiming, ...]
     repeats: int
+    placement: str = "cpu fp32"          # device and dtype the methods ran on
 
     def speedup(self, method: str) -> float:
         base = self._get(self.baseline).median_tokens_per_s
@@ -70,7 +72,7 @@ class Comparison:
 
     def to_json(self) -> dict:
         return {
-            "baseline": self.baseline, "repeats": self.repeats,
+            "baseline": self.baseline, "repeats": self.repeats, "placement": self.placement,
             "methods": [{
                 "method": t.method, "config": t.config,
                 "median_tokens_per_s": t.median_tokens_per_s, "tokens_per_s": list(t.tokens_per_s),
@@ -120,7 +122,8 @@ def compare(requests: list[RunRequest], repeats: int = 3, progress: bool = True)
     if repeats < 1:
         raise HetSpecError(f"--repeats must be >= 1, got {repeats}")
     first = requests[0]
-    models = load_models(first.preset, progress)
+    placement = placement_of(first)          # every request carries the same --device/--dtype/--graphs
+    models = load_models(first.preset, progress, placement)
     prompts = evaluation_prompts(models, first)
     configs = [request_config(r, models) for r in requests]
     decoders = [decoder(r.method) for r in requests]
@@ -133,7 +136,7 @@ def compare(requests: list[RunRequest], repeats: int = 3, progress: bool = True)
 
         def measure(i: int, rep: int, j: int):
             return decoders[i].generate(models, prompts[j], first.max_new_tokens, configs[i], clocks[i][rep],
-                                        torch.Generator().manual_seed(first.seed + j))
+                                        generator(models, first.seed + j))
 
         with tqdm(total=n * repeats * len(prompts), desc="compare", unit="decode",
                   disable=None if progress else True, leave=False) as bar:
@@ -150,4 +153,4 @@ def compare(requests: list[RunRequest], repeats: int = 3, progress: bool = True)
             mean_accepted_per_step=last.mean_accepted_per_step,
             draft_passes_per_step=sum(x.draft_passes for x in last.results) / last.steps,
             ids=tuple(x.ids for x in last.results), phase_ms_per_step=phase_breakdown(last)))
-    return Comparison(baseline=requests[0].method, timings=tuple(timings), repeats=repeats)
+    return Comparison(baseline=requests[0].method, timings=tuple(timings), repeats=repeats, placement=placement.describe())

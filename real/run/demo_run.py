@@ -14,6 +14,7 @@ from real.run.session import (
     demo_profile,
     evaluation_prompts,
     load_models,
+    placement_of,
     run_prompts,
     torch_threads,
 )
@@ -33,7 +34,8 @@ def run_demo(request: RunRequest, trace: str | None = None, progress: bool = Tru
     if uses_hetero_runner(request):   # several workers, or weights streamed under a budget (real/hetero)
         return run_hetero_demo(request, trace, progress)
     check_trace_path(trace)
-    models = load_models(request.preset, progress)
+    placement = placement_of(request)      # one line if --device names a device this machine lacks
+    models = load_models(request.preset, progress, placement)
     config = request_config(request, models)
     with torch_threads(request.threads):
         result = run_prompts(models, request.method, config, evaluation_prompts(models, request),
@@ -42,5 +44,7 @@ def run_demo(request: RunRequest, trace: str | None = None, progress: bool = Tru
         write_trace(result.records, trace)
     info = {"preset": request.preset, "prompts": request.prompts, "prompt_tokens": request.prompt_tokens,
             "max_new_tokens": request.max_new_tokens, "seed": request.seed, "temperature": request.temperature,
-            "threads": request.threads or torch.get_num_threads()}
+            "threads": request.threads or torch.get_num_threads(), "device": placement.device,
+            "dtype": placement.dtype, "graphs": placement.graphs,
+            "summary_lines": [f"  device          {placement.describe()}"]}
     return result, info

@@ -13,6 +13,7 @@ from hwmodels.datafile import read_data_file
 from hwmodels.errors import HetSpecError
 from real.decode import check_method
 from real.decode.sampling import Sampling
+from real.model.placement import check_device_name, check_dtype_name, check_graphs
 from sim.knobs import KNOBS, check_applies, flag
 from sim.tree import TokenTree
 
@@ -44,9 +45,25 @@ class RunRequest:
     max_new_tokens: int = 64
     seed: int = 0
     threads: int | None = None    # torch intra-op threads while decoding (None: torch's default)
+    # where a single-device method runs (real.model.placement; None: the default)
+    device: str | None = None     # cpu, cuda or cuda:N (default cuda:0 where CUDA exists, else cpu)
+    dtype: str | None = None      # fp32 (default), fp16 (CUDA), bf16
+    graphs: str = "auto"          # CUDA graphs: auto (on for a CUDA device), on, off
 
     def __post_init__(self) -> None:
         check_method(self.method)
+        object.__setattr__(self, "device", check_device_name(self.device))
+        check_dtype_name(self.dtype)
+        check_graphs(self.graphs)
+        from real.hetero import HETERO_DECODER_MODULES
+
+        placed = [f for f, v in (("--device", self.device), ("--dtype", self.dtype)) if v is not None]
+        if self.method in HETERO_DECODER_MODULES and (placed or self.graphs != "auto"):
+            raise HetSpecError(f"{self.method} places its work with --workers (e.g. cuda:0,cpu), not "
+                               f"{', '.join(placed) or '--graphs'}")
+        if self.memory_budget is not None and (placed or self.graphs == "on"):
+            raise HetSpecError("--memory-budget streams the target's layers into CPU memory; it takes no "
+                               f"{', '.join(placed) or '--graphs'}")
         if self.threads is not None and self.threads < 1:
             raise HetSpecError(f"--threads must be >= 1, got {self.threads}")
         for name in ("tree_width", "draft_depth", "top_k"):

@@ -141,10 +141,10 @@ def run_prompts(models, method: str, config, prompts, max_new_tokens: int, seed:
         raise HetSpecError("no prompts to decode")
     if warmup:
         dec.generate(models, prompts[0], min(WARMUP_TOKENS, max_new_tokens), config, Clock(worker),
-                     torch.Generator().manual_seed(seed))
+                     generator(models, seed))
     clock = Clock(worker)
     bar = tqdm(prompts, desc=method, unit="prompt", disable=None if progress else True, leave=False)
-    results = tuple(dec.generate(models, p, max_new_tokens, config, clock, torch.Generator().manual_seed(seed + i))
+    results = tuple(dec.generate(models, p, max_new_tokens, config, clock, generator(models, seed + i))
                     for i, p in enumerate(bar))
     return RunResult(method=method, config=config_summary(config), results=results, records=tuple(clock.records))
 
@@ -186,31 +186,53 @@ def demo_profile(models, preset: str) -> AcceptanceProfile:
 
 
 def profile_demo(preset: str, out: str | Path, prompts: int, prompt_tokens: int,
-                 max_new_tokens: int) -> AcceptanceProfile:
-    """``hetspec profile-acceptance``: measure on calibration prompts and write the profile to ``out``."""
+                 max_new_tokens: int, placement=None) -> AcceptanceProfile:
+    """``hetspec profile-acceptance``: measure on calibration prompts and write the profile to ``out``
+    (on ``placement``'s device and dtype, :class:`real.model.placement.Placement`; default: the CPU)."""
     from real.run.acceptance import measure_profile
     from real.train.corpus import prompts as corpus_prompts
 
     check_profile_args(str(out), prompts, prompt_tokens, max_new_tokens)
-    models = load_models(preset)
+    models = load_models(preset, placement=placement)
     calibration = corpus_prompts(models.tokenizer, "calibration", prompts, prompt_tokens, seed=0)
+    where = {"device": placement.device, "dtype": placement.dtype} if placement is not None else {}
     profile = measure_profile(models, calibration, max_new_tokens, name=f"demo-{preset}",
                               source=f"measured by hetspec profile-acceptance on {prompts} calibration "
                                      f"prompts of the demo {preset} models",
                               meta={"preset": preset, "prompt_tokens": prompt_tokens,
-                                    "models_fingerprint": models_fingerprint(models)})
+                                    "models_fingerprint": models_fingerprint(models), **where})
     profile.save(out)
     return profile
 
 
-def load_models(preset: str, progress: bool = True):
+def load_models(preset: str, progress: bool = True, placement=None):
+    """The demo models of ``preset`` in eval mode; with a :class:`real.model.placement.Placement`, moved
+    to its device and dtype (CUDA graphs attached where it says)."""
     from real.train.demo import load_demo
 
     models = load_demo(preset, progress=progress)
     for model in (models.target, models.draft, models.heads):
         if model is not None:
             model.eval()
+    if placement is not None:
+        from real.model.placement import place_models
+
+        models = place_models(models, placement, in_place=True)
     return models
+
+
+def placement_of(request: RunRequest):
+    """The :class:`real.model.placement.Placement` of a single-device request on this machine (one line
+    if its device is not here)."""
+    from real.model.placement import resolve
+
+    return resolve(request.device, request.dtype, request.graphs)
+
+
+def generator(models, seed: int) -> torch.Generator:
+    """A seeded generator on the target's device (sampling on a GPU draws there)."""
+    device = next(models.target.parameters()).device
+    return torch.Generator(device=device).manual_seed(seed)
 
 
 def evaluation_prompts(models, request: RunRequest) -> list[list[int]]:

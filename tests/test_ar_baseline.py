@@ -11,13 +11,6 @@ from hetspec.cli import main
 A100 = "a100-80gb-pcie"
 
 
-def one_line_error(capsys, *args: str, match: str) -> str:
-    assert main(list(args)) == 2
-    err = capsys.readouterr().err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("hetspec: error: "), err
-    assert match in lines[0], lines[0]
-    return lines[0]
 
 
 # ---------------------------------------------------------------------- speedup against ar on the same device

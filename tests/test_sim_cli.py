@@ -6,8 +6,7 @@ import json
 
 import pytest
 
-from cli_runner import run_cli
-from hetspec.cli import main
+from cli_runner import one_line_error, run_cli
 from hwmodels.loader import platform_names
 
 JETSON = "jetson-xavier-nx-204mhz"
@@ -19,14 +18,6 @@ def ok(*args: str):
     return proc
 
 
-def one_line_error(capsys, *args: str, match: str) -> str:
-    """The CLI entry point in-process (fast): exit status 2 and one ``hetspec: error:`` line."""
-    assert main(list(args)) == 2
-    err = capsys.readouterr().err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("hetspec: error: "), err
-    assert match in lines[0], lines[0]
-    return lines[0]
 
 
 @pytest.mark.skipif(JETSON not in platform_names(), reason="Jetson preset not in the tree yet")

@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from cli_runner import one_line_error
 from hetspec.cli import main
 
 try:
@@ -20,13 +21,6 @@ A100 = "a100-80gb-pcie"
 SWEEP = ("sweep", "--models", "llama-68m", "--platforms", "a100-80gb-pcie", "--methods", "ar,medusa,chain",
          "--acceptance", "ghidorah-mbpp", "--contexts", "64,256,1024", "--batches", "1,2", "--tree-width", "1,8,32",
          "--no-progress")
-
-
-def one_line_error(capsys, *args: str, match: str) -> str:
-    assert main(list(args)) == 2
-    lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("hetspec: error: ") and match in lines[0], lines
-    return lines[0]
 
 
 @needs_dask

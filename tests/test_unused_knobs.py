@@ -7,18 +7,12 @@ import json
 
 import pytest
 
+from cli_runner import one_line_error
 from hetspec.cli import main
 
 A100 = "a100-80gb-pcie"
 
 
-def one_line_error(capsys, *args: str, match: str) -> str:
-    assert main(list(args)) == 2
-    err = capsys.readouterr().err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("hetspec: error: "), err
-    assert match in lines[0], lines[0]
-    return lines[0]
 
 
 # ---------------------------------------------------------------------- knobs a method does not use

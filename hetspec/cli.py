@@ -43,6 +43,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import os
+
+    # OpenMP reads its wait policy once, when torch starts it: set it before any command imports torch.
+    # PASSIVE: idle OpenMP threads sleep instead of spinning, which on a machine shared with other jobs
+    # keeps a multi-threaded operator from waiting on spinning threads (docs/validation.md). Calibration
+    # and the runs it prices both start here, so they run under the same policy.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
@@ -52,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except HetSpecError as exc:
         print(f"hetspec: error: {exc}", file=sys.stderr)
-        return 2
+        return getattr(exc, "exit_code", 2)     # 3: the machine changed under a measurement
     except KeyboardInterrupt:
         print("hetspec: interrupted", file=sys.stderr)
         return 130

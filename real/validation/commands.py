@@ -28,6 +28,12 @@ def register_calibrate(subparsers) -> None:
                    help="platform file to write (default: host.toml in $HETSPEC_PLATFORMS_DIR or the user "
                         "platform folder)")
     p.add_argument("--quick", action="store_true", help="fewer sizes and repeats (about 20 s instead of 1-2 min)")
+    p.add_argument("--force", action="store_true",
+                   help="write the calibration even if the machine changed under it (the warning goes into the "
+                        "platform's descriptions and the raw measurements); without it such a calibration is "
+                        "refused with exit status 3")
+    p.add_argument("--attempts", type=int, default=3, metavar="N",
+                   help="measure up to N times while the machine changes under the measurement (default 3)")
     p.add_argument("--device", default=None, metavar="D",
                    help="profile the operators of a torch device (cpu, cuda, cuda:N) instead: writes a measured "
                         "operator profile (CSV) and a platform whose device is priced by it (TOML)")
@@ -50,7 +56,8 @@ def handle_calibrate(args: argparse.Namespace) -> int:
         raise HetSpecError("--models and --dtype go with --device (the operator profile of a torch device)")
     from real.validation.calibrate import calibrate, raw_path, summary_lines
 
-    platform, path, cal = calibrate(args.out, quick=args.quick, progress=True)
+    platform, path, cal = calibrate(args.out, quick=args.quick, progress=True, force=args.force,
+                                    attempts=args.attempts)
     for line in summary_lines(platform, cal):
         print(line)
     print(f"wrote {path} (measurements: {raw_path(path)})")

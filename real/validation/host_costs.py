@@ -82,5 +82,5 @@ def fit_host_costs(device: Device, loops, settings: Settings, by: str, on: str) 
                 + ", ".join(f"{1e6 * s.step_s:.1f}" for s in rows)
                 + " us per step; minus the model's price of its forwards and heads, the rest ("
                 + ", ".join(f"{1e6 * r:.1f}" for r in residual)
-                + f" us) is fitted as {' + '.join(terms)} (least squares, >= 0; median of {settings.loop_repeats}) {on}")
+                + f" us) is fitted as {' + '.join(terms)} (least squares, >= 0; {settings.medians(settings.loop_repeats)}) {on}")
     return costs, sources

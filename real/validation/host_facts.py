@@ -48,6 +48,15 @@ class Settings:
     overhead_repeats: int = 9
     loop_repeats: int = 5
     label: str = "full"
+    rounds: int = 3        # interleaved rounds of the benchmarks (real.run.repeats.interleaved)
+
+    def per_round(self, repeats: int) -> int:
+        """Repeats of a benchmark in each round: ``repeats`` split over :attr:`rounds` (at least one)."""
+        return max(1, -(-repeats // self.rounds))
+
+    def medians(self, repeats: int) -> str:
+        """How a source names the statistic of a benchmark of ``repeats`` repeats."""
+        return f"median of {self.rounds} interleaved rounds x {self.per_round(repeats)}"
 
 
 #: Token counts 1..256 (the verification widths and draft lengths of the methods), dense where verification widths and draft lengths live
@@ -131,6 +140,7 @@ class WorkerMeasurement:
     overhead: object              # real.validation.microbench.LayerOverhead
     loops: tuple = ()             # real.validation.microbench.LoopSample rows: the real decode loops on the probe
     streaming: object = None      # real.validation.microbench.StreamingProbe: a step of a model larger than the cache
+    spread: dict = field(default_factory=dict)   # machine.SPREAD_KEYS -> max / min - 1 over the rounds
     dtype_rates: tuple = ()       # real.validation.microbench.DtypeRate rows: bf16 / fp16 GEMMs at the fp32 peak's shape
 
 
@@ -153,6 +163,10 @@ class Calibration:
     seconds: float = 0.0
     command: str = "hetspec calibrate"
     extra: dict = field(default_factory=dict)
+    #: the reference probe at the start and end, the spreads, the verdict (real.validation.machine)
+    robustness: dict = field(default_factory=dict)
+    #: torch threads and OpenMP settings the calibration ran with (and the runs it prices run with)
+    runtime: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
         out = asdict(self)

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from hwmodels.platform import Device, Link, LoopCosts, MemoryDomain, Platform
 from real.validation.host_costs import fit_host_costs
+from real.validation.host_hetero import add_hetero
 from real.validation.host_facts import (
     COLD_POOL_LLC,
     DRAM_WORKING_SET_LLC,
@@ -24,6 +25,12 @@ def _mib(nbytes: float) -> str:
     return f"{nbytes / 2**20:.0f} MiB"
 
 
+def _wait_policy(cal: Calibration) -> str:
+    """The OpenMP wait policy the calibration ran with (the hetspec CLI sets PASSIVE unless told otherwise)."""
+    policy = cal.runtime.get("omp_wait_policy") if cal.runtime else None
+    return f"OMP_WAIT_POLICY={policy}" if policy else "OMP_WAIT_POLICY unset (the OpenMP runtime's default)"
+
+
 def _device(name: str, w: WorkerMeasurement, cal: Calibration, description: str) -> Device:
     s = cal.settings
     by = f"by {cal.command}"
@@ -34,27 +41,27 @@ def _device(name: str, w: WorkerMeasurement, cal: Calibration, description: str)
     sources = {
         "peak_tflops.fp32": (f"measured: {w.peak_flops_per_s / 1e9:.1f} GFLOP/s {by} (best F.linear of M in "
                              f"{list(s.m_values)} x (K, N) in {[list(x) for x in s.shapes]}, reached at M={best.m}, "
-                             f"K={best.k}, N={best.n}; {thr}, median of {s.repeats}) {on}"),
+                             f"K={best.k}, N={best.n}; {thr}, {s.medians(s.repeats)}) {on}"),
         "compute_efficiency": "1: peak_tflops is the measured best GEMM rate, so it is achievable by definition; "
                               "gemm_efficiency_curve gives the rate at each token count",
         "gemm_efficiency_curve": (f"measured {by}: per M, the median over (K, N) in {[list(x) for x in s.shapes]} "
                                   f"of the F.linear rate with the weight streamed from DRAM (a ring of distinct "
                                   f"weights totalling {COLD_POOL_LLC} x the last-level cache) divided by "
-                                  f"peak_tflops ({thr}, median of {s.repeats}) {on}"),
+                                  f"peak_tflops ({thr}, {s.medians(s.repeats)}) {on}"),
         "cache_gemm_efficiency_curve": (f"measured {by}: as gemm_efficiency_curve with the weight resident in the "
                                         f"cache (the same weight every call; shapes of at most "
-                                        f"{_mib(WARM_WEIGHT_MAX_BYTES)}) ({thr}, median of {s.repeats}) {on}"),
+                                        f"{_mib(WARM_WEIGHT_MAX_BYTES)}) ({thr}, {s.medians(s.repeats)}) {on}"),
         "mem_bw_gbps": (f"measured: {w.dram_bw_bytes_per_s / 1e9:.1f} GB/s {by} (stream triad a = b + 3c, "
                         f"3 arrays totalling {_mib(cal.dram_working_set_bytes)} = {DRAM_WORKING_SET_LLC} x the "
-                        f"last-level cache; {thr}, median of {s.repeats}) {on}"),
+                        f"last-level cache; {thr}, {s.medians(s.repeats)}) {on}"),
         "bw_efficiency": "1: mem_bw_gbps is the measured achievable stream bandwidth, not a datasheet peak",
         "cache_gb": (f"measured {by}: stream triad at working sets "
                      + ", ".join(f"{_mib(ws)} {bw / 1e9:.0f}" for ws, bw in w.cache_curve)
                      + f" GB/s (DRAM {w.dram_bw_bytes_per_s / 1e9:.0f}); the largest still above the geometric "
                        f"midpoint of the fastest and DRAM ({_mib(w.cache_bytes)}) is the cache this process gets "
-                       f"(the OS reports {cal.llc_source}; {thr}, median of {s.repeats}) {on}"),
+                       f"(the OS reports {cal.llc_source}; {thr}, {s.medians(s.repeats)}) {on}"),
         "cache_bw_gbps": (f"measured: {w.cache_bw_bytes_per_s / 1e9:.1f} GB/s {by} (stream triad, median over the "
-                          f"working sets up to the effective cache; {thr}, median of {s.repeats}) {on}"),
+                          f"working sets up to the effective cache; {thr}, {s.medians(s.repeats)}) {on}"),
         "mem_capacity_gb": f"os.sysconf: {cal.memory_bytes / 1e9:.1f} GB of physical memory",
         "op_overhead_us": (f"measured: {ov.per_op_s * 1e6:.2f} us per step-graph operator {by}: the real path's "
                            f"forward (real/model/transformer.py at hidden {ov.hidden}, compute negligible, {ov.context} cached "
@@ -65,12 +72,13 @@ def _device(name: str, w: WorkerMeasurement, cal: Calibration, description: str)
                            f"step-graph operators. The layer issues {ov.aten_ops_per_layer} torch operators for "
                            f"{ov.graph_ops_per_layer} step-graph ones, at {w.dispatch_s * 1e6:.2f} us of bare dispatch "
                            f"each (torch.add on 4 elements); the rest is Python module and argument handling ({thr}, "
-                           f"{s.overhead_repeats} interleaved repeats) {on}"),
+                           f"{s.medians(s.overhead_repeats)} interleaved repeats) {on}"),
         "token_tile": "1: the measured gemm_efficiency_curve is useful FLOP/s at each token count, so any "
                       "rounding of M by the kernels is already in it",
         "sparse_attn_efficiency": "0: the real path computes tree attention densely (scaled_dot_product_attention "
                                   "with a boolean mask)",
-        "cores": (f"{w.threads} of this machine's {cal.cores} cores (torch intra-op threads)"),
+        "cores": (f"{w.threads} of this machine's {cal.cores} cores: the torch intra-op threads set for the "
+                  f"calibration and for the real runs priced on this device; {_wait_policy(cal)}"),
     }
     peaks, derived = _low_precision_peaks(w, sources, thr, s, by, on)
     device = Device(
@@ -187,6 +195,7 @@ def build_platform(cal: Calibration, name: str = HOST_NAME) -> Platform:
                 f"(one worker alone: {single.dram_bw_bytes_per_s / 1e9:.1f} GB/s) {on}"
                 if n_conc > 1 else "1: a single core has no second worker to contend with"),
         })
+    loops, extra_links = add_hetero(cal, loops, (), workers)   # split-step costs, the storage link
     linked = workers[:MAX_LINKED_WORKERS]
     links = tuple(
         Link(name=f"{a}-{b}", kind="unified", src=a, dst=b, description="zero-copy hand-over between worker threads",
@@ -202,5 +211,5 @@ def build_platform(cal: Calibration, name: str = HOST_NAME) -> Platform:
     return Platform(name=name,
                     description=f"this machine, calibrated by {cal.command} on {cal.date}: {cal.cpu}, "
                                 f"{cal.cores} cores, torch {cal.torch_version}",
-                    devices=devices, links=links, memory_domains=(domain,),
+                    devices=devices, links=links + extra_links, memory_domains=(domain,),
                     loop_costs={n: c for n, c in loops.items() if c is not None})

@@ -1,23 +1,198 @@
-"""The machine under test: its calibrated platform, and how far its state has moved since
-``hetspec calibrate`` measured it."""
+"""The machine under test: its calibrated platform, and whether its state held still while it was
+measured.
+
+A shared machine changes under a measurement (other jobs, clocks, the scheduler taking a core away
+from a multi-threaded operator). Two checks tell a measurement that can be trusted from one that
+cannot (docs/validation.md, "Robustness on a shared machine"):
+
+- the **reference probe** (:func:`reference_probe`, about a second): the real path's fixed cost
+  per operator (the calibration's overhead probe, :func:`real.validation.microbench.layer_overhead`)
+  and a STREAM triad on the calibration's DRAM working set. ``hetspec calibrate`` times it at its
+  start and its end (:func:`calibration_problems`); ``hetspec validate`` and ``hetspec demo`` time
+  it before and after the measured grid and compare it with the calibration
+  (:func:`machine_drift`, :func:`validation_verdict`);
+- the **spread** of a calibration's interleaved rounds (:func:`spread`: max / min - 1 over the
+  rounds of each key measurement: GEMM rates, triad bandwidths, fixed cost per operator, the
+  decode loops' step times).
+
+A measurement that fails a check is refused (:class:`MachineChanged`, exit status
+:data:`EXIT_UNTRUSTED`) or, for a validation, reported as "not a validation".
+"""
 
 from __future__ import annotations
 
+import math
+import time
+
 from hwmodels.errors import HetSpecError
 
+#: Exit status of a command whose measurement cannot be trusted: the machine changed under it
+#: (2 stays a bad input). ``hetspec calibrate`` without ``--force``, ``hetspec validate`` and
+#: ``hetspec demo`` whose report is not a validation.
+EXIT_UNTRUSTED = 3
 #: Relative change of the fixed cost per operator since calibration above which the report warns.
 DRIFT_WARNING = 0.15
+#: The reference probe moving more than this between the start and the end of a calibration, or
+#: between before and after a validation's grid: the machine changed under the measurement.
+PROBE_MOVE_LIMIT = 0.25
+#: A key measurement of a calibration whose interleaved rounds spread more than this (max / min - 1).
+SPREAD_LIMIT = 0.35
+#: The reference probe before or after a validation's grid further than this from the calibration:
+#: the predictions were priced for another state of the machine; not a validation.
+CALIBRATION_CHANGE_LIMIT = 0.35
+#: A relative error above this is never presented as a result.
+ERROR_LIMIT = 1.0
+#: Repeats of the overhead probe in the reference probe (each: 20 steps of two depths, two masks).
+PROBE_REPEATS = 3
+#: What the reference probe reports, and how a line names it.
+PROBE_KEYS = {"op_us": ("fixed cost per operator", "us"), "triad_gbps": ("DRAM triad bandwidth", "GB/s")}
+#: The spread of a calibration's key measurements, and how a line names it.
+SPREAD_KEYS = {"gemm_cache": "GEMM rate (weights in the cache)", "gemm_dram": "GEMM rate (weights from DRAM)",
+               "triad_dram": "DRAM triad bandwidth", "triad_cache": "cache triad bandwidth",
+               "op_overhead": "fixed cost per operator", "host_loops": "decode-loop step time (host costs)"}
 
 
-def machine_drift(dev, threads: int) -> dict:
-    """The overhead probe of the calibration re-timed now: how far the machine's state (load, clock)
-    has moved since ``hetspec calibrate`` measured it (a few seconds)."""
-    from real.validation.microbench import layer_overhead
+class MachineChanged(HetSpecError):
+    """A measurement the machine changed under: one line saying what moved and by how much."""
 
-    now = layer_overhead(threads, 3, 2).per_op_s * 1e6
+    exit_code = EXIT_UNTRUSTED
+
+
+def change(now: float, then: float) -> float:
+    """``now / then - 1`` (NaN without a positive ``then``)."""
+    return now / then - 1.0 if then and then > 0 and math.isfinite(now) else float("nan")
+
+
+def spread(values) -> float:
+    """max / min - 1 of positive values (0 for fewer than two; infinity with a non-positive one)."""
+    values = [float(v) for v in values]
+    if len(values) < 2:
+        return 0.0
+    low = min(values)
+    return max(values) / low - 1.0 if low > 0 else float("inf")
+
+
+def reference_probe(threads: int, triad_bytes: int) -> dict:
+    """The reference probe now, with ``threads`` torch threads: ``op_us``, the real path's fixed cost
+    per step-graph operator (the calibration's overhead probe, :data:`PROBE_REPEATS` interleaved
+    repeats), and ``triad_gbps``, a STREAM triad on ``triad_bytes`` (median of 5)."""
+    from real.validation.microbench import layer_overhead, stream_bandwidth
+
+    t0 = time.perf_counter()
+    op_us = layer_overhead(threads, PROBE_REPEATS, 2).per_op_s * 1e6
+    triad = stream_bandwidth(triad_bytes, threads, 5, 1) / 1e9
+    return {"threads": threads, "op_us": round(op_us, 3), "triad_gbps": round(triad, 3), "triad_bytes": triad_bytes,
+            "seconds": round(time.perf_counter() - t0, 2)}
+
+
+def _value(key: str, x: float) -> str:
+    return f"{x:.1f} {PROBE_KEYS[key][1]}"
+
+
+def probe_moves(a: dict, b: dict, limit: float, when: str) -> list[str]:
+    """One phrase per quantity of the reference probe that moved more than ``limit`` from ``a`` to ``b``."""
+    out = []
+    for key, (label, _) in PROBE_KEYS.items():
+        c = change(b[key], a[key])
+        if not abs(c) <= limit:
+            out.append(f"{label} {_value(key, a[key])} -> {_value(key, b[key])} ({100 * c:+.0f} %) {when}")
+    return out
+
+
+def calibration_problems(robustness: dict) -> list[str]:
+    """What moved while a calibration measured, one phrase each: the reference probe from start to
+    end beyond :data:`PROBE_MOVE_LIMIT`, a key measurement's spread over the rounds beyond
+    :data:`SPREAD_LIMIT`. ``robustness``: the record :func:`real.validation.calibrate.measure` keeps."""
+    out = []
+    for label, probes in robustness.get("reference", {}).items():
+        out += [f"{label}: {m}" for m in probe_moves(probes["start"], probes["end"], PROBE_MOVE_LIMIT,
+                                                     "from start to end")]
+    rounds = robustness.get("rounds", 0)
+    for label, spreads in robustness.get("spread", {}).items():
+        for key, s in spreads.items():
+            if not s <= SPREAD_LIMIT:
+                out.append(f"{label}: {SPREAD_KEYS.get(key, key)} spread {100 * s:.0f} % over {rounds} rounds "
+                           f"(limit {100 * SPREAD_LIMIT:.0f} %)")
+    return out
+
+
+def triad_bytes_of(platform) -> int:
+    """The DRAM working set the calibration of ``platform`` streamed (its raw measurements, next to
+    the platform file), else the calibration's default: :data:`DRAM_WORKING_SET_LLC` x the last-level cache."""
+    import json
+    from pathlib import Path
+
+    from real.validation.host_facts import DRAM_WORKING_SET_LLC, RAW_SUFFIX, llc_bytes
+
+    path = Path(platform.path) if getattr(platform, "path", "") else None
+    raw = path.with_name(path.stem + RAW_SUFFIX) if path is not None else None
+    if raw is not None and raw.exists():
+        try:
+            return int(json.loads(raw.read_text())["dram_working_set_bytes"])
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    return DRAM_WORKING_SET_LLC * llc_bytes()[0]
+
+
+def machine_drift(dev, threads: int, triad_bytes: int | None = None) -> dict:
+    """The reference probe re-timed now, against the calibration of ``dev``: how far the machine's
+    state (load, clocks) has moved since ``hetspec calibrate`` measured it (about a second)."""
+    import os
+
+    from real.validation.host_facts import DRAM_WORKING_SET_LLC, llc_bytes
+
+    probe = reference_probe(threads, triad_bytes or DRAM_WORKING_SET_LLC * llc_bytes()[0])
     then = dev.cache_op_overhead_us if dev.cache_op_overhead_us is not None else dev.op_overhead_us
-    return {"now_us": now, "calibrated_us": then, "change": (now - then) / then if then > 0 else float("nan"),
-            "warning": DRIFT_WARNING}
+    return {"now_us": probe["op_us"], "calibrated_us": then, "change": change(probe["op_us"], then),
+            "triad_now_gbps": probe["triad_gbps"], "triad_calibrated_gbps": dev.mem_bw_gbps,
+            "triad_change": change(probe["triad_gbps"], dev.mem_bw_gbps), "warning": DRIFT_WARNING,
+            "limit": CALIBRATION_CHANGE_LIMIT, "probe": probe,
+            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "")}
+
+
+def _worst_error(points: list[dict], random_rows: list[dict]) -> tuple[float, str]:
+    worst, where = 0.0, ""
+    for r in points:
+        for key, what in (("step_error_signed", "step"), ("tps_error_signed", "tokens/s")):
+            e = r.get(key)
+            if e is not None and math.isfinite(e) and abs(e) > abs(worst):
+                worst, where = e, f"{r['label']} {what}"
+    for r in random_rows:
+        e = r.get("error_signed")
+        if e is not None and math.isfinite(e) and abs(e) > abs(worst):
+            worst, where = e, f"{r['model']} q={r['tokens']} step"
+    return worst, where
+
+
+def validation_verdict(before: dict, after: dict | None, points: list[dict], random_rows: list[dict] = ()) -> dict:
+    """Whether a validation's numbers are a validation: the reference probe before and after the grid
+    within :data:`CALIBRATION_CHANGE_LIMIT` of the calibration and within :data:`PROBE_MOVE_LIMIT` of
+    each other, and no error above :data:`ERROR_LIMIT`. Returns ``trusted``, ``reasons`` and the
+    report's ``headline`` (None when trusted)."""
+    moved = []
+    for when, d in (("before the grid", before), ("after the grid", after)):
+        if d is None:
+            continue
+        for key, label in (("change", "fixed cost per operator"), ("triad_change", "DRAM triad bandwidth")):
+            c = d.get(key)
+            if c is not None and not abs(c) <= CALIBRATION_CHANGE_LIMIT:
+                moved.append(f"{label} {100 * c:+.0f} % vs calibration {when}")
+    if after is not None:
+        moved += probe_moves(before["probe"], after["probe"], PROBE_MOVE_LIMIT, "during the grid")
+    worst, where = _worst_error(points, list(random_rows))
+    reasons = list(moved)
+    if abs(worst) > ERROR_LIMIT:
+        reasons.append(f"errors over {100 * ERROR_LIMIT:.0f} % ({where} {100 * worst:+.0f} %)")
+    if not reasons:
+        headline = None
+    elif moved:
+        headline = f"not a validation: the machine changed ({'; '.join(reasons)})"
+    else:
+        headline = (f"not a validation: {reasons[0]}, while the reference probe held within "
+                    f"{100 * CALIBRATION_CHANGE_LIMIT:.0f} % of the calibration: recalibrate and run again")
+    return {"trusted": not reasons, "reasons": reasons, "headline": headline, "worst_error": worst,
+            "limits": {"calibration_change": CALIBRATION_CHANGE_LIMIT, "probe_move": PROBE_MOVE_LIMIT,
+                       "error": ERROR_LIMIT}}
 
 
 def load_host(platform: str):

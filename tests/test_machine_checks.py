@@ -1,0 +1,176 @@
+"""Robustness on a shared machine: the reference probe and the spread of a calibration's rounds
+(real/validation/machine.py), a calibration refused without ``--force`` and written with it, and a
+validation whose machine changed under it reported as "not a validation" with exit status 3.
+
+The drift is injected: the reference probe is replaced by one that returns drifting values."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+
+import pytest
+
+from hwmodels.loader import load_platform_file
+from real.validation import machine
+from real.validation.machine import (
+    EXIT_UNTRUSTED,
+    PROBE_MOVE_LIMIT,
+    SPREAD_LIMIT,
+    MachineChanged,
+    calibration_problems,
+    probe_moves,
+    spread,
+    validation_verdict,
+)
+
+#: The smallest calibration that runs every benchmark: one token count, one shape, one repeat, two rounds.
+TINY = dict(m_values=(1,), shapes=((64, 64),), repeats=1, warmup=1, dram_working_set_bytes=16 * 2**20,
+            cold_pool_bytes=16 * 2**20, overhead_repeats=1, loop_repeats=1, label="test", rounds=2)
+
+
+def _probe(op_us: float, triad_gbps: float = 20.0, threads: int = 1) -> dict:
+    return {"threads": threads, "op_us": op_us, "triad_gbps": triad_gbps, "triad_bytes": 16 * 2**20, "seconds": 0.0}
+
+
+class DriftingProbe:
+    """A reference probe whose fixed cost per operator doubles at every call (the machine slows down)."""
+
+    def __init__(self, op_us: float = 10.0, factor: float = 2.0):
+        self.op_us, self.factor, self.calls = op_us, factor, 0
+
+    def __call__(self, threads: int, triad_bytes: int) -> dict:
+        self.calls += 1
+        self.op_us *= self.factor
+        return _probe(self.op_us, threads=threads)
+
+
+# ---------------------------------------------------------------------------- the checks
+def test_spread_and_probe_moves():
+    assert spread([10.0, 12.0, 11.0]) == pytest.approx(0.2)
+    assert spread([5.0]) == 0.0 and math.isinf(spread([0.0, 1.0]))
+    assert probe_moves(_probe(10.0), _probe(10.0 * (1 + PROBE_MOVE_LIMIT / 2)), PROBE_MOVE_LIMIT, "x") == []
+    moved = probe_moves(_probe(10.0, 20.0), _probe(15.0, 10.0), PROBE_MOVE_LIMIT, "from start to end")
+    assert moved == ["fixed cost per operator 10.0 us -> 15.0 us (+50 %) from start to end",
+                     "DRAM triad bandwidth 20.0 GB/s -> 10.0 GB/s (-50 %) from start to end"]
+    rob = {"rounds": 3, "reference": {"2 threads (cpu)": {"start": _probe(10.0), "end": _probe(10.5)}},
+           "spread": {"2 threads (cpu)": {"op_overhead": 0.05, "triad_dram": SPREAD_LIMIT + 0.2}}}
+    assert calibration_problems(rob) == [
+        f"2 threads (cpu): DRAM triad bandwidth spread {100 * SPREAD_LIMIT + 20:.0f} % over 3 rounds "
+        f"(limit {100 * SPREAD_LIMIT:.0f} %)"]
+    rob["spread"]["2 threads (cpu)"]["triad_dram"] = 0.1
+    assert calibration_problems(rob) == []
+
+
+# ---------------------------------------------------------------------------- calibrate
+@pytest.fixture(scope="module")
+def forced(tmp_path_factory):
+    """A tiny calibration measured while the injected reference probe drifts, written with ``force``."""
+    from real.validation import calibrate as cal_mod
+    from real.validation.host_facts import Settings
+
+    probe = DriftingProbe()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(cal_mod, "reference_probe", probe)
+        out = tmp_path_factory.mktemp("forced") / "host.toml"
+        platform, path, cal = cal_mod.calibrate(out, progress=False, settings=Settings(**TINY), force=True,
+                                                attempts=1)
+    return platform, path, cal, probe
+
+
+def test_a_forced_calibration_is_written_with_its_warning(forced):
+    platform, path, cal, probe = forced
+    threads = cal.runtime["torch_threads"]
+    assert probe.calls == 2 * (2 if threads > 1 else 1)        # start and end, per thread count
+    rob = cal.robustness
+    assert rob["trusted"] is False and rob["attempts"] == 1 and rob["rounds"] == 2
+    assert any("fixed cost per operator" in p and "from start to end" in p for p in rob["problems"])
+    assert set(rob["spread"]) == set(rob["reference"])
+    for spreads in rob["spread"].values():
+        assert set(spreads) == set(machine.SPREAD_KEYS) and all(v >= 0 for v in spreads.values())
+    loaded = load_platform_file(path)
+    assert "WARNING: written with --force" in loaded.description and "from start to end" in loaded.description
+    assert loaded.description.count(" from start to end") + loaded.description.count(" over 2 rounds") == \
+        min(3, len(rob["problems"]))                         # the first three; the raw measurements hold them all
+    assert all("WARNING: written with --force" in d.description for d in loaded.devices.values())
+    assert "OMP_WAIT_POLICY" in loaded.device("cpu").sources["cores"]
+    assert "interleaved rounds" in loaded.device("cpu").sources["mem_bw_gbps"]
+    raw = json.loads(path.with_name("host.calibration.json").read_text())
+    assert raw["robustness"]["trusted"] is False and raw["robustness"]["warning"].startswith("WARNING")
+    assert raw["runtime"]["torch_threads"] == threads and "omp_wait_policy" in raw["runtime"]
+    assert raw["all_threads"]["spread"] == rob["spread"][next(iter(rob["spread"]))]
+
+
+def test_calibrate_refuses_a_machine_that_changed_under_it(forced, tmp_path, monkeypatch):
+    from real.validation import calibrate as cal_mod
+
+    _, _, cal, _ = forced
+    measured = []
+    monkeypatch.setattr(cal_mod, "measure", lambda *a, **k: measured.append(1) or cal)
+    out = tmp_path / "host.toml"
+    with pytest.raises(MachineChanged) as err:
+        cal_mod.calibrate(out, progress=False, attempts=2)
+    assert len(measured) == 2                                      # measured again before refusing
+    text = str(err.value)
+    assert text.startswith("calibration not written: the machine changed under it in 2 attempts (")
+    assert "fixed cost per operator" in text and "%" in text and "--force" in text and "\n" not in text
+    assert err.value.exit_code == EXIT_UNTRUSTED
+    assert not out.exists() and not out.with_name("host.calibration.json").exists()
+
+
+def test_a_steady_calibration_is_written_at_the_first_attempt(forced, tmp_path, monkeypatch):
+    from real.validation import calibrate as cal_mod
+
+    _, _, cal, _ = forced
+    steady = {label: {"start": _probe(10.0), "end": _probe(10.1)} for label in cal.robustness["reference"]}
+    calm = replace(cal, robustness={**cal.robustness, "reference": steady,
+                                    "spread": {k: {s: 0.01 for s in v} for k, v in cal.robustness["spread"].items()}})
+    measured = []
+    monkeypatch.setattr(cal_mod, "measure", lambda *a, **k: measured.append(1) or calm)
+    platform, path, written = cal_mod.calibrate(tmp_path / "host.toml", progress=False)
+    assert len(measured) == 1 and written.robustness["trusted"] is True and written.robustness["problems"] == []
+    assert "WARNING" not in load_platform_file(path).description
+
+
+def test_calibrate_cli_exit_status_without_and_with_force(forced, tmp_path, monkeypatch, capsys):
+    from hetspec.cli import main
+    from real.validation import calibrate as cal_mod
+
+    _, _, cal, _ = forced
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")           # main() would set it for the process
+    monkeypatch.setattr(cal_mod, "measure", lambda *a, **k: cal)
+    out = tmp_path / "host.toml"
+    assert main(["calibrate", "--quick", "--out", str(out), "--attempts", "1"]) == EXIT_UNTRUSTED == 3
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("hetspec: error: calibration not written: the machine changed under it")
+    assert len(err.splitlines()) == 1 and not out.exists()
+    assert main(["calibrate", "--quick", "--out", str(out), "--attempts", "1", "--force"]) == 0
+    printed = capsys.readouterr().out
+    assert "WARNING: written with --force" in printed and f"wrote {out}" in printed
+    assert "WARNING: written with --force" in load_platform_file(out).description
+
+
+# ---------------------------------------------------------------------------- validate
+def _drift(now_us: float, then_us: float = 8.0, triad: float = 20.0, then_triad: float = 20.0) -> dict:
+    return {"now_us": now_us, "calibrated_us": then_us, "change": now_us / then_us - 1, "triad_now_gbps": triad,
+            "triad_calibrated_gbps": then_triad, "triad_change": triad / then_triad - 1, "warning": 0.15,
+            "limit": machine.CALIBRATION_CHANGE_LIMIT, "probe": _probe(now_us, triad), "omp_wait_policy": "PASSIVE"}
+
+
+def _point(step_error: float) -> dict:
+    return {"label": "chain γ=2", "step_error_signed": step_error, "tps_error_signed": -step_error / 2}
+
+
+def test_validation_verdict():
+    ok = validation_verdict(_drift(8.4), _drift(8.8), [_point(0.05)])
+    assert ok["trusted"] and ok["headline"] is None and ok["reasons"] == []
+    moved = validation_verdict(_drift(8.0), _drift(24.0), [_point(3.1)])
+    assert not moved["trusted"]
+    assert moved["headline"].startswith("not a validation: the machine changed (fixed cost per operator +200 % vs "
+                                        "calibration after the grid")
+    assert "during the grid" in moved["headline"] and "errors over 100 % (chain γ=2 step +310 %)" in moved["headline"]
+    wild = validation_verdict(_drift(8.0), _drift(8.2), [_point(-0.2)], [{"model": "r", "tokens": 4,
+                                                                         "error_signed": 1.5}])
+    assert not wild["trusted"] and wild["headline"].startswith("not a validation: errors over 100 % (r q=4 step")
+

@@ -12,7 +12,8 @@ from dataclasses import replace
 
 import pytest
 
-from hwmodels.loader import load_platform_file
+from hwmodels.loader import load_platform_file, write_platform_file
+from hwmodels.platform import Device, MemoryDomain, Platform
 from real.validation import machine
 from real.validation.machine import (
     EXIT_UNTRUSTED,
@@ -174,3 +175,53 @@ def test_validation_verdict():
                                                                          "error_signed": 1.5}])
     assert not wild["trusted"] and wild["headline"].startswith("not a validation: errors over 100 % (r q=4 step")
 
+
+def _host(tmp_path) -> str:
+    dev = Device(name="cpu", kind="cpu", peak_tflops={"fp32": 0.1}, mem_bw_gbps=20.0, mem_capacity_gb=16.0,
+                 bw_efficiency=1.0, compute_efficiency=1.0, op_overhead_us=8.0, token_tile=1,
+                 sparse_attn_efficiency=0.0, cores=1, gemm_efficiency_curve=((1, 0.08), (16, 0.5), (64, 0.8)),
+                 cache_gb=0.032, cache_bw_gbps=80.0, cache_gemm_efficiency_curve=((1, 0.3), (16, 0.8)),
+                 sources={"peak_tflops.fp32": "test"})
+    plat = Platform(name="host", description="test host", devices={"cpu": dev, "cpu0": replace(dev, name="cpu0")},
+                    memory_domains=(MemoryDomain(name="dram", devices=("cpu", "cpu0"), bw_gbps=20.0, capacity_gb=16.0,
+                                                 contention_efficiency=0.9),))
+    folder = tmp_path / "platforms"
+    write_platform_file(plat, folder / "host.toml")
+    return str(folder)
+
+
+@pytest.mark.slow
+def test_validate_on_a_changed_machine_is_not_a_validation(tiny_demo, tmp_path, monkeypatch, capsys):
+    """``hetspec validate`` (in process, a three-point grid on the tiny models) while the reference probe
+    says the machine slowed down during the grid: headline, labelled tables, exit status 3."""
+    from hetspec.cli import main
+    from real.validation import grid as grid_mod
+    from real.validation import validate as val_mod
+    from real.validation.grid import GridPoint
+
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    monkeypatch.setenv("HETSPEC_PLATFORMS_DIR", _host(tmp_path))
+    small = replace(val_mod.QUICK, calibration_prompts=3, eval_prompts=1, prompt_tokens=16, max_new_tokens=12,
+                    repeats=1, random_models=())
+    monkeypatch.setattr(val_mod, "settings_for", lambda quick: small)
+    monkeypatch.setattr(grid_mod, "default_grid", lambda: (GridPoint("ar"), GridPoint("chain", 2)))
+    readings = iter([8.0, 24.0])           # before the grid as calibrated, after it three times slower
+    monkeypatch.setattr(machine, "reference_probe", lambda threads, nbytes: _probe(next(readings), 20.0, threads))
+    out = tmp_path / "report"
+    assert main(["validate", "--quick", "--preset", "tiny", "--out", str(out)]) == EXIT_UNTRUSTED
+    printed = capsys.readouterr().out
+    assert "not a validation: the machine changed (fixed cost per operator +200 % vs calibration after the grid" \
+        in printed
+    assert "step error" not in printed                     # no per-method results printed
+    report = (out / "report.md").read_text()
+    assert "**Not a validation: the machine changed (" in report
+    assert "## Acceptance check — not a validation" in report
+    assert "## Every configuration — not a validation" in report
+    assert "not judged" in report and "Where the model misses" not in report
+    saved = json.loads((out / "results.json").read_text())
+    assert saved["trust"]["trusted"] is False and saved["drift_after"]["now_us"] == 24.0
+    readings = iter([8.0, 24.0])
+    monkeypatch.setattr(machine, "reference_probe", lambda threads, nbytes: _probe(next(readings), 20.0, threads))
+    assert main(["validate", "--quick", "--preset", "tiny", "--out", str(out), "--json"]) == EXIT_UNTRUSTED
+    check = json.loads(capsys.readouterr().out)
+    assert check["trusted"] is False and check["all_pass"] is False and check["headline"].startswith("not a valid")

@@ -7,6 +7,7 @@ import argparse
 import json
 
 from real.train.commands import add_preset_flags, resolve_preset
+from real.validation.machine import EXIT_UNTRUSTED
 
 
 def register(subparsers) -> None:
@@ -144,8 +145,11 @@ def handle_validate(args: argparse.Namespace) -> int:
     check["report"] = f"{out}/report.md"
     if args.json:
         print(json.dumps(check, indent=2))
-        return 0
+        return 0 if check["trusted"] else EXIT_UNTRUSTED
     print(f"\nreport: {out}/report.md (plots and results.json next to it)")
+    if not check["trusted"]:
+        print(f"  {check['headline']}")
+        return EXIT_UNTRUSTED
     for method, m in check["methods"].items():
         print(f"  {method:<10} step error {_pct(m['median_step_error'])}, tokens/s error "
               f"{_pct(m['median_tokens_per_s_error'])}, regret {_pct(m['regret'])} "
@@ -209,5 +213,5 @@ def handle_demo(args: argparse.Namespace) -> int:
     from real.validation.demo_job import run_demo
 
     resolve_preset(args, announce=False)   # run_demo() says which preset and why
-    run_demo(preset=args.preset, recalibrate=args.recalibrate, out=args.out, device=args.device)
-    return 0
+    done = run_demo(preset=args.preset, recalibrate=args.recalibrate, out=args.out, device=args.device)
+    return 0 if done["check"]["trusted"] else EXIT_UNTRUSTED

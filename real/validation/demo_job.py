@@ -52,7 +52,12 @@ def host_platform(recalibrate: bool, device: str):
         return get_platform(str(path))
     say("measuring this machine (about 1-2 minutes)..." if age is None else
         f"{path} is {age:.0f} days old: measuring again..." if not recalibrate else "measuring again (--recalibrate)...")
-    platform, path, cal = calibrate(path, progress=True)
+    from real.validation.machine import MachineChanged
+
+    try:
+        platform, path, cal = calibrate(path, progress=True)
+    except MachineChanged as exc:
+        raise MachineChanged(f"{exc} (`hetspec calibrate --force` writes it; `hetspec demo` then reuses it)") from None
     for line in summary_lines(platform, cal):
         say(line)
     say(f"wrote {path}")
@@ -144,7 +149,9 @@ def run_demo(preset: str | None = None, recalibrate: bool = False, out: str | Pa
                            + (f" --device {device}" if device != "cpu" else ""))
     check = acceptance_check(doc)
     print(f"\nreport: {Path(out) / 'report.md'} (plots and results.json next to it)")
-    for method, m in check["methods"].items():
+    if not check["trusted"]:
+        print(f"  {check['headline']}")
+    for method, m in (check["methods"] if check["trusted"] else {}).items():
         print(f"  {method:<10} measured best {m['measured_best']}, predicted best {m['predicted_best']}, "
               f"regret {100 * (m['regret'] or 0):.1f} %, step error {100 * (m['median_step_error'] or 0):.1f} %")
     return {"preset": preset, "predictions": rows, "check": check, "report": str(Path(out) / "report.md")}

@@ -30,7 +30,14 @@ from pathlib import Path
 
 from hwmodels.errors import HetSpecError
 from real.train.demo import choose_preset
-from real.validation.machine import DRIFT_WARNING, load_host, machine_drift, shown_path
+from real.validation.machine import (
+    DRIFT_WARNING,
+    load_host,
+    machine_drift,
+    shown_path,
+    triad_bytes_of,
+    validation_verdict,
+)
 
 #: Where user runs write their reports unless ``--out`` says otherwise: ``$HETSPEC_REPORTS_DIR``,
 #: else ``platformdirs.user_data_dir("hetspec")/reports`` (``~/.local/share/hetspec/reports`` on
@@ -204,11 +211,10 @@ def validate(out: str | Path | None = None, preset: str | None = None, quick: bo
         print(f"{host.name}: {host.description}\ndevice {device}: {dev.description} ({threads} torch threads)",
               file=sys.stderr)
 
-    drift = machine_drift(dev, threads)
+    triad_bytes = triad_bytes_of(host)
+    drift = machine_drift(dev, threads, triad_bytes)     # the reference probe before the grid
     if progress:
-        print(f"fixed cost per operator now {drift['now_us']:.2f} us vs {drift['calibrated_us']:.2f} us at calibration "
-              f"({100 * drift['change']:+.0f} %)" + ("  <- the machine's state changed: recalibrate on a quiet machine"
-                                                   if abs(drift["change"]) > DRIFT_WARNING else ""), file=sys.stderr)
+        print(drift_line(drift, "before the grid"), file=sys.stderr)
 
     preset, why = choose_preset(preset)
     banner(f"[2/6] demo models: preset {preset} ({why})", progress)
@@ -275,12 +281,28 @@ def validate(out: str | Path | None = None, preset: str | None = None, quick: bo
         from real.validation.hetero_setup import settings_for as default_hetero
 
         doc["hetero"] = validate_hetero(models, host, ctx, out, hetero_settings or default_hetero(quick), progress)
+    after = machine_drift(dev, threads, triad_bytes)    # and after everything measured
+    doc["drift_after"] = after
+    doc["trust"] = validation_verdict(drift, after, rows, random_rows)
+    if progress:
+        print(drift_line(after, "after the grid"), file=sys.stderr)
+        if not doc["trust"]["trusted"]:
+            print(doc["trust"]["headline"], file=sys.stderr)
     write_report(doc, out)
     removed = remove_stale_outputs(out, hetero, bool(random_rows))
     if removed and progress:
         print(f"removed {', '.join(removed)} from {out}: an earlier run's, not this one's"
               + ("" if hetero else " (the heterogeneous section runs with --hetero)"), file=sys.stderr)
     return doc
+
+
+def drift_line(drift: dict, when: str) -> str:
+    """The reference probe against the calibration, one line."""
+    moved = max(abs(drift["change"]), abs(drift["triad_change"])) > DRIFT_WARNING
+    return (f"reference probe {when}: fixed cost per operator {drift['now_us']:.2f} us vs {drift['calibrated_us']:.2f} "
+            f"us at calibration ({100 * drift['change']:+.0f} %), DRAM triad {drift['triad_now_gbps']:.1f} vs "
+            f"{drift['triad_calibrated_gbps']:.1f} GB/s ({100 * drift['triad_change']:+.0f} %)"
+            + ("  <- the machine's state changed: recalibrate on a quiet machine" if moved else ""))
 
 
 def _device_json(dev) -> dict:
@@ -302,7 +324,9 @@ def acceptance_check(doc: dict) -> dict:
             "median_step_error": _round(m["median_step_error"]), "median_tokens_per_s_error":
                 _round(m["median_tokens_per_s_error"]), "regret": _round(m["regret"]),
             "predicted_best": m["predicted_best"], "measured_best": m["measured_best"], "passes": m["passes"]}
-    out["all_pass"] = bool(out["methods"]) and all(v["passes"] for v in out["methods"].values())
+    trust = doc.get("trust") or {"trusted": True, "headline": None}
+    out["trusted"], out["headline"] = trust["trusted"], trust["headline"]
+    out["all_pass"] = bool(out["methods"]) and all(v["passes"] for v in out["methods"].values()) and trust["trusted"]
     return out
 
 

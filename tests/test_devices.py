@@ -57,6 +57,7 @@ def test_defaults(monkeypatch):
     ["run", "--method", "ar", "--device", "cuda:0"],
     ["run", "--compare", "ar,medusa", "--device", "cuda"],
     ["profile-acceptance", "--out", "p.json", "--device", "cuda:0"],
+    ["bench", "--device", "cuda:0"],
 ])
 def test_cuda_without_cuda_is_one_line(args, tmp_path):
     proc = run_cli(*args, env={"HETSPEC_CACHE_DIR": str(tmp_path)})

@@ -78,9 +78,7 @@ def static_forward(model, cache: KVCache, tokens: Tensor, positions: Tensor, slo
     for layer in model.model.layers:
         a = layer.self_attn
         h = layer.input_layernorm(x)
-        xq = a.q_proj(h).view(1, q_len, n_q, hd).transpose(1, 2)
-        xk = a.k_proj(h).view(1, q_len, n_kv, hd).transpose(1, 2)
-        xv = a.v_proj(h).view(1, q_len, n_kv, hd).transpose(1, 2)
+        xq, xk, xv = a.project(h)
         xq, xk = apply_rope(xq, cos, sin), apply_rope(xk, cos, sin)
         keys, values = cache.k[a.layer, :1], cache.v[a.layer, :1]     # [1, n_kv, max_len, hd]
         keys.index_copy_(2, slots, xk.to(keys.dtype))

@@ -67,6 +67,19 @@ class Placement:
         return f"{self.device} {self.dtype}{', CUDA graphs' if self.graphs else ''}"
 
 
+def default_threads() -> int:
+    """Torch intra-op threads of a CPU run when ``--threads`` is not given: ``$OMP_NUM_THREADS`` where
+    set, else every core this process may use (its affinity mask)."""
+    import os
+
+    env = os.environ.get("OMP_NUM_THREADS", "").strip()
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def default_device() -> str:
     """``cuda:0`` where torch sees a CUDA device, else ``cpu``."""
     import torch
@@ -95,32 +108,41 @@ def resolve(device: str | None = None, dtype: str | None = None, graphs: str = "
     return Placement(name, dtype, graphs == "on" or (graphs == "auto" and name.startswith("cuda")))
 
 
-def place_models(models, placement: Placement, in_place: bool = False, executors: bool = True):
+def place_models(models, placement: Placement, in_place: bool = False, executors: bool = True,
+                 target_tokens: int | None = None, draft_tokens: int = 2):
     """``models`` (a dataclass with ``target``, ``draft``, ``heads``) on the placement's device and dtype,
-    with a :class:`real.model.executor.StepExecutor` on the target and draft where ``graphs`` (and
-    ``executors``). Models already there are kept; others are moved (``in_place``, for models just
-    loaded) or copied."""
+    their weights in the layout of :func:`real.model.packing.layout_for` for the most tokens their
+    forwards run (``target_tokens``: the verification width, None: keep the loaded layout; the draft
+    runs one or two), with a :class:`real.model.executor.StepExecutor` on the target and draft where
+    ``graphs`` (and ``executors``). Models already in place are kept; others are moved (``in_place``,
+    for models just loaded) or copied: the caller's models are never changed."""
     import copy
     from dataclasses import fields, replace
 
     import torch
 
     from real.model.executor import attach
+    from real.model.packing import layout_for, pack
 
     device, dtype = torch.device(placement.device), placement.torch_dtype()
+    tokens = {"target": target_tokens, "draft": draft_tokens}
+    names = {f.name for f in fields(models)}
     changes = {}
     for name in ("target", "draft", "heads"):
-        if name not in {f.name for f in fields(models)}:
-            continue
-        model = getattr(models, name)
+        model = getattr(models, name) if name in names else None
         if model is None:
             continue
+        own = in_place
         p = next(model.parameters(), None)
         if p is not None and (p.device != device or p.dtype != dtype):
-            model = (model if in_place else copy.deepcopy(model)).to(device=device, dtype=dtype)
+            model = (model if own else copy.deepcopy(model)).to(device=device, dtype=dtype)
+            own = True
+        layout = layout_for(device.type, tokens[name]) if tokens.get(name) is not None else "hf"
+        if layout != getattr(model, "layout", "hf"):
+            model = pack(model if own else copy.deepcopy(model), layout)
+            own = True
         if placement.graphs and executors and name != "heads" and hasattr(model, "executor"):
-            if model is getattr(models, name):
-                model = copy.copy(model) if not in_place else model
+            model = model if own else copy.copy(model)     # shares the weights, not the executor
             attach(model, graphs=True)
         changes[name] = model
     return replace(models, **changes) if changes else models

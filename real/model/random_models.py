@@ -21,10 +21,13 @@ from hwmodels.errors import UnknownNameError
 from sim.model_spec import ModelSpec
 from sim.tree import TokenTree
 
-#: Shapes (Llama architecture, fp32 here) of two small public checkpoints, from their Hugging Face
-#: ``config.json``: HuggingFaceTB/SmolLM-135M (hidden 576, intermediate 1536, 30 layers, 9 heads,
-#: 3 KV heads, vocab 49152, tied embeddings) and HuggingFaceTB/SmolLM-360M (hidden 960,
-#: intermediate 2560, 32 layers, 15 heads, 5 KV heads, vocab 49152, tied embeddings).
+#: Shapes (Llama architecture) of public checkpoints, from their Hugging Face ``config.json``:
+#: HuggingFaceTB/SmolLM-135M (hidden 576, intermediate 1536, 30 layers, 9 heads, 3 KV heads, vocab
+#: 49152, tied embeddings) and HuggingFaceTB/SmolLM-360M (hidden 960, intermediate 2560, 32 layers,
+#: 15 heads, 5 KV heads, vocab 49152, tied embeddings), fp32 for a CPU; meta-llama/Llama-2-7b-hf
+#: (hidden 4096, intermediate 11008, 32 layers, 32 heads, 32 KV heads, vocab 32000, 4096 positions)
+#: and TinyLlama/TinyLlama-1.1B-Chat-v1.0 (hidden 2048, intermediate 5632, 22 layers, 32 heads,
+#: 4 KV heads, vocab 32000, 2048 positions), fp16 for a GPU.
 RANDOM_SHAPES: dict[str, ModelSpec] = {
     "random-smollm-135m": ModelSpec(
         name="random-smollm-135m", n_layers=30, hidden=576, intermediate=1536, n_heads=9, n_kv_heads=3,
@@ -34,6 +37,14 @@ RANDOM_SHAPES: dict[str, ModelSpec] = {
         name="random-smollm-360m", n_layers=32, hidden=960, intermediate=2560, n_heads=15, n_kv_heads=5,
         vocab=49152, dtype="fp32", max_position=2048, tie_embeddings=True,
         source="shape of HuggingFaceTB/SmolLM-360M config.json; random weights (timing only)"),
+    "random-llama2-7b": ModelSpec(
+        name="random-llama2-7b", n_layers=32, hidden=4096, intermediate=11008, n_heads=32, n_kv_heads=32,
+        vocab=32000, dtype="fp16", max_position=4096, tie_embeddings=False,
+        source="shape of meta-llama/Llama-2-7b-hf config.json; random weights (timing only)"),
+    "random-tinyllama-1.1b": ModelSpec(
+        name="random-tinyllama-1.1b", n_layers=22, hidden=2048, intermediate=5632, n_heads=32, n_kv_heads=4,
+        vocab=32000, dtype="fp16", max_position=2048, tie_embeddings=False,
+        source="shape of TinyLlama/TinyLlama-1.1B-Chat-v1.0 config.json; random weights (timing only)"),
 }
 #: Standard deviation of the random weights: small enough that activations stay finite through
 #: 30+ layers (the values are never read as a language model).
@@ -46,19 +57,34 @@ def random_spec(name: str) -> ModelSpec:
     return RANDOM_SHAPES[name]
 
 
-def random_transformer(spec: ModelSpec, seed: int = 0):
-    """A :class:`real.model.transformer.Transformer` of ``spec`` with normal(0, WEIGHT_STD) weights, eval mode."""
-    from real.model.transformer import Transformer
+def random_transformer(spec: ModelSpec, seed: int = 0, device: str | torch.device = "cpu",
+                       dtype: torch.dtype = torch.float32):
+    """A :class:`real.model.transformer.Transformer` of ``spec`` with normal(0, WEIGHT_STD) weights, eval
+    mode, allocated directly on ``device`` in ``dtype`` (a 7B model never exists in fp32 on the host)."""
+    from real.model.transformer import Transformer, rope_tables
 
-    gen = torch.Generator().manual_seed(seed)
-    model = Transformer(spec)
+    device = torch.device(device)
+    with torch.device("meta"):
+        model = Transformer(spec)
+    model = model.to(dtype).to_empty(device=device)
+    if spec.tie_embeddings:                          # to_empty made the tied weight two tensors
+        model.lm_head.weight = model.model.embed_tokens.weight
+    gen = torch.Generator(device=device).manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("layernorm.weight") or name.endswith("norm.weight"):
                 p.fill_(1.0)
             else:
                 p.normal_(0.0, WEIGHT_STD, generator=gen)
+        cos, sin = rope_tables(spec, spec.max_position)        # buffers are not parameters: computed again
+        model.rope_cos, model.rope_sin = cos.to(device, dtype), sin.to(device, dtype)
     return model.eval().requires_grad_(False)
+
+
+def streamed_bytes(spec: ModelSpec, element_size: int) -> int:
+    """Bytes of weight one forward streams: every parameter but an untied embedding table (a step reads
+    only its q rows; a tied one is streamed as the LM head)."""
+    return (spec.params - (0 if spec.tie_embeddings else spec.embedding_params)) * element_size
 
 
 @dataclass(frozen=True)

@@ -190,13 +190,24 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(spec.hidden, spec.kv_dim, bias=False)
         self.v_proj = nn.Linear(spec.hidden, spec.kv_dim, bias=False)
         self.o_proj = nn.Linear(spec.q_dim, spec.hidden, bias=False)
+        self.qkv = None     # q, k, v as one projection (real.model.packing); None: the three modules above
+
+    def project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Queries ``[b, heads, q, hd]``, keys and values ``[b, kv_heads, q, hd]`` of ``x`` (before RoPE)."""
+        b, q, _ = x.shape
+        if self.qkv is not None:
+            nq, nkv = self.n_heads * self.hd, self.n_kv * self.hd
+            xq, xk, xv = self.qkv(x).split((nq, nkv, nkv), dim=-1)
+        else:
+            xq, xk, xv = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        return (xq.view(b, q, self.n_heads, self.hd).transpose(1, 2),
+                xk.view(b, q, self.n_kv, self.hd).transpose(1, 2),
+                xv.view(b, q, self.n_kv, self.hd).transpose(1, 2))
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: KVCache | None, start: int,
                 mask: Tensor | None) -> Tensor:
         b, q, _ = x.shape
-        xq = self.q_proj(x).view(b, q, self.n_heads, self.hd).transpose(1, 2)
-        xk = self.k_proj(x).view(b, q, self.n_kv, self.hd).transpose(1, 2)
-        xv = self.v_proj(x).view(b, q, self.n_kv, self.hd).transpose(1, 2)
+        xq, xk, xv = self.project(x)
         xq, xk = apply_rope(xq, cos, sin), apply_rope(xk, cos, sin)
         if cache is None:
             # Cache-free causal pass (training, scoring): no in-place writes, so autograd can run
@@ -220,8 +231,12 @@ class MLP(nn.Module):
         self.gate_proj = nn.Linear(spec.hidden, spec.intermediate, bias=False)
         self.up_proj = nn.Linear(spec.hidden, spec.intermediate, bias=False)
         self.down_proj = nn.Linear(spec.intermediate, spec.hidden, bias=False)
+        self.gate_up = None   # gate and up as one projection (real.model.packing); None: the two modules above
 
     def forward(self, x: Tensor) -> Tensor:
+        if self.gate_up is not None:
+            gate, up = self.gate_up(x).chunk(2, dim=-1)
+            return self.down_proj(F.silu(gate) * up)
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 

@@ -12,6 +12,7 @@ from real.train.commands import add_preset_flags, resolve_preset
 def register(subparsers) -> None:
     register_run(subparsers)
     register_profile(subparsers)
+    register_bench(subparsers)
 
 
 # ---------------------------------------------------------------------------- hetspec run
@@ -42,7 +43,8 @@ def register_run(subparsers) -> None:
     p.add_argument("--max-new-tokens", type=int, default=64, help="tokens generated per prompt (default 64)")
     p.add_argument("--seed", type=int, default=0, help="prompt selection and sampling seed (default 0)")
     p.add_argument("--threads", type=int, default=None,
-                   help="torch threads while decoding (default: torch's; use 1 on a machine shared with other jobs)")
+                   help="torch threads while decoding (default: $OMP_NUM_THREADS, else every core this process may "
+                        "use; use 1 on a machine shared with other jobs)")
     add_placement_flags(p)
     p.add_argument("--trace", default=None, metavar="FILE", help="write the per-step trace (.csv, .jsonl, .json)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a summary")
@@ -165,7 +167,9 @@ def _handle_compare(args: argparse.Namespace) -> int:
                           "max_new_tokens": args.max_new_tokens, "seed": args.seed, "threads": args.threads,
                           **comparison.to_json()}))
     else:
-        threads = f"{args.threads} thread(s)" if args.threads else "torch's default threads"
+        from real.model.placement import default_threads
+
+        threads = f"{args.threads or default_threads()} thread(s)"
         print(f"{args.prompts} evaluation prompts x {args.max_new_tokens} new tokens, {args.preset} demo models, "
               f"{comparison.placement}, {threads}, median of {args.repeats} interleaved repeats")
         print(comparison.table())
@@ -214,3 +218,17 @@ def handle_profile(args: argparse.Namespace) -> int:
     if profile.draft_alpha is not None:
         print(f"  draft per-token acceptance      {profile.draft_alpha:.3f}")
     return 0
+
+
+# ---------------------------------------------------------------------------- hetspec bench
+def register_bench(subparsers) -> None:
+    p = subparsers.add_parser(
+        "bench", help="step time per token count of a random-weight model on a torch device, eager vs CUDA graph",
+        description="Time one forward of q tokens (1 to 256) of a random-weight model of a real checkpoint's shape "
+                    "on one torch device, eager and (on CUDA) replayed as a CUDA graph, and an ar decode; print "
+                    "the rate the weights stream at as a fraction of the device's copy bandwidth measured in the "
+                    "same run (python -m real.run.bench is the same command).")
+    from real.run.bench import add_arguments, handle
+
+    add_arguments(p)
+    p.set_defaults(func=handle)

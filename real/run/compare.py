@@ -17,6 +17,8 @@ from tqdm.auto import tqdm
 from hwmodels.errors import HetSpecError
 from real.decode import decoder
 from real.decode.common import Clock
+from real.model.packing import layout_for
+from real.model.placement import place_models
 from real.run.demo_run import request_config
 from real.run.repeats import interleaved, median_index
 from real.run.request import RunRequest
@@ -24,6 +26,7 @@ from real.run.session import (
     RunResult,
     config_summary,
     evaluation_prompts,
+    forward_tokens,
     generator,
     load_models,
     placement_of,
@@ -123,20 +126,29 @@ def compare(requests: list[RunRequest], repeats: int = 3, progress: bool = True)
         raise HetSpecError(f"--repeats must be >= 1, got {repeats}")
     first = requests[0]
     placement = placement_of(first)          # every request carries the same --device/--dtype/--graphs
-    models = load_models(first.preset, progress, placement)
-    prompts = evaluation_prompts(models, first)
-    configs = [request_config(r, models) for r in requests]
+    loaded = load_models(first.preset, progress)
+    # each method's models in the weight layout for its forwards (one copy per distinct layout)
+    bundles: dict[str, object] = {}
+    models_of = []
+    for r in requests:
+        tokens = forward_tokens(r)
+        key = layout_for(placement.device.split(":")[0], tokens)
+        if key not in bundles:
+            bundles[key] = place_models(loaded, placement, target_tokens=tokens)
+        models_of.append(bundles[key])
+    prompts = evaluation_prompts(loaded, first)
+    configs = [request_config(r, m) for r, m in zip(requests, models_of)]
     decoders = [decoder(r.method) for r in requests]
     n = len(requests)
     with torch_threads(first.threads):
         for i in range(n):   # untimed warm-up of every method
-            run_prompts(models, requests[i].method, configs[i], prompts[:1], first.max_new_tokens,
+            run_prompts(models_of[i], requests[i].method, configs[i], prompts[:1], first.max_new_tokens,
                         seed=first.seed, warmup=True)
         clocks = [[Clock() for _ in range(repeats)] for _ in requests]
 
         def measure(i: int, rep: int, j: int):
-            return decoders[i].generate(models, prompts[j], first.max_new_tokens, configs[i], clocks[i][rep],
-                                        generator(models, first.seed + j))
+            return decoders[i].generate(models_of[i], prompts[j], first.max_new_tokens, configs[i], clocks[i][rep],
+                                        generator(models_of[i], first.seed + j))
 
         with tqdm(total=n * repeats * len(prompts), desc="compare", unit="decode",
                   disable=None if progress else True, leave=False) as bar:

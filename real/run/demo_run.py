@@ -4,15 +4,15 @@ budget), build the method's config, decode the evaluation prompts, write the tra
 
 from __future__ import annotations
 
-import torch
-
 from real.hetero.runner import run_hetero_demo, uses_hetero_runner
+from real.model.placement import default_threads
 from real.run.request import RunRequest, check_trace_path
 from real.run.session import (
     RunResult,
     build_config,
     demo_profile,
     evaluation_prompts,
+    forward_tokens,
     load_models,
     placement_of,
     run_prompts,
@@ -35,7 +35,7 @@ def run_demo(request: RunRequest, trace: str | None = None, progress: bool = Tru
         return run_hetero_demo(request, trace, progress)
     check_trace_path(trace)
     placement = placement_of(request)      # one line if --device names a device this machine lacks
-    models = load_models(request.preset, progress, placement)
+    models = load_models(request.preset, progress, placement, forward_tokens(request))
     config = request_config(request, models)
     with torch_threads(request.threads):
         result = run_prompts(models, request.method, config, evaluation_prompts(models, request),
@@ -44,7 +44,7 @@ def run_demo(request: RunRequest, trace: str | None = None, progress: bool = Tru
         write_trace(result.records, trace)
     info = {"preset": request.preset, "prompts": request.prompts, "prompt_tokens": request.prompt_tokens,
             "max_new_tokens": request.max_new_tokens, "seed": request.seed, "temperature": request.temperature,
-            "threads": request.threads or torch.get_num_threads(), "device": placement.device,
+            "threads": request.threads or default_threads(), "device": placement.device,
             "dtype": placement.dtype, "graphs": placement.graphs,
             "summary_lines": [f"  device          {placement.describe()}"]}
     return result, info

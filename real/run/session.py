@@ -205,9 +205,10 @@ def profile_demo(preset: str, out: str | Path, prompts: int, prompt_tokens: int,
     return profile
 
 
-def load_models(preset: str, progress: bool = True, placement=None):
+def load_models(preset: str, progress: bool = True, placement=None, target_tokens: int | None = None):
     """The demo models of ``preset`` in eval mode; with a :class:`real.model.placement.Placement`, moved
-    to its device and dtype (CUDA graphs attached where it says)."""
+    to its device and dtype, weights in the layout for ``target_tokens`` per verification (None: as
+    loaded) and CUDA graphs attached where it says (:func:`real.model.placement.place_models`)."""
     from real.train.demo import load_demo
 
     models = load_demo(preset, progress=progress)
@@ -217,8 +218,26 @@ def load_models(preset: str, progress: bool = True, placement=None):
     if placement is not None:
         from real.model.placement import place_models
 
-        models = place_models(models, placement, in_place=True)
+        models = place_models(models, placement, in_place=True, target_tokens=target_tokens)
     return models
+
+
+def forward_tokens(request: RunRequest) -> int:
+    """The most tokens one forward of the request's target runs after the prompt (its weight layout is
+    chosen for it): 1 for ar, gamma + 1 for chain, the tree's width for medusa and draft-tree."""
+    if request.method == "ar":
+        return 1
+    if request.method == "chain":
+        from real.decode.chain import DEFAULT_GAMMA
+
+        return (request.draft_depth or DEFAULT_GAMMA) + 1
+    if request.tree_file is not None:
+        return load_tree_file(request.tree_file).size
+    if request.method == "draft-tree":
+        from real.decode.draft_tree import DEFAULT_MAX_TOKENS
+
+        return request.tree_width or DEFAULT_MAX_TOKENS
+    return request.tree_width or DEFAULT_MEDUSA_WIDTH
 
 
 def placement_of(request: RunRequest):
@@ -244,15 +263,17 @@ def evaluation_prompts(models, request: RunRequest) -> list[list[int]]:
 
 @contextmanager
 def torch_threads(threads: int | None) -> Iterator[None]:
-    """Run the block with ``threads`` torch intra-op threads (None: unchanged), then restore.
+    """Run the block with ``threads`` torch intra-op threads (None:
+    :func:`real.model.placement.default_threads`, set explicitly), then restore.
 
     On a machine shared with other busy processes, every multi-threaded operator waits for a
     descheduled worker thread (measured here: one SDPA call 8 us with 1 thread, ~12 ms median with
     2 threads under a load of 6 on 2 cores), so timings are taken with ``--threads 1`` there.
     """
+    from real.model.placement import default_threads
+
     before = torch.get_num_threads()
-    if threads is not None:
-        torch.set_num_threads(threads)
+    torch.set_num_threads(threads if threads is not None else default_threads())
     try:
         yield
     finally:

@@ -223,6 +223,8 @@ def write_report(doc: dict, out: Path) -> Path:
     with writing(out / "results.json", "results file"):
         (out / "results.json").write_text(json.dumps(clean_json(doc), indent=1) + "\n")
     subtitle = f"{doc['preset']} preset, {doc['platform']['name']}:{doc['platform']['device']}"
+    if not (doc.get("trust") or {"trusted": True})["trusted"]:
+        subtitle += " - not a validation: the machine changed"    # the plots show the errors too
     rows = [r for r in doc["points"]]
     plots.plot_step_latency(rows, out / PLOTS["step_latency"], subtitle)
     plots.plot_tokens_per_s(rows, out / PLOTS["tokens_per_s"], subtitle)

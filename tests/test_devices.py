@@ -58,6 +58,8 @@ def test_defaults(monkeypatch):
     ["run", "--compare", "ar,medusa", "--device", "cuda"],
     ["profile-acceptance", "--out", "p.json", "--device", "cuda:0"],
     ["bench", "--device", "cuda:0"],
+    ["validate", "--quick", "--device", "cuda:0"],
+    ["demo", "--device", "cuda"],
 ])
 def test_cuda_without_cuda_is_one_line(args, tmp_path):
     proc = run_cli(*args, env={"HETSPEC_CACHE_DIR": str(tmp_path)})

@@ -106,26 +106,30 @@ def time_steps(model, token_counts: Sequence[int], context: int, repeats: int, w
     with torch.inference_mode():
         cache = model.new_cache(context + max(token_counts) + 1)
         prompt = torch.randint(0, spec.vocab, (1, context), generator=torch.Generator().manual_seed(1))
-        model(prompt, cache)
+        model(prompt.to(cache.k.device), cache)
         cache.keep(range(context))
         steps = {}
         for q in token_counts:
             tree = TokenTree.chain(q - 1)
-            block = torch.randint(0, spec.vocab, (1, q), generator=torch.Generator().manual_seed(q))
-            mask = torch.from_numpy(tree.attention_mask())
-            positions = cache.length + torch.tensor(tree.depths)
+            block = torch.randint(0, spec.vocab, (1, q), generator=torch.Generator().manual_seed(q)).to(cache.k.device)
+            mask = torch.from_numpy(tree.attention_mask()).to(cache.k.device)
+            positions = cache.length + torch.tensor(tree.depths, device=cache.k.device)
 
-            def step(block=block, mask=mask, positions=positions):
-                model(block, cache, positions=positions, tree_mask=mask)
+            def step(block=block, mask=mask, positions=positions, bound=cache.length + q):
+                model(block, cache, positions=positions, tree_mask=mask, position_bound=bound)
                 cache.discard()
             steps[q] = step
         for q in token_counts:
             for _ in range(warmup):
                 steps[q]()
+        device = cache.k.device
+        sync = torch.cuda.synchronize if device.type == "cuda" else (lambda _device: None)
         for _ in range(repeats):
             for q in token_counts:
+                sync(device)
                 t = time.perf_counter()
                 steps[q]()
+                sync(device)          # a GPU step's kernels have run when it is timed
                 samples[q].append(time.perf_counter() - t)
                 if tick:
                     tick()

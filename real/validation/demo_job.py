@@ -107,13 +107,45 @@ def prediction_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def gpu_platform(device: str, dtype: str | None, graphs: str):
+    """The platform pricing GPU ``device`` (:func:`real.validation.gpu_target.validation_target`); when none
+    exists yet, the GPU is profiled now (``hetspec calibrate --device D --quick``) into the user platform folder."""
+    from hwmodels.loader import user_platform_dir
+    from real.validation.gpu_target import profiled_platform_name, validation_target
+    from real.validation.profile_device import (
+        QUICK,
+        default_models,
+        profile_device,
+        resolve_models,
+        summary_lines,
+        write_device_profile,
+    )
+
+    try:
+        return validation_target("host", device, dtype, graphs)
+    except HetSpecError as exc:
+        if "has no device for it" not in str(exc):
+            raise
+    name = profiled_platform_name(device)
+    say(f"no platform describes {device} yet: profiling it (hetspec calibrate --device {device} --quick)...")
+    prof = profile_device(device, resolve_models(default_models(device)), QUICK, None, progress=True)
+    csv_path, toml_path = write_device_profile(prof, user_platform_dir() / f"{name}.toml",
+                                               f"hetspec calibrate --device {device} --quick")
+    for line in summary_lines(prof, csv_path, toml_path):
+        say(line)
+    return validation_target("host", device, dtype, graphs)
+
+
 def run_demo(preset: str | None = None, recalibrate: bool = False, out: str | Path | None = None,
-             device: str = "cpu", validate_settings=None) -> dict:
+             device: str | None = "cpu", validate_settings=None, dtype: str | None = None, graphs: str = "auto") -> dict:
     """The whole demo; returns the predictions and the validation's acceptance check. ``out``: the
-    report folder (default :func:`real.validation.validate.default_out` ``("demo")``, outside the repository)."""
+    report folder (default :func:`real.validation.validate.default_out` ``("demo")``, outside the repository).
+    ``device``: as ``hetspec validate --device`` (None: ``cuda:0`` where CUDA exists, else ``cpu``); on a
+    GPU the host is calibrated as always, and the predictions and the validation use the GPU's platform."""
     from real.run.acceptance import measure_profile
     from real.run.session import load_models
     from real.train.corpus import prompts as corpus_prompts
+    from real.validation.gpu_target import default_device_name, is_cuda_name
     from real.validation.microbench import torch_threads
     from real.validation.validate import QUICK, acceptance_check, default_out, validate
 
@@ -126,8 +158,14 @@ def run_demo(preset: str | None = None, recalibrate: bool = False, out: str | Pa
         f"{models.heads.n_heads} Medusa heads (cache: {models.folder})")
 
     banner(2, total, "calibrate this machine (hetspec calibrate)")
+    run_device = default_device_name(device)                  # where the validation decodes
+    gpu = is_cuda_name(run_device)
+    device = "cpu" if gpu else run_device                     # the platform device the predictions use
     platform = host_platform(recalibrate, device)
     threads = platform.device(device).cores
+    if gpu:
+        target = gpu_platform(run_device, dtype, graphs)
+        platform, device = target.platform, target.device
 
     settings = validate_settings or QUICK
     banner(3, total, f"acceptance on {settings.calibration_prompts} calibration prompts")
@@ -144,9 +182,10 @@ def run_demo(preset: str | None = None, recalibrate: bool = False, out: str | Pa
     print(prediction_table(rows))
 
     banner(5, total, "validate: predicted vs measured (hetspec validate --quick)")
-    doc = validate(out, preset=preset, device=device, progress=True, settings=settings,
+    doc = validate(out, preset=preset, device=run_device, progress=True, settings=settings, dtype=dtype, graphs=graphs,
                    command=f"hetspec validate --quick --preset {preset} --out {out}"
-                           + (f" --device {device}" if device != "cpu" else ""))
+                           + (f" --device {run_device}" if run_device != "cpu" else "")
+                           + (f" --dtype {dtype}" if dtype else "") + (f" --graphs {graphs}" if graphs != "auto" else ""))
     check = acceptance_check(doc)
     print(f"\nreport: {Path(out) / 'report.md'} (plots and results.json next to it)")
     if not check["trusted"]:

@@ -76,6 +76,9 @@ def machine_state(doc: dict) -> str:
         return text
 
     before, after = doc["drift"], doc.get("drift_after")
+    if before is None:   # a GPU run priced on a platform without the host's CPU: nothing to re-time
+        return (f"- Machine state: no reference probe (the grid ran on {doc['platform'].get('placement')}, priced on "
+                f"{doc['platform']['name']}, which describes no host CPU to re-time).")
     parts = [probe(before, "before the grid")] + ([probe(after, "after it")] if after else [])
     moved = any(abs(d.get(k) or 0.0) > d["warning"] for d in (before, after) if d for k in ("change", "triad_change"))
     policy = before.get("omp_wait_policy")

@@ -30,9 +30,9 @@ from pathlib import Path
 
 from hwmodels.errors import HetSpecError
 from real.train.demo import choose_preset
+from real.validation.gpu_target import validation_target
 from real.validation.machine import (
     DRIFT_WARNING,
-    load_host,
     machine_drift,
     shown_path,
     triad_bytes_of,
@@ -150,7 +150,8 @@ def method_summaries(rows: list[dict]) -> list[dict]:
     return out
 
 
-def _random_weight(settings: Settings, platform, device: str, threads: int, progress: bool) -> list[dict]:
+def _random_weight(settings: Settings, platform, device: str, threads: int, progress: bool,
+                   placement=None) -> list[dict]:
     from tqdm.auto import tqdm
 
     from real.model.random_models import random_spec, random_transformer, time_steps
@@ -163,7 +164,11 @@ def _random_weight(settings: Settings, platform, device: str, threads: int, prog
         for name in settings.random_models:
             spec = random_spec(name)
             bar.set_postfix_str(f"{name} ({spec.params / 1e6:.0f} M params)")
-            model = random_transformer(spec)
+            if placement is not None:    # on the GPU, in the run's dtype (priced in it)
+                spec = spec.with_dtype(placement.dtype)
+                model = random_transformer(spec, device=placement.device, dtype=placement.torch_dtype())
+            else:
+                model = random_transformer(spec)
             with torch_threads(threads):
                 timings = time_steps(model, settings.random_tokens, settings.random_context, settings.random_repeats,
                                      tick=bar.update)
@@ -177,10 +182,15 @@ def _random_weight(settings: Settings, platform, device: str, threads: int, prog
     return rows
 
 
-def validate(out: str | Path | None = None, preset: str | None = None, quick: bool = False, device: str = "cpu",
+def validate(out: str | Path | None = None, preset: str | None = None, quick: bool = False, device: str | None = "cpu",
              platform: str = "host", progress: bool = True, command: str = "hetspec validate",
-             settings: Settings | None = None, grid=None, hetero: bool = False, hetero_settings=None) -> dict:
+             settings: Settings | None = None, grid=None, hetero: bool = False, hetero_settings=None,
+             dtype: str | None = None, graphs: str = "auto") -> dict:
     """Run the whole validation; write ``results.json``, the plots and ``report.md`` into ``out``.
+
+    ``device``: a device of the calibrated host (``cpu``, ``cpuN``) or a GPU (``cuda:N``, decoded there
+    in ``dtype`` with CUDA graphs per ``graphs``, priced on the platform's device for it); None: ``cuda:0``
+    where CUDA exists, else ``cpu`` (:mod:`real.validation.gpu_target`).
 
     ``grid``: the :class:`~real.validation.grid.GridPoint` s to run (default: the whole grid).
     Returns the results document (what ``results.json`` holds).
@@ -204,21 +214,23 @@ def validate(out: str | Path | None = None, preset: str | None = None, quick: bo
         raise HetSpecError(f"--out {out} is a file; give a folder")
 
     banner("[1/6] host platform", progress)
-    host = load_host(platform)
+    target = validation_target(platform, device, dtype, graphs)
+    host, device, placement = target.platform, target.device, target.placement
     dev = host.device(device)
-    threads = dev.cores or torch.get_num_threads()
+    threads = (dev.cores if placement is None else None) or torch.get_num_threads()
     if progress:
         print(f"{host.name}: {host.description}\ndevice {device}: {dev.description} ({threads} torch threads)",
               file=sys.stderr)
 
-    triad_bytes = triad_bytes_of(host)
-    drift = machine_drift(dev, threads, triad_bytes)     # the reference probe before the grid
-    if progress:
+    triad_bytes = triad_bytes_of(host) if placement is None else None
+    # the reference probe before the grid (on a GPU run: of the host's CPU, when the platform describes it)
+    drift = machine_drift(target.drift_device, threads, triad_bytes) if target.drift_device is not None else None
+    if progress and drift is not None:
         print(drift_line(drift, "before the grid"), file=sys.stderr)
 
     preset, why = choose_preset(preset)
     banner(f"[2/6] demo models: preset {preset} ({why})", progress)
-    models = load_models(preset, progress)
+    models = load_models(preset, progress, placement)
     grid = tuple(grid) if grid else default_grid()
 
     banner(f"[3/6] acceptance profile on {settings.calibration_prompts} calibration prompts", progress)
@@ -250,7 +262,7 @@ def validate(out: str | Path | None = None, preset: str | None = None, quick: bo
                             worker=device, tick=bar.update)
 
     banner(f"[6/6] random-weight timing runs: {', '.join(settings.random_models) or 'none'}", progress)
-    random_rows = _random_weight(settings, host, device, threads, progress) if settings.random_models else []
+    random_rows = _random_weight(settings, host, device, threads, progress, placement) if settings.random_models else []
 
     rows = point_rows(grid, preds, meas)
     doc = {
@@ -260,7 +272,8 @@ def validate(out: str | Path | None = None, preset: str | None = None, quick: bo
         "seconds": round(time.perf_counter() - t_start, 1),
         "preset": preset, "preset_reason": why,
         "platform": {"name": host.name, "description": host.description, "path": shown_path(host.path), "device": device,
-                     "threads": threads, "device_fields": _device_json(dev)},
+                     "threads": threads, "device_fields": _device_json(dev),
+                     "placement": placement.describe() if placement is not None else None},
         "settings": asdict(settings),
         "context_priced": ctx.context,
         "drift": drift,
@@ -281,10 +294,10 @@ def validate(out: str | Path | None = None, preset: str | None = None, quick: bo
         from real.validation.hetero_setup import settings_for as default_hetero
 
         doc["hetero"] = validate_hetero(models, host, ctx, out, hetero_settings or default_hetero(quick), progress)
-    after = machine_drift(dev, threads, triad_bytes)    # and after everything measured
-    doc["drift_after"] = after
+    after = machine_drift(target.drift_device, threads, triad_bytes) if drift is not None else None
+    doc["drift_after"] = after                            # and after everything measured
     doc["trust"] = validation_verdict(drift, after, rows, random_rows)
-    if progress:
+    if progress and after is not None:
         print(drift_line(after, "after the grid"), file=sys.stderr)
         if not doc["trust"]["trusted"]:
             print(doc["trust"]["headline"], file=sys.stderr)

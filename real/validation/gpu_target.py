@@ -1,0 +1,103 @@
+"""What ``--device`` of ``hetspec validate`` and ``hetspec demo`` names, and the platform that prices it.
+
+Two kinds of name, one flag:
+
+- ``cpu`` (all threads) or ``cpuN`` (one pinned single-thread worker): a device of the calibrated
+  ``host`` platform, the grid decoded on the CPU as before;
+- ``cuda`` / ``cuda:N``: the grid decoded on that GPU (:mod:`real.model.placement`: fp32 unless
+  ``--dtype``, CUDA graphs unless ``--graphs off``), predicted on the platform's device for it
+  (named ``cuda:N``, ``cuda`` or ``gpu``). The calibrated ``host`` describes only the CPU, so for a
+  GPU the platform is the one ``hetspec calibrate --device cuda:N`` writes (``profiled-cudaN`` in
+  the user platform folder), found by itself when ``--platform`` is left at ``host``.
+
+Without a flag: ``cuda:0`` where CUDA exists, else ``cpu``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hwmodels.errors import HetSpecError
+
+
+@dataclass(frozen=True)
+class ValidationTarget:
+    platform: object            # hwmodels.platform.Platform
+    device: str                 # the platform's device name the predictions use
+    placement: object | None    # real.model.placement.Placement for a GPU; None: the CPU as calibrated
+    drift_device: object | None  # the host CPU device the reference probe is compared with (None: no probe)
+
+    @property
+    def label(self) -> str:
+        """The device as the report names it."""
+        return self.placement.device if self.placement is not None else self.device
+
+
+def is_cuda_name(device: str | None) -> bool:
+    return device is not None and (device == "cuda" or device.startswith("cuda:"))
+
+
+def default_device_name(device: str | None) -> str:
+    """``device``, or ``cuda:0`` where CUDA exists and ``cpu`` otherwise."""
+    if device is not None:
+        return device
+    from real.model.placement import default_device
+
+    return default_device()
+
+
+def profiled_platform_name(device: str) -> str:
+    """The platform ``hetspec calibrate --device cuda:N`` writes (real.validation.profile_device)."""
+    return "profiled-" + device.replace(":", "")
+
+
+def check_placement(device: str | None, dtype: str | None = None, graphs: str = "auto"):
+    """For a CUDA name: the placement, or one line if this machine has no such device (before any model
+    loads). For a CPU name: None (``--dtype`` / ``--graphs`` then apply to nothing and are refused)."""
+    from real.model.placement import check_device_name, resolve
+
+    device = default_device_name(device)
+    if is_cuda_name(device):
+        check_device_name(device)
+        return resolve(device, dtype, graphs)
+    if dtype is not None or graphs != "auto":
+        raise HetSpecError(f"--dtype and --graphs apply to a CUDA --device, not {device}")
+    return None
+
+
+def validation_target(platform: str, device: str | None, dtype: str | None = None,
+                      graphs: str = "auto") -> ValidationTarget:
+    """The platform and device of a validation on ``device`` (see the module's description)."""
+    from real.validation.hetero_setup import platform_device
+    from real.validation.machine import load_host
+
+    device = default_device_name(device)
+    placement = check_placement(device, dtype, graphs)
+    if placement is None:
+        host = load_host(platform)
+        return ValidationTarget(host, device, None, host.device(device))
+    name = placement.device
+    host = load_host(platform) if platform != "host" else _host_or_none()
+    found = platform_device(host, name) if host is not None else None
+    if found is None and platform == "host":
+        profiled = profiled_platform_name(name)
+        try:
+            host = load_host(profiled)
+            found = platform_device(host, name)
+        except HetSpecError:
+            pass
+    if found is None:
+        raise HetSpecError(f"--device {name}: platform {platform} has no device for it ({name}, cuda or gpu); "
+                           f"profile the GPU with `hetspec calibrate --device {name}` (writes "
+                           f"{profiled_platform_name(name)}) or pass --platform FILE")
+    cpu = host.devices.get("cpu")
+    return ValidationTarget(host, found, placement, cpu)
+
+
+def _host_or_none():
+    from real.validation.machine import load_host
+
+    try:
+        return load_host("host")
+    except HetSpecError:
+        return None

@@ -1,0 +1,62 @@
+"""``--device`` of ``hetspec validate`` / ``hetspec demo``: a host CPU device (cpu, cpuN) as calibrated, or a
+GPU (cuda:N) decoded there and priced on the platform's device for it (cuda:N, cuda or gpu), found in the
+platform ``hetspec calibrate --device cuda:N`` writes when --platform is left at host."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from hwmodels.errors import HetSpecError
+from real.validation import gpu_target
+from real.validation.gpu_target import check_placement, profiled_platform_name, validation_target
+
+GPU_PLATFORM = Path(__file__).resolve().parent / "data" / "h100-sxm-eager.toml"
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+
+
+def test_cpu_names_are_the_host_platform_as_calibrated(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert check_placement(None) is None and check_placement("cpu1") is None
+    with pytest.raises(HetSpecError, match="--dtype and --graphs apply to a CUDA --device, not cpu"):
+        check_placement("cpu", dtype="bf16")
+    with pytest.raises(HetSpecError, match="this machine has no CUDA device"):
+        check_placement("cuda:0")
+
+
+def test_a_gpu_is_priced_on_the_platforms_device_for_it(fake_cuda):
+    target = validation_target(str(GPU_PLATFORM), "cuda:0", dtype="fp16")
+    assert target.device == "gpu" and target.label == "cuda:0"
+    assert target.placement.dtype == "fp16" and target.placement.graphs
+    assert target.drift_device is target.platform.devices["cpu"]      # the probe re-times the host CPU
+    assert validation_target(str(GPU_PLATFORM), None).placement.device == "cuda:0"   # the default on CUDA
+
+
+def test_the_profiled_platform_is_found_by_itself(fake_cuda, monkeypatch):
+    from hwmodels.loader import load_platform_file
+
+    gpu_only = load_platform_file(GPU_PLATFORM)
+    loaded = []
+
+    def load_host(name):
+        loaded.append(name)
+        if name == profiled_platform_name("cuda:0"):
+            return gpu_only
+        raise HetSpecError(f"unknown platform {name!r}")
+
+    monkeypatch.setattr("real.validation.machine.load_host", load_host)
+    target = validation_target("host", "cuda")
+    assert loaded[-1] == "profiled-cuda0" and target.device == "gpu"
+    loaded.clear()
+    monkeypatch.setattr("real.validation.machine.load_host", lambda name: (_ for _ in ()).throw(HetSpecError("none")))
+    with pytest.raises(HetSpecError, match=r"--device cuda:0: platform host has no device for it .*"
+                                           r"hetspec calibrate --device cuda:0"):
+        validation_target("host", "cuda:0")
+    assert gpu_target.is_cuda_name("cuda") and not gpu_target.is_cuda_name("cpu0")

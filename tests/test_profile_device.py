@@ -78,6 +78,15 @@ def test_cli_errors_are_one_line_exit_2():
     assert proc.returncode == 2 and "give cpu, cuda or cuda:N" in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.parametrize("extra", [(), ("--device", "cpu")])
+def test_a_platform_file_that_cannot_be_written_fails_before_measuring(tmp_path, extra):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    proc = run_cli("calibrate", "--out", str(blocker / "host.toml"), *extra, timeout=60)
+    assert proc.returncode == 2 and proc.stderr.strip() == (
+        f"hetspec: error: cannot write platform file {blocker / 'host.toml'}: {blocker} is a file, not a folder")
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_profile_has_graph_and_eager_launch_costs(tmp_path):
     from real.validation.profile_device import ProfileSettings, profile_device

@@ -258,3 +258,22 @@ def test_cuda_graphs_equal_eager_on_the_gpu(models, dtype):
         assert result.ids == reference.ids, (method, config)
         assert static["target"].executor.stats.captures > 0
         assert static["target"].executor.stats.replays > 0
+
+
+def test_buckets_are_prepared_before_timing(models):
+    """After the warm-up every bucket a run can reach is prepared (no capture inside a timed run), on
+    scratch slots that no real token sees: the tokens stay ar's."""
+    from real.model.executor import prepare_buckets
+    from real.run.session import run_prompts
+
+    static = _static_copies(models, "target", "copy")
+    bundle = DecodeModels(static["target"], draft=static["copy"])
+    backend = RecordingBackend()
+    for m in static.values():
+        m.executor.backend = backend
+    result = run_prompts(bundle, "draft-tree", DraftTreeConfig(tree_width=6), [models["prompt"]], NEW_TOKENS)
+    assert result.results[0].ids == models["reference"].ids
+    target, draft = static["target"].executor, static["copy"].executor
+    assert target.expected == 6 and draft.expected == 3
+    assert {1, 2, 4, 8} <= set(target._slots["main"].runners) and {1, 2, 4} <= set(draft._slots["draft"].runners)
+    assert prepare_buckets(static["target"], static["copy"]) == 0          # nothing left to prepare

@@ -62,6 +62,7 @@ def generate(models, prompt, max_new_tokens: int, config: ChainConfig, clock: Cl
     sampling = config.sampling
     log = StepLog(NAME, len(prompt), max_new_tokens, clock)
     declare_widths(target, (config.draft_depth + 1,))   # the verify width of every step but the last
+    declare_widths(draft, expect=2)                      # the lag: one or two tokens, then one per pass
     with torch.inference_mode():
         device = model_device(target)
         t = clock.now()

@@ -41,6 +41,7 @@ from real.decode.common import (
     require,
 )
 from real.decode.device_tree import device_ids, read_back, tree_tensors
+from real.model.executor import declare_widths
 from sim.tree import TokenTree
 
 NAME = "draft-tree"
@@ -228,6 +229,8 @@ def generate(models, prompt, max_new_tokens: int, config: DraftTreeConfig, clock
     cache_len = check_request(models, prompt, max_new_tokens, extra_tokens=config.tree_width + 2)
     log = StepLog(NAME, len(prompt), max_new_tokens, clock)
     alpha = config.alpha0
+    declare_widths(target, expect=config.tree_width)    # trees of 1..budget tokens
+    declare_widths(draft, expect=3)                      # the lag (up to 3 tokens), then one node per pass
     with torch.inference_mode():
         device = model_device(target)
         # rows[s, j]: the draft's pending slot s may attend to pending slot j. The pending block of a

@@ -191,6 +191,7 @@ class StepExecutor:
         self.buckets = tuple(buckets)
         self.backend = backend or make_backend(self.device, graphs)
         self.stats = ExecutorStats()
+        self.expected = 1                    # the most tokens a forward of the run will take (prefill aside)
         self._slots: dict[str, _Slot] = {}
 
     def __deepcopy__(self, memo):   # a copy of the model (e.g. moved to another worker) runs eagerly
@@ -207,7 +208,39 @@ class StepExecutor:
     def declare(self, widths: Iterable[int]) -> None:
         """Add exact buckets for the token counts a run will use (a tree's size), so they are not
         padded to the next power of two. Buckets already prepared are kept."""
-        self.buckets = tuple(sorted(set(self.buckets) | {int(w) for w in widths if 1 <= int(w)}))
+        widths = [int(w) for w in widths if 1 <= int(w)]
+        self.buckets = tuple(sorted(set(self.buckets) | set(widths)))
+        self.expect(max(widths, default=1))
+
+    def expect(self, tokens: int) -> None:
+        """The run's forwards take up to ``tokens`` tokens (prefill aside): :meth:`prepare_buckets` prepares
+        every bucket up to the one that holds them."""
+        self.expected = max(self.expected, min(int(tokens), self.max_bucket))
+
+    def prepare_buckets(self) -> int:
+        """Prepare (capture, on a GPU) every bucket up to :attr:`expected` tokens on every slot, so that no
+        capture falls inside a timed run; returns how many were prepared. Each runs once on padding only
+        (token 0 at position 0 written to the cache's last slots, which no real token sees)."""
+        with torch.inference_mode():
+            return self._prepare_buckets(self.bucket(self.expected))
+
+    def _prepare_buckets(self, limit: int) -> int:
+        done = 0
+        for state in self._slots.values():
+            cache, mask = state.cache, state.mask
+            for size in (b for b in self.buckets if b <= limit and b not in state.runners):
+                state.tokens[:, :size].zero_()
+                state.positions[:, :size].zero_()
+                torch.add(state.arange[:size], cache.max_len - size, out=state.slots[:size])
+                mask[:size].zero_()
+                mask[state.arange[:size], state.slots[:size]] = True
+                state.true_upto = 0
+                state.runners[size] = self.backend.prepare(
+                    lambda size=size, state=state: static_forward(
+                        self.model, state.cache, state.tokens[:, :size], state.positions[:, :size],
+                        state.slots[:size], state.mask[:size]), self.stats)
+                done += 1
+        return done
 
     def bucket(self, q: int) -> int:
         """The smallest bucket of at least ``q`` tokens."""
@@ -279,8 +312,16 @@ def executor_of(model) -> StepExecutor | None:
     return getattr(model, "executor", None)
 
 
-def declare_widths(model, widths: Iterable[int]) -> None:
-    """Tell ``model``'s executor (if any) the token counts a run will use, as exact buckets."""
+def declare_widths(model, widths: Iterable[int] = (), expect: int | None = None) -> None:
+    """Tell ``model``'s executor (if any) the token counts a run will use: ``widths`` as exact buckets,
+    ``expect`` as the most tokens of any forward (the buckets below it are prepared before timing)."""
     executor = executor_of(model)
     if executor is not None:
         executor.declare(widths)
+        if expect is not None:
+            executor.expect(expect)
+
+
+def prepare_buckets(*models) -> int:
+    """:meth:`StepExecutor.prepare_buckets` of every model given that has an executor."""
+    return sum(executor_of(m).prepare_buckets() for m in models if m is not None and executor_of(m) is not None)

@@ -142,6 +142,9 @@ def run_prompts(models, method: str, config, prompts, max_new_tokens: int, seed:
     if warmup:
         dec.generate(models, prompts[0], min(WARMUP_TOKENS, max_new_tokens), config, Clock(worker),
                      generator(models, seed))
+        from real.model.executor import prepare_buckets
+
+        prepare_buckets(models.target, getattr(models, "draft", None))   # no CUDA-graph capture while timed
     clock = Clock(worker)
     bar = tqdm(prompts, desc=method, unit="prompt", disable=None if progress else True, leave=False)
     results = tuple(dec.generate(models, p, max_new_tokens, config, clock, generator(models, seed + i))

@@ -182,7 +182,7 @@ class _Reader:
         costs, sources = {}, {}
         for key in table:
             if key.rsplit("_", 1)[-1] not in LOOP_COST_TERMS:
-                raise self.fail(f"{where}{key}", "keys are <method>_step, <method>_pass or <method>_node")
+                raise self.fail(f"{where}{key}", f"keys are <method>_<term>, term one of {', '.join(LOOP_COST_TERMS)}")
             costs[key] = float(self.number(table, key, where, "nonneg", True, sources))
         return LoopCosts(device=device, costs_us=costs, sources=sources)
 

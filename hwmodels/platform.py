@@ -221,7 +221,9 @@ class LoopCosts:
     (``<method>_step``), per draft pass (``<method>_pass``) and per verified token
     (``<method>_node``) beyond the forwards the roofline prices (building inputs and masks, argmax,
     the acceptance walk, cache compaction, a tree grown in Python). The strategies price it through
-    :func:`sim.strategies.base.host_seconds`; absent keys cost nothing.
+    :func:`sim.strategies.base.host_seconds`; absent keys cost nothing. A step split over two worker
+    threads (``hcmp``) also has costs per synchronisation point (``<method>_sync``) and per decoder
+    layer (``<method>_layer``; :mod:`sim.strategies.hcmp` reads them).
     """
 
     device: str
@@ -231,14 +233,14 @@ class LoopCosts:
     def __post_init__(self) -> None:
         for key, value in self.costs_us.items():
             if key.rsplit("_", 1)[-1] not in LOOP_COST_TERMS:
-                raise HetSpecError(f"loop cost {key!r} of {self.device}: keys are <method>_step, <method>_pass "
-                                   "or <method>_node")
+                raise HetSpecError(f"loop cost {key!r} of {self.device}: keys are <method>_<term>, term one of "
+                                   f"{', '.join(LOOP_COST_TERMS)}")
             if not value >= 0:
                 raise HetSpecError(f"loop cost {key} of {self.device} must be >= 0 (got {value})")
 
 
-#: The per-step counts a loop cost is charged by.
-LOOP_COST_TERMS = ("step", "pass", "node")
+#: The counts a loop cost is charged by: per step, draft pass, verified token, synchronisation point, layer.
+LOOP_COST_TERMS = ("step", "pass", "node", "sync", "layer")
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,9 @@ from hwmodels.platform import Device, Link, MemoryDomain, Platform
 from hwmodels.roofline import quantized_tokens, roofline_time
 from sim.plan import StepPlan, Task, transfer_task
 from sim.step_graph import ACT_FLOPS_PER_ELEMENT, ADD_FLOPS_PER_ELEMENT, NORM_FLOPS_PER_ELEMENT, ROPE_FLOPS_PER_ELEMENT
+from sim.strategies import alspec_loop
 from sim.strategies.alspec_formulas import LAYER_ROUNDINGS, app_f_latency, layer_hits, projection_latency, tp_latency
+from sim.strategies.alspec_loop import LOOPS
 from sim.strategies.alspec_tables import (KERNELS_FILE, KERNELS_FORMAT, MODEL_PRECISION, RUNTIME_COLLECTIVES, Precision,
                                           Runtime, default_runtime, get_precision, get_runtime, kernel_tables,
                                           precision_names, runtime_names)
@@ -335,6 +337,8 @@ class AlspecStrategy(Strategy):
                    "or sglang (fused GEMMs, one-shot all-reduce); default: sglang on GPUs, else tt-metalium",
         "layer_rounding": "option: floor (App. F: floor(L r) hits) or expected (L r hits, the mean of per-layer draws)",
         "fd_fixed_us": "option: fixed cost added to every flash-decode call, us (default 0: the roofline alone)",
+        "loop": "option: paper (App. F, default) or hetspec (Alg. 1 as HetSpec's real path runs it on two CPU "
+                "workers: sim.strategies.alspec_loop)",
     }
 
     # ------------------------------------------------------------------ search space
@@ -386,8 +390,13 @@ class AlspecStrategy(Strategy):
         if tp > 1 and peer_of(platform, config.device) is None:
             raise HetSpecError(f"alspec: tp {tp} needs a device linked to {config.device}")
         self._check_memory(problem, config.device, tp, precision)
+        loop = config.option("loop", "paper")
+        if loop not in LOOPS:
+            raise UnknownNameError("alspec loop", loop, LOOPS)
+        if loop == "hetspec" and tp != 1:
+            raise HetSpecError(f"alspec: loop hetspec runs one worker per group (tp 1), got tp {tp}")
         opts = {**config.options, "tp": tp, "sp": sp, "window": window, "layer_rounding": rounding,
-                "precision": precision.name, "runtime": runtime.name, "fd_fixed_us": float(fd_fixed_us)}
+                "precision": precision.name, "runtime": runtime.name, "fd_fixed_us": float(fd_fixed_us), "loop": loop}
         opts.pop("hit_rates", None)
         if sp:
             opts["hit_rate"] = self._hit_rate(problem, config)
@@ -433,6 +442,8 @@ class AlspecStrategy(Strategy):
                            get_runtime(o["runtime"]), o["window"], link, bool(o["sp"]), o["fd_fixed_us"] * 1e-6)
 
     def estimate(self, problem: Problem, config: StrategyConfig) -> Estimate:
+        if config.option("loop") == "hetspec":
+            return alspec_loop.estimate(problem, config)
         c = self.costs(problem, config)
         o = config.options
         L = c.layers
@@ -454,6 +465,8 @@ class AlspecStrategy(Strategy):
         layer on the other group; hits swap the groups' roles. Without ``rng`` the first
         ``floor(L r)`` layers hit (App. F's count); with it every layer draws its own outcome.
         ``per_layer`` splits each block into its operators (readable traces)."""
+        if config.option("loop") == "hetspec":
+            return alspec_loop.plan(problem, config, rng)
         c = self.costs(problem, config)
         o = config.options
         L, sp = c.layers, bool(o["sp"])

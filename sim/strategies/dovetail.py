@@ -31,6 +31,13 @@ One round (Dovetail §III-A, Fig. 5):
 4. **Transfer back** the accepted tokens and, for feature-level drafters, their hidden states
    (cast to ``draft_dtype``).
 
+Drafter residency (devices with a measured last-level cache, i.e. a calibrated host; presets price
+the drafter as they always did): a drafter that fits the cache alone but not with the target is
+evicted by every verification when both run on one device or on CPU workers of one memory domain
+(one last-level cache): the round's first drafter pass reads its weights from DRAM, the next ones
+from the cache, slowed by the device's measured re-warming, as the draft passes of ``chain`` and
+``draft-tree`` (:func:`drafter_pass_resident`).
+
 Host-side work (growing and reranking the tree in Python, the acceptance walk) is the draft
 device's calibrated loop costs (``dovetail_step`` + ``dovetail_pass`` per drafter pass; host
 calibration writes them from the real loop, :mod:`real.validation.calibrate`); 0 on presets.
@@ -60,7 +67,7 @@ from sim.model_spec import ModelSpec, get_model, model_names
 from sim.plan import StepPlan, Task, delay_task, graph_tasks, ops_tasks, transfer_task
 from sim.step_graph import ACT_FLOPS_PER_ELEMENT, Op, build_step_graph, elementwise_op, linear_op
 from sim.step_timing import price_op
-from sim.strategies.base import Estimate, Knob, Problem, Strategy, StrategyConfig, fits, host_seconds
+from sim.strategies.base import Estimate, Knob, Problem, Strategy, StrategyConfig, co_resident, fits, host_seconds
 
 #: Feature-level drafters (EAGLE family): blocks of the target's shape on top of a fusion layer.
 FEATURE_DRAFTERS = ("dgf", "eagle2")
@@ -196,6 +203,41 @@ def tree_draft_passes(n0: int, depth: int, top_k: int, context: int) -> list[Dra
     """An EAGLE-2 tree round's drafter passes: the ``n0`` accepted tokens over ``context`` cached,
     then ``depth`` passes of the ``top_k`` best nodes of the newest level (their K/V pending)."""
     return [DraftPass(n0, context)] + [DraftPass(top_k, context + n0 + j * top_k) for j in range(depth)]
+
+
+def shares_cache(problem: Problem, drafter: str, verifier: str) -> bool:
+    """Whether the verifier's target passes through the drafter's last-level cache: one device, or CPU
+    workers of one memory domain (threads of one CPU share its last-level cache)."""
+    if drafter == verifier:
+        return True
+    platform = problem.platform
+    return (platform.device(drafter).kind == "cpu" and platform.device(verifier).kind == "cpu"
+            and platform.shares_memory(drafter, verifier))
+
+
+def drafter_pass_resident(problem: Problem, config: StrategyConfig, spec: ModelSpec, j: int) -> bool | None:
+    """Whether drafter pass ``j`` of a round finds the drafter in its device's cache (None: the default rule,
+    the drafter alone in the cache). As the draft passes of ``chain``: where the target passes through the
+    drafter's cache and the two do not fit together, the round's first pass reads the drafter from DRAM."""
+    device = config.draft_device
+    if problem.platform.device(device).cache_gb is None or not shares_cache(problem, device, config.device):
+        return None
+    if co_resident(problem, device, problem.model, spec):
+        return True
+    return j > 0 and co_resident(problem, device, spec)
+
+
+def drafter_rewarm_seconds(problem: Problem, config: StrategyConfig, spec: ModelSpec, p: "DraftPass", j: int) -> float:
+    """Extra seconds of drafter pass ``j`` while the cache re-warms after the target evicted the drafter
+    (``1 - cache_rewarm`` of the gap between its cold and its warm time; as :func:`sim.strategies.chain.rewarm_seconds`)."""
+    device = config.draft_device
+    dev = problem.platform.device(device)
+    if j == 0 or dev.cache_rewarm is None or dev.cache_rewarm >= 1.0 or not drafter_pass_resident(problem, config, spec, j) \
+            or co_resident(problem, device, problem.model, spec):
+        return 0.0
+    cold, warm = (float(step_seconds(spec, problem.platform, device, p.tokens, p.context, problem.batch, resident=r))
+                  for r in (False, True))
+    return (1.0 - dev.cache_rewarm) * max(cold - warm, 0.0)
 
 
 # ---------------------------------------------------------------------- verification pricing
@@ -348,8 +390,10 @@ class DovetailStrategy(Strategy):
         dev = problem.platform.device(config.draft_device)
         bw = standalone_bw(problem.platform, config.draft_device)
         total = 0.0
-        for p in draft_passes(problem, config, n0):
-            total += float(step_seconds(spec, problem.platform, config.draft_device, p.tokens, p.context, problem.batch))
+        for j, p in enumerate(draft_passes(problem, config, n0)):
+            total += float(step_seconds(spec, problem.platform, config.draft_device, p.tokens, p.context, problem.batch,
+                                        resident=drafter_pass_resident(problem, config, spec, j)))
+            total += drafter_rewarm_seconds(problem, config, spec, p, j)
             total += sum(price_op(op, dev, dtype, bw).time_s for op in fusion_ops(problem.model, drafter,
                                                                                    p.tokens * problem.batch, dtype))
         return total
@@ -413,7 +457,11 @@ class DovetailStrategy(Strategy):
                 tasks += ops_tasks(fusion, platform, config.draft_device, dtype, f"draft{j}", "draft", deps)
                 deps = (tasks[-1].name,)
             graph = build_step_graph(spec, p.tokens, p.context, problem.batch)
-            tasks += graph_tasks(graph, platform, config.draft_device, f"draft{j}", "draft", deps, per_layer)
+            tasks += graph_tasks(graph, platform, config.draft_device, f"draft{j}", "draft", deps, per_layer,
+                                 resident=drafter_pass_resident(problem, config, spec, j))
+            rewarm = drafter_rewarm_seconds(problem, config, spec, p, j)
+            if rewarm > 0:
+                tasks.append(delay_task(f"draft{j}/rewarm", rewarm, "draft", (tasks[-1].name,), config.draft_device))
         moves = self._transfers(problem, config, n0) if config.draft_device != config.device else {}
         if moves:
             tasks.append(transfer_task(platform, config.draft_device, config.device, moves["to_verifier"], "to_verifier",

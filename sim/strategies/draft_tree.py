@@ -41,6 +41,13 @@ greedy prefix whose main branch reaches depth ``k``). Expected tokens/s = E[toke
 (renewal-reward). ``fallback="budget"`` always drafts the whole budget (a fixed trigger, as
 speculative decoding's fixed draft length).
 
+**Staging buffers** (option ``staging`` k): a loader that reads the streamed layers one by one
+through k buffers (HetSpec's real loader, :mod:`real.hetero.streaming`: one buffer) cannot preload
+the whole streamed part while the draft drafts: the round is the layer-by-layer recurrence of
+:mod:`sim.strategies.streaming_pipeline` over whole layers (the real loader's memory plan), each
+read ``9 x latency + bytes / bandwidth`` over the storage link. Without the option, the round is
+the overlap above.
+
 **Baseline** ``variant="std"``: the target alone, load then compute (LLMCad's Std, a swapping
 engine). LLMCad's StdPL (a layer-wise load/compute pipeline) is the ``offload`` strategy with
 ``mode=stream, source=storage`` (:mod:`sim.strategies.offload`).
@@ -64,6 +71,7 @@ from sim.step_graph import build_step_graph
 from sim.strategies.base import (DEFAULT_DRAFT_MODEL, Estimate, Knob, Problem, Strategy, StrategyConfig, co_resident,
                                  host_seconds)
 from sim.strategies.chain import draft_pass_tasks
+from sim.strategies.streaming_pipeline import READS_PER_LAYER, LayerPlan, layer_plan, pipeline_round
 from sim.tree import TokenTree
 from sim.tree_search import greedy_trees
 
@@ -248,6 +256,10 @@ class DraftTreeStrategy(Strategy):
                    "source=storage)",
         "resident": "option: keep (default: the target's part under the budget stays in memory) or none "
                     "(a model that does not fit is re-read whole every forward)",
+        "staging": "option: k staging buffers of a loader that streams whole layers one by one (HetSpec's real "
+                   "loader: 1); default: the whole streamed part loads while the draft drafts",
+        "cache_tokens": "option (with staging): tokens both KV caches hold in the memory plan (default: context + "
+                        "the tree)",
     }
     budget_knobs = ("tree_width",)      # a cap: a chain shape stops at the depth (sim.optimizer)
 
@@ -280,6 +292,10 @@ class DraftTreeStrategy(Strategy):
         resident = config.option("resident", "keep")
         if resident not in RESIDENT_POLICIES:
             raise UnknownNameError("draft-tree resident policy", resident, RESIDENT_POLICIES)
+        staging = config.option("staging")
+        if staging is not None and (isinstance(staging, bool) or not isinstance(staging, (int, np.integer))
+                                    or staging < 1):
+            raise HetSpecError(f"draft-tree: option staging must be an integer >= 1 (got {staging!r})")
         opts = {**config.options, "variant": variant, "fallback": fallback, "pipeline": int(bool(pipeline)),
                 "memory_budget_gb": float(budget_gb), "resident": resident}
         keep = resident == "keep"
@@ -368,7 +384,41 @@ class DraftTreeStrategy(Strategy):
         return memory_plan(problem, draft, config.option("memory_budget_gb") * GB, config.tree_width,
                            config.option("resident") == "keep")
 
+    def layer_memory(self, problem: Problem, config: StrategyConfig) -> LayerPlan:
+        """Whole layers under the budget with ``staging`` buffers (the real loader's plan)."""
+        tokens = config.option("cache_tokens") or problem.context + config.tree_width
+        return layer_plan(problem.model, self._draft(problem, config), config.option("memory_budget_gb") * GB,
+                          tokens * problem.batch, int(config.option("staging")))
+
+    def staged_rounds(self, problem: Problem, config: StrategyConfig, rounds: Sequence[Round]):
+        """The steady-state pipeline round (:func:`pipeline_round`) of each round kind under option ``staging``."""
+        from sim.closed_form import op_seconds
+
+        lp = self.layer_memory(problem, config)
+        model, platform = problem.model, problem.platform
+        sizes = np.array([r.tree.size for r in rounds])
+        passes = _draft_pass_seconds(problem, self._draft(problem, config), config.draft_device, int(sizes.max()) - 1)
+        cumulative = np.concatenate([[0.0], np.cumsum(passes)])
+        host = np.asarray(host_seconds(problem, self.name, config.device, passes=sizes - 1, nodes=sizes), float) \
+            * np.ones(len(rounds))
+        load = 0.0
+        if lp.streamed_layers:
+            link = storage_link(platform, config.device)
+            load = READS_PER_LAYER * link.latency_s + lp.layer_bytes / (link.bw_bytes_per_s * link.efficiency)
+        out = []
+        for i, r in enumerate(rounds):
+            poly, per_op = op_seconds(model, platform, config.device, r.tree.size, problem.context, problem.batch,
+                                      r.tree.mask_density, resident=self._target_resident(problem, config))
+            sections = np.asarray(poly.sections)
+            layer = float(per_op[sections == "layer"].sum()) / model.n_layers
+            embed, tail = float(per_op[sections == "pre"].sum()), float(per_op[sections == "post"].sum())
+            out.append(pipeline_round(float(cumulative[r.tree.size - 1]), embed, lp.resident_layers * layer, layer,
+                                      tail, float(host[i]), load, lp.streamed_layers, lp.staging))
+        return lp, out
+
     def estimate(self, problem: Problem, config: StrategyConfig) -> Estimate:
+        if config.option("staging") is not None and config.option("variant") == "llmcad":
+            return self._staged_estimate(problem, config)
         plan = self.memory(problem, config)
         variant = config.option("variant")
         if variant != "llmcad":
@@ -388,6 +438,22 @@ class DraftTreeStrategy(Strategy):
         return Estimate(step_s=time, tokens_per_step=tokens, proposed_per_step=proposed,
                         breakdown={**mean, "streamed_gb": plan.streamed / GB})
 
+    def _staged_estimate(self, problem: Problem, config: StrategyConfig) -> Estimate:
+        rounds = self.rounds(problem, config)
+        weight = np.array([r.weight for r in rounds])
+        lp, staged = self.staged_rounds(problem, config, rounds)
+
+        def mean(values) -> float:
+            return float(weight @ np.asarray(values, dtype=float))
+        return Estimate(step_s=mean([p.time_s for p in staged]), tokens_per_step=mean([r.tokens for r in rounds]),
+                        proposed_per_step=mean([r.tree.size - 1 for r in rounds]),
+                        breakdown={"draft": mean([p.draft_s for p in staged]), "load": mean([p.load_s for p in staged]),
+                                   "wait": mean([p.wait_s for p in staged]),
+                                   "compute": mean([p.compute_s for p in staged]),
+                                   "verify": mean([p.verify_s for p in staged]), "host": mean([p.host_s for p in staged]),
+                                   "streamed_gb": lp.streamed_bytes / GB, "resident_layers": float(lp.resident_layers),
+                                   "streamed_layers": float(lp.streamed_layers)})
+
     # ------------------------------------------------------------------ engine plan
     def plan(self, problem: Problem, config: StrategyConfig, rng: np.random.Generator | None = None,
              per_layer: bool = False) -> StepPlan:
@@ -406,6 +472,9 @@ class DraftTreeStrategy(Strategy):
             chosen = rounds[int(rng.choice(len(rounds), p=np.array([r.weight for r in rounds]) /
                                            sum(r.weight for r in rounds)))]
         tree = chosen.tree
+        if config.option("staging") is not None:
+            accepted = chosen.tokens if rng is None else _sample_tokens(tree, rank_probs(problem.acceptance), rng)
+            return self._staged_plan(problem, config, chosen, accepted, per_layer)
         pipeline = bool(config.option("pipeline"))
         tasks = draft_pass_tasks(problem, self._draft(problem, config), config.draft_device, tree.size - 1, per_layer)
         last_draft = tasks[-1].name
@@ -427,6 +496,34 @@ class DraftTreeStrategy(Strategy):
             accepted = _sample_tokens(tree, rank_probs(problem.acceptance), rng)
         return StepPlan(tasks=tuple(tasks), tokens_accepted=accepted, tokens_proposed=tree.size - 1,
                         count_phase="verify", count_device=config.device)
+
+    def _staged_plan(self, problem: Problem, config: StrategyConfig, chosen: Round, accepted: float,
+                     per_layer: bool) -> StepPlan:
+        """One steady-state round of the staged loader: the draft's passes, the verification's embedding and
+        resident layers, each streamed layer after its read (a read begun in the previous round keeps only
+        what is left of it), the tail and the host-side work; the same schedule as the closed form."""
+        _, (staged,) = self.staged_rounds(problem, config, [chosen])
+        tree, device = chosen.tree, config.device
+        tasks = draft_pass_tasks(problem, self._draft(problem, config), config.draft_device, tree.size - 1, per_layer)
+        tasks.append(Task(name="verify/embed_resident", kind="compute", resource=device, phase="verify",
+                          fixed_s=staged.embed_s + staged.resident_s, deps=(tasks[-1].name,), op="resident_layers"))
+        before = tasks[-1].name
+        link = storage_link(problem.platform, device) if staged.schedule else None
+        for j, (l0, l1, _, _) in enumerate(staged.schedule):
+            deps = (f"load{j - 1}",) if j else ()
+            if j >= config.option("staging") and l0 >= 0.0:
+                deps += (f"verify/layer{j - config.option('staging')}",)
+            tasks.append(Task(name=f"load{j}", kind="transfer", resource=link.name, phase="load",
+                              fixed_s=l1 - max(l0, 0.0), deps=deps, op="load_layer"))
+            tasks.append(Task(name=f"verify/layer{j}", kind="compute", resource=device, phase="verify",
+                              fixed_s=staged.layer_s, deps=(f"load{j}", before), op="streamed_layer"))
+            before = tasks[-1].name
+        tasks.append(Task(name="verify/tail", kind="compute", resource=device, phase="verify", fixed_s=staged.tail_s,
+                          deps=(before,), op="lm_head"))
+        if staged.host_s > 0:
+            tasks.append(delay_task("host", staged.host_s, "accept", (tasks[-1].name,), device))
+        return StepPlan(tasks=tuple(tasks), tokens_accepted=accepted, tokens_proposed=tree.size - 1,
+                        count_phase="verify", count_device=device)
 
     def _baseline_plan(self, problem: Problem, config: StrategyConfig, plan: MemoryPlan, link: Link | None,
                        per_layer: bool) -> StepPlan:

@@ -37,6 +37,11 @@ Both parts of a group stream from the same DRAM, so the closed form prices each 
 :func:`sim.closed_form.concurrent_seconds` (the engine's own fluid contention rule) and equals
 the engine's step time; the engine plan is the same groups as tasks with the same barriers.
 
+**Two worker threads** (a calibrated host, :mod:`sim.strategies.hcmp_threads`): the primary's loop
+costs ``hcmp_*`` (``hetspec calibrate``'s split probe) price a page sync as a barrier between two Python
+threads, each side's fixed costs of a split layer as measured, the two threads' Python taking turns on
+one interpreter in every group, and the step's hand-offs to the secondary worker. Presets have none.
+
 Ratio 0 or 1 is the single-device Medusa step of :mod:`sim.strategies.medusa` plus nothing
 (no sync, no merge). The decode loop's host-side work (acceptance walk, cache compaction; the
 device's calibrated loop costs, only calibrated hosts have them) is the Medusa loop's at every
@@ -58,6 +63,7 @@ from sim.closed_form import concurrent_seconds
 from sim.plan import StepPlan, Task, delay_task
 from sim.step_graph import Op, build_step_graph
 from sim.strategies.base import Estimate, EstimateArrays, Knob, Problem, Strategy, StrategyConfig, host_seconds
+from sim.strategies.hcmp_threads import calibrated_layer_fixed, serial_share, split_costs
 from sim.strategies.medusa import DEFAULT_MAX_WIDTH, MedusaStrategy, head_ops, head_rows, heads_impl, heads_run
 
 SPLITS = ("hcmp", "megatron")
@@ -149,6 +155,7 @@ class SplitStep:
     secondary: str
     groups: tuple[Group, ...]
     sync_s: float
+    serial: float = 0.0     # share of the smaller side's fixed costs the two sides cannot overlap (one interpreter)
 
     @property
     def n_syncs(self) -> int:
@@ -180,7 +187,12 @@ class SplitStep:
         fixed, compute, nbytes = self.arrays(np.atleast_1d(ratios))
         ends = concurrent_seconds(platform, (self.primary, self.secondary), fixed, compute, nbytes)
         counts = np.array([g.count for g in self.groups], dtype=float)
-        return (ends.max(axis=-1) * counts).sum(axis=-1) + self.n_syncs * self.sync_s
+        serial = self.serial * fixed.min(axis=-1)
+        return ((ends.max(axis=-1) + serial) * counts).sum(axis=-1) + self.n_syncs * self.sync_s
+
+    def serial_s(self, group: Group) -> float:
+        """Seconds one instance of ``group`` loses to the two sides' Python taking turns."""
+        return self.serial * min(group.primary.fixed_s, group.secondary.fixed_s)
 
 
 # ---------------------------------------------------------------------- pricing helpers
@@ -364,7 +376,14 @@ def build_split_step(problem: Problem, config: StrategyConfig) -> SplitStep:
             add(op.name, parts[0], parts[1], op.count, MEGATRON_SYNC_AFTER)
     else:
         raise UnknownNameError("hcmp split", split, SPLITS)
-    return SplitStep(primary=primary, secondary=secondary, groups=tuple(groups), sync_s=sync_s)
+    serial = 0.0
+    costs = split_costs(problem.platform, primary) if split == "hcmp" else {}
+    if costs:    # a host calibrated with the split probe (sim.strategies.hcmp_threads)
+        sync_s = costs.get("hcmp_sync", sync_s)
+        layer_ops = {op.name for op in graph.section("layer")} | {"attention", "softmax_merge"}
+        groups = calibrated_layer_fixed(problem, groups, layer_ops, costs, (primary, secondary))
+        serial = serial_share(costs)
+    return SplitStep(primary=primary, secondary=secondary, groups=tuple(groups), sync_s=sync_s, serial=serial)
 
 
 def standalone_ratio(problem: Problem, config: StrategyConfig) -> float:
@@ -495,6 +514,10 @@ class HcmpStrategy(Strategy):
                                   fixed_s=part.fixed_s * count, deps=last, op=group.name, flops=share * part.flops * count))
                 names.append(name)
             last = tuple(names)
+            serial = step.serial_s(group) * count
+            if serial > 0:     # the two sides' Python taking turns (calibrated hosts)
+                tasks.append(delay_task(f"{prefix}/serial", serial, "sync", deps=last))
+                last = (tasks[-1].name,)
             if group.syncs:
                 n_syncs = group.syncs if count == group.count else 1
                 tasks.append(delay_task(f"{prefix}/sync", step.sync_s * n_syncs, "sync", deps=last))
@@ -522,8 +545,11 @@ class HcmpStrategy(Strategy):
 
 
 def _split_host_seconds(problem: Problem, config: StrategyConfig) -> float:
-    """Host-side work of the Medusa loop around a split step, on the primary (0 without measured host costs)."""
-    return float(host_seconds(problem, "medusa", config.device, nodes=config.tree.size))
+    """Host-side work of the Medusa loop around a split step, on the primary (0 without measured host costs),
+    and the split step's hand-offs to the secondary worker (``hcmp_step``, calibrated hosts only)."""
+    handoffs = split_costs(problem.platform, config.device).get("hcmp_step", 0.0) \
+        if config.option("split", "hcmp") == "hcmp" else 0.0
+    return float(host_seconds(problem, "medusa", config.device, nodes=config.tree.size)) + handoffs
 
 
 def _other_device(problem: Problem, device: str) -> str:

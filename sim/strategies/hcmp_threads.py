@@ -1,0 +1,65 @@
+"""What ``hcmp``'s split step costs on two worker threads of one process (a calibrated host).
+
+HetSpec's real split step (:mod:`real.hetero.split_model`) runs its two sides on two Python threads.
+``hetspec calibrate``'s split probe (:mod:`real.validation.split_probe`) measures what that costs beyond
+the operators, phase by phase, and writes it as the single-thread workers' loop costs (microseconds):
+
+- ``hcmp_sync``: one :class:`~real.hetero.workers.PairBarrier` as the split step meets it (replaces the
+  unified link's latency as the price of a page sync);
+- ``hcmp_layer`` and ``hcmp_merge_layer``: one side's fixed costs of a split layer, the online-softmax
+  merge apart (measured in the cache; a model read from DRAM pays ``op_overhead_us / cache_op_overhead_us``
+  as much, as every operator does);
+- ``hcmp_pair_layer``: the same layer's fixed costs with both sides running at once: one interpreter runs
+  one thread's Python at a time, so in every group the smaller side's fixed costs overlap the other's only
+  in part: :func:`serial_share`;
+- ``hcmp_step``: the split forward and the split heads handed to the secondary worker and back.
+
+Platforms without them (every preset) price the split step as before.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+#: Loop costs of the split step on two worker threads (microseconds; hetspec calibrate's split probe).
+SPLIT_COST_KEYS = ("hcmp_step", "hcmp_sync", "hcmp_layer", "hcmp_merge_layer", "hcmp_pair_layer")
+
+
+def split_costs(platform, primary: str) -> dict[str, float]:
+    """The split step's calibrated costs on two worker threads (seconds; empty where the platform has none)."""
+    costs = platform.loop_costs_us(primary)
+    return {k: 1e-6 * costs[k] for k in SPLIT_COST_KEYS if k in costs}
+
+
+def serial_share(costs: dict) -> float:
+    """Share of the smaller side's fixed costs that the two sides cannot overlap: ``pair / side - 1`` in [0, 1]
+    (0: both sides' Python at once as fast as one alone; 1: one after the other)."""
+    side = costs.get("hcmp_layer", 0.0) + costs.get("hcmp_merge_layer", 0.0)
+    if "hcmp_pair_layer" not in costs or side <= 0:
+        return 0.0
+    return float(np.clip(costs["hcmp_pair_layer"] / side - 1.0, 0.0, 1.0))
+
+
+def calibrated_layer_fixed(problem, groups: list, layer_ops: set, costs: dict, devices: tuple[str, str]) -> list:
+    """Each side's fixed costs of a split layer as measured (``hcmp_layer`` + ``hcmp_merge_layer``, scaled to
+    the device's fixed cost per operator of a model read from DRAM): the merge on the merge group, the rest
+    over the layer's other groups in proportion to their operators' fixed costs. Unchanged without
+    ``hcmp_layer``."""
+    if "hcmp_layer" not in costs:
+        return list(groups)
+    out = list(groups)
+    for side, name in zip(("primary", "secondary"), devices):
+        dev = problem.platform.device(name)
+        scale = dev.op_overhead_s / dev.overhead_s(True)
+        rest = [i for i, g in enumerate(out) if g.name in layer_ops and g.name != "softmax_merge"]
+        priced = sum(getattr(out[i], side).fixed_s for i in rest)
+        factor = costs["hcmp_layer"] * scale / priced if priced > 0 else 0.0
+        for i, g in enumerate(out):
+            part = getattr(g, side)
+            if g.name == "softmax_merge":
+                out[i] = replace(g, **{side: replace(part, fixed_s=costs.get("hcmp_merge_layer", 0.0) * scale)})
+            elif i in rest:
+                out[i] = replace(g, **{side: replace(part, fixed_s=part.fixed_s * factor)})
+    return out

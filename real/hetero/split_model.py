@@ -162,6 +162,9 @@ class SplitTarget:
     :class:`~real.hetero.workers.WorkerSession` (side 0 on the calling thread, side 1 on its thread).
     """
 
+    #: The two sides' synchronisation (the calibration's split probe swaps it to time the step without it).
+    barrier_type = PairBarrier
+
     def __init__(self, target, heads, ratio: float, devices: tuple[str, str], separate_buffers: bool = False):
         if not 0.0 <= ratio <= 1.0:
             raise HetSpecError(f"hcmp: partition ratio must be in [0, 1], got {ratio}")
@@ -271,7 +274,7 @@ class SplitTarget:
         run = self._runs.get(q)
         if run is None:
             run = self._runs[q] = _Run(self, q)
-        run.barrier = PairBarrier()
+        run.barrier = self.barrier_type()
         run.cache, run.start = cache, start
         run.tokens = [tokens.to(d) for d in self.devices]
         pos = [positions.to(self.rope[0][s].device) for s in (0, 1)]
@@ -407,7 +410,7 @@ class SplitTarget:
         run = self._head_run
         if run is None:
             run = self._head_run = _HeadRun(self)
-        run.barrier = PairBarrier()
+        run.barrier = self.barrier_type()
         run.trace = [[], []] if trace else [None, None]
         run.row.view(0).copy_(hidden_row.view(1, 1, -1))
         run.row.publish(0)

@@ -77,6 +77,7 @@ from real.validation.host_facts import (
     physical_memory_bytes,
     settings_for,
 )
+from real.validation.host_hetero import hetero_probes
 from real.validation.host_platform import build_platform
 from real.validation.machine import (
     PROBE_MOVE_LIMIT,
@@ -278,6 +279,8 @@ def measure(settings: Settings, progress: bool = True, command: str = "hetspec c
         tick()
         handoff = mb.handoff_latency_s(20 * settings.repeats, 10)
         tick()
+        bar.set_postfix_str("split step, storage")
+        extra = hetero_probes(settings)
         bar.set_postfix_str("reference probe")
         end = {}
         for t in counts:
@@ -295,7 +298,7 @@ def measure(settings: Settings, progress: bool = True, command: str = "hetspec c
         dram_working_set_bytes=dram_ws, cache_working_set_bytes=cache_ws, all_threads=whole,
         one_thread=single, concurrent_bw_bytes_per_s=together, handoff_s=handoff,
         torch_version=torch.__version__, seconds=time.perf_counter() - t0, command=command,
-        robustness=robustness, runtime=runtime)
+        robustness=robustness, runtime=runtime, extra=extra)
 
 
 def default_out() -> Path:

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from hwmodels.platform import Device, Link, LoopCosts, MemoryDomain, Platform
 from real.validation.host_costs import fit_host_costs
+from real.validation.host_hetero import add_hetero
 from real.validation.host_facts import (
     COLD_POOL_LLC,
     DRAM_WORKING_SET_LLC,
@@ -194,6 +195,7 @@ def build_platform(cal: Calibration, name: str = HOST_NAME) -> Platform:
                 f"(one worker alone: {single.dram_bw_bytes_per_s / 1e9:.1f} GB/s) {on}"
                 if n_conc > 1 else "1: a single core has no second worker to contend with"),
         })
+    loops, extra_links = add_hetero(cal, loops, (), workers)   # split-step costs, the storage link
     linked = workers[:MAX_LINKED_WORKERS]
     links = tuple(
         Link(name=f"{a}-{b}", kind="unified", src=a, dst=b, description="zero-copy hand-over between worker threads",
@@ -209,5 +211,5 @@ def build_platform(cal: Calibration, name: str = HOST_NAME) -> Platform:
     return Platform(name=name,
                     description=f"this machine, calibrated by {cal.command} on {cal.date}: {cal.cpu}, "
                                 f"{cal.cores} cores, torch {cal.torch_version}",
-                    devices=devices, links=links, memory_domains=(domain,),
+                    devices=devices, links=links + extra_links, memory_domains=(domain,),
                     loop_costs={n: c for n, c in loops.items() if c is not None})

@@ -1,0 +1,109 @@
+"""The heterogeneous parts of the calibrated ``host`` platform: what the split step costs on two worker
+threads (the single-thread workers' ``hcmp_*`` loop costs) and the disk the streamed weights come from
+(the ``storage`` link). :func:`real.validation.host_platform.build_platform` adds them from the probes of
+:mod:`real.validation.split_probe` and :mod:`real.validation.storage_probe`."""
+
+from __future__ import annotations
+
+from hwmodels.platform import STORAGE, Link
+
+#: Keys of the calibration's ``extra`` record that hold the probes.
+SPLIT_KEY = "split_probe"
+STORAGE_KEY = "storage_probe"
+
+
+def split_loop_costs(probe, by: str, on: str) -> tuple[dict[str, float], dict[str, str]]:
+    """The ``hcmp_*`` loop costs (microseconds) of the primary of a split step, and their sources."""
+    us = 1e6
+    layer = max(probe.side_layer_s - probe.merge_s, 0.0)
+    where = (f"{by} (split probe, real.validation.split_probe: the real split step of a {probe.layers[0]}- and a "
+             f"{probe.layers[1]}-layer decoder at hidden {probe.hidden}, compute negligible, {probe.tokens} tree tokens "
+             f"over {probe.context} cached, {probe.heads} Medusa heads, ratio 0.5 on workers "
+             f"{probe.workers[0]} + {probe.workers[1]}; per layer = slope between the depths; medians over "
+             f"interleaved rounds) {on}")
+    per_layer = (f"per layer: unsplit {probe.unsplit_layer_s * us:.1f} us, one side alone {probe.side_layer_s * us:.1f}, "
+                 f"both sides at once without barriers {probe.pair_layer_s * us:.1f}, the split step "
+                 f"{probe.full_layer_s * us:.1f}")
+    costs = {
+        "hcmp_step": round(2 * probe.handoff_s * us, 3),
+        "hcmp_sync": round(probe.sync_s * us, 3),
+        "hcmp_layer": round(layer * us, 3),
+        "hcmp_merge_layer": round(probe.merge_s * us, 3),
+        "hcmp_pair_layer": round(probe.pair_layer_s * us, 3),
+    }
+    sources = {
+        "hcmp_step": (f"measured: 2 x {probe.handoff_s * us:.1f} us, the split forward and the split heads each handed "
+                      f"to the secondary worker and back (an empty call through WorkerThread submit/result, median) "
+                      f"{where}"),
+        "hcmp_sync": (f"measured: {probe.sync_s * us:.1f} us per PairBarrier as the split step meets it: the step's "
+                      f"{probe.full_layer_s * us:.1f} us per layer with its {probe.syncs_per_layer} barriers minus "
+                      f"{probe.pair_layer_s * us:.1f} us without them, per barrier {where}"),
+        "hcmp_layer": (f"measured: {layer * us:.1f} us, one side of a split layer alone ({probe.side_layer_s * us:.1f} us: "
+                       f"norms and RoPE whole, partial attention, column slices) minus its merge "
+                       f"({probe.merge_s * us:.1f} us); {per_layer} {where}"),
+        "hcmp_merge_layer": (f"measured: {probe.merge_s * us:.1f} us, one side's partial attention copied into the "
+                             f"shared buffers and merged with the other's (real.hetero.layer_ops.merge_partials), "
+                             f"timed alone {where}"),
+        "hcmp_pair_layer": (f"measured: {probe.pair_layer_s * us:.1f} us per layer with both sides running at once and "
+                            f"no barriers, vs {probe.side_layer_s * us:.1f} us for one side alone: the two threads' "
+                            f"Python takes turns on the interpreter lock; {per_layer} {where}"),
+    }
+    return costs, sources
+
+
+def storage_link(probe, by: str, on: str, device: str = "cpu") -> Link:
+    """The ``storage`` link of the host: the cold safetensors reads of the real loader, fitted."""
+    sizes = ", ".join(f"{s // 1024} KiB {c * 1e6:.0f} us" for s, c in zip(probe.sizes, probe.cold_s))
+    warm = ", ".join(f"{w * 1e6:.0f}" for w in probe.warm_s)
+    evict = ("the drop evicts: the same reads from the page cache took " + warm + " us"
+             if probe.evicts else
+             "WARNING: the drop did not make the reads slower than from the page cache (" + warm + " us): the pages "
+             "may not have been evicted")
+    how = (f"{by} (storage probe, real.validation.storage_probe: tensors read as the real loader reads them, "
+           f"os.preadv into the buffer after posix_fadvise(DONTNEED) of their range, from a synced safetensors file "
+           f"in {probe.folder}; median of {probe.reads} cold reads per size: {sizes}; {evict}) {on}")
+    return Link(name="disk", kind="storage", src=STORAGE, dst=device,
+                description="this machine's disk under the demo models, read with the page cache dropped",
+                bw_gbps=round(probe.bw_bytes_per_s / 1e9, 4), latency_us=round(probe.latency_s * 1e6, 3),
+                efficiency=1.0,
+                sources={"bw_gbps": f"measured: {probe.bw_bytes_per_s / 1e9:.3f} GB/s, the slope of latency + bytes / "
+                                    f"bandwidth through the smallest and the largest cold read {how}",
+                         "latency_us": f"measured: {probe.latency_s * 1e6:.1f} us per read request, the intercept of the "
+                                       f"same line {how}",
+                         "efficiency": "1: bw_gbps is the measured bandwidth of these reads"})
+
+
+def hetero_probes(settings) -> dict:
+    """The split step's probe (two single-thread workers on the first two cores; none on a one-core machine)
+    and the storage probe, for the calibration's ``extra`` record."""
+    from real.hetero.workers import allowed_cores
+    from real.validation.split_probe import split_probe
+    from real.validation.storage_probe import storage_probe
+
+    out = {}
+    cores = allowed_cores()
+    if len(cores) >= 2:
+        out[SPLIT_KEY] = split_probe((f"cpu{cores[0]}", f"cpu{cores[1]}"), settings.overhead_repeats,
+                                     settings.warmup + 1)
+    storage = storage_probe()
+    if storage is not None:
+        out[STORAGE_KEY] = storage
+    return out
+
+
+def add_hetero(cal, loops: dict, links: tuple, workers) -> tuple[dict, tuple]:
+    """``loops`` (device -> LoopCosts) with the split step's costs on every single-thread worker, and ``links``
+    with the storage link, from the calibration's probes (unchanged where it has none)."""
+    from hwmodels.platform import LoopCosts
+
+    by, on = f"by {cal.command}", f"on {cal.cpu}, {cal.date}"
+    extra = cal.extra or {}
+    if extra.get(SPLIT_KEY) is not None:
+        costs, sources = split_loop_costs(extra[SPLIT_KEY], by, on)
+        for w in workers:
+            old = loops.get(w)
+            loops[w] = LoopCosts(device=w, costs_us={**(old.costs_us if old else {}), **costs},
+                                 sources={**(old.sources if old else {}), **sources})
+    if extra.get(STORAGE_KEY) is not None:
+        links = tuple(links) + (storage_link(extra[STORAGE_KEY], by, on),)
+    return loops, links

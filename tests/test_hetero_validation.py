@@ -81,13 +81,19 @@ def test_the_section_end_to_end(tiny_demo, tmp_path):
     a = doc["alspec"]["rows"]
     exact = next(r for r in a if r["lambda"] == 0.0)
     assert exact["hit_rate"] == 0.0 and exact["agreement_positionwise"] == 1.0
+    assert exact["calibration_hit_rate"] == 0.0 and exact["calibration_agreement"] == 1.0
+    assert all(r["pred_step_ms"] > 0 and r["meas_step_ms"] > 0 for r in a)           # predicted from calibration hits
+    assert doc["alspec"]["predicted_best"] and doc["alspec"]["measured_best"]     # lambda 0 always meets the floor
+    assert set(doc["summary"]["methods"]) == {"hcmp", "dovetail", "alspec"}       # no storage link: no streaming prediction
     s = doc["streaming"]["rows"]
     assert {r["resident"] for r in s} == {"all", "none"} and all(r["same_tokens_as_resident"] for r in s)
     assert next(r for r in s if r["resident"] == "none")["loaded_mb"] > 0
-    for name in ("hetero_ratio.png", "hetero_placement.png", "hetero_alspec.png", "hetero.md", "hetero.json"):
+    assert "storage link" in doc["streaming"]["missing"]
+    for name in ("hetero_ratio.png", "hetero_placement.png", "hetero_alspec.png", "hetero_streaming.png", "hetero.md",
+                 "hetero.json"):
         assert (tmp_path / name).stat().st_size > 0
     text = (tmp_path / "hetero.md").read_text()
-    assert "regret" in text and "hcmp: partition ratio sweep" in text
+    assert "regret" in text and "hcmp: partition ratio sweep" in text and "## Acceptance check" in text
 
 
 def _renamed(platform: Platform, pair) -> Platform:

@@ -16,9 +16,15 @@
    The host platform links its single-thread workers to one another only; links between ``cpu``
    and a ``cpuN`` (the same zero-copy hand-over between threads) are added with the calibrated
    hand-off latency (:func:`with_worker_links`).
-3. **alspec** -- hit rate against lambda and S, and the agreement of the tokens with exact decoding.
+3. **alspec** -- hit rate, agreement with exact decoding and speed against lambda and S: predicted by
+   the ``alspec`` strategy (``loop="hetspec"``) from the hit rates measured on calibration prompts,
+   measured on evaluation prompts; the best (S, lambda) under an agreement floor, both ways, and the regret.
 4. **streaming** -- ``draft-tree`` with the target's layers streamed from disk under budgets that
-   keep all, half or none of its layers resident: loading vs compute time, tokens vs resident.
+   keep all, 3/4, half, 1/4 or none of its layers resident: tokens/s and the load / wait / compute split,
+   predicted by the ``draft-tree`` strategy's staged pipeline on the calibrated storage link, and measured.
+
+A summary (:mod:`real.validation.hetero_summary`) gives per method the median step-latency and tokens/s
+errors, the regret of the predicted best and the largest single error, against the section's targets.
 
 Predictions that need a device the platform does not describe (``cuda:0`` on a host calibrated
 without one) are reported as missing, with the reason; their measurements are still reported.
@@ -48,6 +54,7 @@ from real.validation.hetero_setup import (
     split_prompts,
 )
 from real.validation.hetero_streaming import streaming_table
+from real.validation.hetero_summary import hetero_summary
 
 
 def validate_hetero(models, platform, ctx, out: str | Path, settings: HeteroSettings, progress: bool = True,
@@ -70,10 +77,11 @@ def validate_hetero(models, platform, ctx, out: str | Path, settings: HeteroSett
     doc["hcmp"] = hcmp_sweep(models, platform, ctx, settings, pair, progress)
     announce("dovetail placements")
     doc["dovetail"] = dovetail_placements(models, platform, ctx, settings, pair, progress)
-    announce("alspec hit rate vs lambda and S")
-    doc["alspec"] = alspec_table(models, settings, pair, progress)
+    announce("alspec hit rate and speed vs lambda and S")
+    doc["alspec"] = alspec_table(models, settings, pair, progress, platform=platform, ctx=ctx)
     announce("LLMCad weight streaming")
-    doc["streaming"] = streaming_table(models, settings, default_cpu_pair()[0], progress)
+    doc["streaming"] = streaming_table(models, settings, default_cpu_pair()[0], progress, platform=platform, ctx=ctx)
+    doc["summary"] = hetero_summary(doc)
     doc["seconds"] = round(time.perf_counter() - t0, 1)
     doc["plots"] = write_plots(doc, out)
     with writing(out, "report folder"):
@@ -100,7 +108,7 @@ def validate_hetero_only(out: str | Path, preset: str | None = None, quick: bool
     if progress:
         print(f"== demo models: preset {preset} ({why}); platform {host.name}", file=sys.stderr, flush=True)
     models = load_models(preset, progress)
-    calib = split_prompts(models, "calibration", 16 if quick else 32, settings.prompt_tokens)
+    calib = split_prompts(models, "calibration", 24 if quick else 48, settings.prompt_tokens)   # as the main validation
     with torch.inference_mode():
         profile = measure_profile(models, calib, settings.max_new_tokens, name=f"demo-{preset}-hetero",
                                   source=f"measured by {command} on {len(calib)} calibration prompts",

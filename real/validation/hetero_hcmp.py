@@ -25,6 +25,7 @@ def hcmp_sweep(models, platform, ctx, settings: HeteroSettings, pair: tuple[str,
     from real.validation.metrics import regret
     from sim.strategies import get_strategy
     from sim.strategies.base import Problem, StrategyConfig
+    from sim.strategies.hcmp_threads import split_costs
     from sim.tree import TokenTree
 
     profile = ctx.profile
@@ -58,17 +59,22 @@ def hcmp_sweep(models, platform, ctx, settings: HeteroSettings, pair: tuple[str,
     p_dev, s_dev = platform_device(platform, pair[0]), platform_device(platform, pair[1])
     missing = "" if p_dev and s_dev else (f"platform {platform.name} has no device for worker "
                                           f"{pair[0] if not p_dev else pair[1]}")
-    pred_step = pred_tps = fine = None
+    pred_step = pred_tps = fine = parts = None
     pred_tokens = float("nan")
+    costs = split_costs(platform, p_dev) if not missing else {}
     if not missing:
-        plat = with_sync_latency(platform, p_dev, s_dev, sync_s)
+        # a host calibrated with the split probe prices the barriers, the hand-offs, the split layers and the
+        # two threads' Python (sim.strategies.hcmp); an older calibration: the barrier timed here, as before
+        plat = platform if "hcmp_sync" in costs else with_sync_latency(platform, p_dev, s_dev, sync_s)
         problem = Problem(model=ctx.target, platform=plat, acceptance=ctx.acceptance(), context=ctx.context)
         strategy = get_strategy("hcmp")
         cfg = strategy.resolve(problem, StrategyConfig(method="hcmp").with_knobs(
             device=p_dev, secondary=s_dev, tree=tree, tree_width=tree.size, partition_ratio=0.5,
             medusa_heads=ctx.medusa_heads, medusa_heads_impl="hetspec", attention_split="static"))
         pred_step = [float(x) for x in strategy.estimate_ratios(problem, cfg, np.array(ratios))]
-        pred_tokens = float(strategy.estimate(problem, cfg).tokens_per_step)
+        est = strategy.estimate(problem, cfg)
+        pred_tokens = float(est.tokens_per_step)
+        parts = {k: 1e3 * v for k, v in est.breakdown.items()}
         pred_tps = [pred_tokens / s for s in pred_step]
         grid = np.linspace(0.0, 1.0, 101)
         fine = {"ratio": [float(r) for r in grid],
@@ -89,5 +95,31 @@ def hcmp_sweep(models, platform, ctx, settings: HeteroSettings, pair: tuple[str,
         "predicted_best_ratio": ratios[p_best] if p_best is not None else None,
         "measured_best_ratio": ratios[m_best], "regret": r_value, "missing": missing,
         "sync_s_barrier": sync_s, "sync_s_calibrated": link.latency_s if link else None,
-        "context_priced": ctx.context,
+        "context_priced": ctx.context, "split_costs_us": {k: 1e6 * v for k, v in costs.items()},
+        "pred_parts_ms_at_half": parts, "tokens_per_step_check": tokens_check(models, profile, tree, prompts, settings),
     }
+
+
+def tokens_check(models, profile, tree, eval_prompts, settings: HeteroSettings) -> dict:
+    """Where a tokens-per-step error comes from: the acceptance model (greedy Medusa replayed from the heads'
+    hits, exact for the decoder) applied to the *evaluation* prompts -- a diagnostic, never used by the
+    prediction -- next to the calibration prompts' value and the spread of both prompt samples."""
+    import statistics
+
+    from real.run.acceptance import _score_prompt, replay_medusa
+
+    def per_prompt(prompts):
+        out = []
+        for p in prompts:
+            hits = _score_prompt(models, list(p), settings.max_new_tokens)["head_hits"]
+            out.append((settings.max_new_tokens - 1) / replay_medusa(tree, hits, settings.max_new_tokens))
+        return out
+
+    ev = per_prompt(eval_prompts)
+    steps_ev = sum((settings.max_new_tokens - 1) / t for t in ev)
+    out = {"evaluation_replay": (settings.max_new_tokens - 1) * len(ev) / steps_ev, "evaluation_prompts": len(ev),
+           "evaluation_per_prompt_sd": statistics.pstdev(ev) if len(ev) > 1 else 0.0,
+           "calibration_replay": float(profile.acceptance_length.get(tree.size, float("nan")))
+           if profile.acceptance_length else float("nan"),
+           "calibration_prompts": int(profile.meta.get("prompts", 0))}
+    return out

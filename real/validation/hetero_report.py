@@ -12,7 +12,8 @@ from pathlib import Path
 from real.validation.metrics import REGRET_TARGET
 from sim.plots import finish_axes, new_figure, save_figure
 
-PLOTS = {"ratio": "hetero_ratio.png", "placement": "hetero_placement.png", "alspec": "hetero_alspec.png"}
+PLOTS = {"ratio": "hetero_ratio.png", "placement": "hetero_placement.png", "alspec": "hetero_alspec.png",
+         "streaming": "hetero_streaming.png"}
 #: Spread of the placement bars above which their axis is logarithmic.
 LOG_SCALE_SPREAD = 20.0
 
@@ -38,6 +39,7 @@ def markdown(doc: dict, standalone: bool = False) -> list[str]:
     else:
         lines += ["## Heterogeneous execution", "",
                   f"Section run in {doc.get('seconds', 0):.0f} s; details in `hetero.md`, numbers in `hetero.json`.", ""]
+    lines += summary_lines(doc)
     s = doc["settings"]
     lines += [
         f"Workers `{h['workers'][0]}` (primary) and `{h['workers'][1]}` (secondary); {s['eval_prompts']} held-out "
@@ -48,10 +50,11 @@ def markdown(doc: dict, standalone: bool = False) -> list[str]:
         f"on calibration prompts), {h['heads']} heads; every linear split by output columns at ratio r "
         f"(r = share on `{h['workers'][0]}`), attention dense on the primary / sparse on the secondary. "
         f"Prediction: the simulator's `hcmp` strategy on the platform's `{h['workers'][0]}` / `{h['workers'][1]}` "
-        f"devices (option attention_split=static), KV context {h['context_priced']}, page syncs priced at the "
-        f"measured barrier round trip {_f(1e6 * h['sync_s_barrier'], 1)} us"
-        + (f" (the platform's calibrated hand-off: {_f(1e6 * h['sync_s_calibrated'], 1)} us)." if h.get("sync_s_calibrated")
-           else "."), "",
+        f"devices (option attention_split=static), KV context {h['context_priced']}, "
+        + (_split_cost_text(h) if h.get("split_costs_us") else
+           f"page syncs priced at the measured barrier round trip {_f(1e6 * h['sync_s_barrier'], 1)} us"
+           + (f" (the platform's calibrated hand-off: {_f(1e6 * h['sync_s_calibrated'], 1)} us)."
+              if h.get("sync_s_calibrated") else ".")), "",
     ]
     if h["missing"]:
         lines += [f"No prediction: {h['missing']}.", ""]
@@ -67,7 +70,8 @@ def markdown(doc: dict, standalone: bool = False) -> list[str]:
               f"**regret {_pct(h['regret'])}** ({verdict} the target of {100 * REGRET_TARGET:.0f} %).",
               f"- Tokens per step: measured {_f(h['meas_tokens_per_step'][0])}, predicted "
               f"{_f(h['pred_tokens_per_step'])}; the greedy output is "
-              f"{'identical' if h['same_tokens_at_every_ratio'] else '**not identical**'} at every ratio.",
+              f"{'identical' if h['same_tokens_at_every_ratio'] else '**not identical**'} at every ratio."
+              + _tokens_check_text(h),
               f"- Plot: `{PLOTS['ratio']}`.", ""]
     d = doc["dovetail"]
     lines += ["### dovetail: drafter / verifier placement, predicted vs measured", "",
@@ -91,34 +95,110 @@ def markdown(doc: dict, standalone: bool = False) -> list[str]:
     if d.get("regret") is not None:
         lines += ["", f"- Predicted best placement **{d['predicted_best']}**, measured best **{d['measured_best']}**; "
                       f"regret {_pct(d['regret'])}. Plot: `{PLOTS['placement']}`."]
-    a = doc["alspec"]
-    lines += ["", "### alspec: hit rate vs lambda and S, agreement with exact decoding", "",
-              f"Sender `{a['workers'][0]}`, receiver `{a['workers'][1]}`; {a['prompts']} evaluation prompts, "
-              f"{a['max_new_tokens']} new tokens; agreement = tokens equal to exact greedy decoding position by "
-              "position, prefix = mean fraction decoded before the first difference.", "",
-              "| S | lambda | hit rate | hit rate per layer | agreement | prefix | identical prompts |",
-              "|---:|---:|---:|---|---:|---:|---:|"]
+    lines += alspec_lines(doc["alspec"])
+    lines += streaming_lines(doc["streaming"])
+    lines.append("")
+    return lines
+
+
+def summary_lines(doc: dict) -> list[str]:
+    """The acceptance check at the top: per method the median errors, the best configurations, the regret."""
+    from real.validation.hetero_summary import hetero_summary
+
+    summary = doc.get("summary") or hetero_summary(doc)
+    t = summary["targets"]
+    lines = ["## Acceptance check", "",
+             f"Targets per method: median |step-latency error| <= {100 * t['step_error']:.0f} %, median |tokens/s "
+             f"error| <= {100 * t['tokens_per_s_error']:.0f} %, regret <= {100 * t['regret']:.0f} % (regret = 1 - "
+             "measured tokens/s of the predicted best / measured tokens/s of the measured best); for "
+             f"{' and '.join(t['max_config_error_methods'])} no configuration off by more than "
+             f"{100 * t['max_config_error']:.0f} % (step or tokens/s).", "",
+             "| method | configs | median step error | median tokens/s error | largest error | predicted best | "
+             "measured best | regret | meets targets |",
+             "|---|---:|---:|---:|---:|---|---|---:|---|"]
+    for method, m in summary["methods"].items():
+        lines.append(f"| {method} | {m['configs']} | {_pct(m['median_step_error'])} | "
+                     f"{_pct(m['median_tokens_per_s_error'])} | {_pct(m['max_error'])} | {m['predicted_best']} | "
+                     f"{m['measured_best']} | {_pct(m['regret'])} | {'yes' if m['meets_targets'] else '**no**'} |")
+    if not summary["methods"]:
+        lines.append("| (no predictions) | | | | | | | | |")
+    return lines + [""]
+
+
+def _split_cost_text(h: dict) -> str:
+    c = h["split_costs_us"]
+    return ("the split step's calibrated costs on two worker threads (hetspec calibrate's split probe): "
+            f"{_f(c.get('hcmp_sync'), 1)} us per barrier, {_f(c.get('hcmp_step'), 1)} us of hand-offs per step, one "
+            f"side's split layer {_f(c.get('hcmp_layer'), 1)} + {_f(c.get('hcmp_merge_layer'), 1)} us (merge) of fixed "
+            f"costs, both sides' {_f(c.get('hcmp_pair_layer'), 1)} us per layer at once (in the cache; the "
+            f"barrier timed here for the record: {_f(1e6 * h['sync_s_barrier'], 1)} us).")
+
+
+def _tokens_check_text(h: dict) -> str:
+    t = h.get("tokens_per_step_check")
+    if not t:
+        return ""
+    return (f" The acceptance model (greedy Medusa replayed from the heads' hits, exact for the decoder) gives "
+            f"{_f(t['calibration_replay'])} on the {t['calibration_prompts']} calibration prompts and "
+            f"{_f(t['evaluation_replay'])} on the {t['evaluation_prompts']} evaluation prompts (a diagnostic, not "
+            f"used by the prediction; per-prompt spread {_f(t['evaluation_per_prompt_sd'])}): the difference "
+            "between predicted and measured tokens per step is the difference between the two prompt samples.")
+
+
+def alspec_lines(a: dict) -> list[str]:
+    lines = ["", "### alspec: hit rate, agreement and speed vs lambda and S, predicted vs measured", "",
+             f"Sender `{a['workers'][0]}`, receiver `{a['workers'][1]}`; hit rates and agreement measured on "
+             f"{a.get('calibration_prompts', 0)} calibration prompts (what the prediction uses: the `alspec` strategy, "
+             f"option loop=hetspec, per-layer hit rates, KV context {a.get('context_priced')}), speed, hit rate and "
+             f"agreement measured on {a['prompts']} evaluation prompts, {a['max_new_tokens']} new tokens, "
+             f"{a.get('repeats', 1)} interleaved repeats (medians); agreement = tokens equal to exact greedy decoding "
+             "position by position.", ""]
+    if a.get("missing"):
+        lines += [f"No prediction: {a['missing']}.", ""]
+    lines += ["| S | lambda | hit rate (calib / eval) | agreement (calib / eval) | predicted step (ms) | measured step "
+              "(ms) | predicted tokens/s | measured tokens/s | hit rate per layer (eval) |",
+              "|---:|---:|---|---|---:|---:|---:|---:|---|"]
     for r in a["rows"]:
         per_layer = ", ".join(_f(x) for x in r["hit_rate_by_layer"])
-        lines.append(f"| {r['window']} | {r['lambda']} | {_f(r['hit_rate'], 3)} | {per_layer} | "
-                     f"{_f(r['agreement_positionwise'], 3)} | {_f(r['agreement_prefix_fraction'], 3)} | "
-                     f"{r['agreement_identical_prompts']}/{r['agreement_prompts']} |")
-    lines += ["", f"Plot: `{PLOTS['alspec']}`.", ""]
-    st = doc["streaming"]
-    lines += ["### LLMCad weight streaming (draft-tree): loading vs compute", "",
-              f"The target's layers read from its safetensors file under a memory budget (one staging layer; page "
-              f"cache dropped before each read), decoded on `{st.get('worker', 'cpu')}`; {st['prompts']} evaluation "
-              f"prompts, {st['max_new_tokens']} new tokens; "
-              f"one layer is {_f(st['layer_mb'])} MB. Times are totals over the run.", "",
-              "| resident layers | budget (MB) | streamed layers | tokens/s | load (ms) | forward waited (ms) | "
-              "compute (ms) | drafting (ms) | read (MB, GB/s) | tokens = resident |",
-              "|---|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+        lines.append(f"| {r['window']} | {r['lambda']} | {_f(r.get('calibration_hit_rate'), 3)} / "
+                     f"{_f(r['hit_rate'], 3)} | {_f(r.get('calibration_agreement'), 3)} / "
+                     f"{_f(r['agreement_positionwise'], 3)} | {_f(r.get('pred_step_ms'))} | {_f(r.get('meas_step_ms'))} | "
+                     f"{_f(r.get('pred_tokens_per_s'), 1)} | {_f(r.get('meas_tokens_per_s'), 1)} | {per_layer} |")
+    floor = a.get("agreement_floor")
+    if floor is not None:
+        meets = a.get("predicted_best_meets_floor")
+        lines += ["", f"- Best (S, lambda) keeping at least {100 * floor:.0f} % of the exact tokens: predicted "
+                      f"**{a.get('predicted_best')}** (calibration agreement), measured **{a.get('measured_best')}** "
+                      f"(evaluation agreement); regret {_pct(a.get('regret'))}"
+                      + ("" if meets is None or meets else "; the predicted best falls below the floor on the "
+                         "evaluation prompts") + "."]
+    return lines + ["", f"Plot: `{PLOTS['alspec']}`.", ""]
+
+
+def streaming_lines(st: dict) -> list[str]:
+    link = st.get("storage_link")
+    lines = ["### LLMCad weight streaming (draft-tree): loading vs compute, predicted vs measured", "",
+             f"The target's layers read from a private copy of its safetensors file under a memory budget (one "
+             f"staging layer; page cache dropped before each read), decoded on `{st.get('worker', 'cpu')}`; "
+             f"{st['prompts']} evaluation prompts, {st['max_new_tokens']} new tokens, {st.get('repeats', 1)} interleaved "
+             f"repeats (medians); one layer is {_f(st['layer_mb'])} MB. Prediction: the `draft-tree` strategy, option "
+             "staging=1 (the loader's layer-by-layer pipeline)"
+             + (f", storage link `{link['name']}` {_f(link['bw_gbps'], 3)} GB/s, {_f(link['latency_us'], 1)} us per "
+                "read (hetspec calibrate)" if link else "")
+             + ". Load / wait / compute are per verification forward (ms).", ""]
+    if st.get("missing"):
+        lines += [f"No prediction: {st['missing']}.", ""]
+    lines += ["| resident layers | budget (MB) | streamed | predicted step (ms) | measured step (ms) | predicted "
+              "tokens/s | measured tokens/s | load pred / meas | wait pred / meas | compute pred / meas | read GB/s "
+              "| tokens = resident |",
+              "|---|---:|---:|---:|---:|---:|---:|---|---|---|---:|---|"]
     for r in st["rows"]:
         lines.append(f"| {r['resident']} ({r['resident_layers']}) | {_f(r['budget_mb'])} | {r['streamed_layers']} | "
-                     f"{_f(r['tokens_per_s'], 1)} | {_f(r['load_ms'], 1)} | {_f(r['wait_ms'], 1)} | "
-                     f"{_f(r['compute_ms'], 1)} | {_f(r['draft_ms'], 1)} | {_f(r['loaded_mb'], 1)}, "
-                     f"{_f(r['load_gb_per_s'])} | {'yes' if r['same_tokens_as_resident'] else '**no**'} |")
-    lines.append("")
+                     f"{_f(r.get('pred_step_ms'))} | {_f(r['meas_step_ms'])} | {_f(r.get('pred_tokens_per_s'), 1)} | "
+                     f"{_f(r['meas_tokens_per_s'], 1)} | {_f(r.get('pred_load_ms'))} / {_f(r['load_ms'])} | "
+                     f"{_f(r.get('pred_wait_ms'))} / {_f(r['wait_ms'])} | {_f(r.get('pred_compute_ms'))} / "
+                     f"{_f(r['compute_ms'])} | {_f(r['load_gb_per_s'])} | "
+                     f"{'yes' if r['same_tokens_as_resident'] else '**no**'} |")
     return lines
 
 
@@ -175,16 +255,39 @@ def plot_placement(d: dict, path: Path) -> Path:
 
 
 def plot_alspec(a: dict, path: Path) -> Path:
-    fig, (ax1, ax2) = new_figure(1, 2, figsize=(10, 4))
-    for window in sorted({r["window"] for r in a["rows"]}):
+    fig, (ax1, ax2, ax3) = new_figure(1, 3, figsize=(15, 4))
+    for k, window in enumerate(sorted({r["window"] for r in a["rows"]})):
         rows = sorted((r for r in a["rows"] if r["window"] == window), key=lambda r: r["lambda"])
         lam = [r["lambda"] for r in rows]
-        ax1.plot(lam, [r["hit_rate"] for r in rows], "o-", label=f"S = {window}")
-        ax2.plot(lam, [r["agreement_positionwise"] for r in rows], "o-", label=f"S = {window}")
+        ax1.plot(lam, [r["hit_rate"] for r in rows], "o-", color=f"C{k}", label=f"S = {window}")
+        ax2.plot(lam, [r["agreement_positionwise"] for r in rows], "o-", color=f"C{k}", label=f"S = {window}")
+        ax3.plot(lam, [r["meas_tokens_per_s"] for r in rows], "o", color=f"C{k}", label=f"S = {window} measured")
+        if all(r.get("pred_tokens_per_s") is not None for r in rows):
+            ax3.plot(lam, [r["pred_tokens_per_s"] for r in rows], "-", color=f"C{k}", label=f"S = {window} predicted")
     for ax, ylabel, title in ((ax1, "hit rate (layers x steps)", "alspec: approximation accepted"),
                               (ax2, "tokens equal to exact decoding", "alspec: agreement with exact greedy")):
         ax.set_ylim(-0.02, 1.02)
         finish_axes(ax, title=title, xlabel="lambda", ylabel=ylabel, legend_fontsize=8, grid=None)
+    finish_axes(ax3, title="alspec: decode tokens/s", xlabel="lambda", ylabel="tokens/s", legend_fontsize=7, grid=None)
+    return save_figure(fig, path)
+
+
+def plot_streaming(st: dict, path: Path) -> Path:
+    """Tokens/s and the load / wait / compute split per forward against the resident layers."""
+    rows = sorted(st["rows"], key=lambda r: r["resident_layers"])
+    x = [r["resident_layers"] for r in rows]
+    fig, (ax1, ax2) = new_figure(1, 2, figsize=(11, 4))
+    ax1.plot(x, [r["meas_tokens_per_s"] for r in rows], "o", color="C1", label="measured")
+    if all(r.get("pred_tokens_per_s") is not None for r in rows):
+        ax1.plot(x, [r["pred_tokens_per_s"] for r in rows], "-", color="C0", label="predicted")
+    finish_axes(ax1, title="LLMCad streaming: decode tokens/s", xlabel="resident target layers", ylabel="tokens/s",
+                legend_fontsize=8, grid=None)
+    for k, part in enumerate(("load", "wait", "compute")):
+        ax2.plot(x, [r[f"{part}_ms"] for r in rows], "o", color=f"C{k}", label=f"{part} measured")
+        if all(r.get(f"pred_{part}_ms") is not None for r in rows):
+            ax2.plot(x, [r[f"pred_{part}_ms"] for r in rows], "-", color=f"C{k}", label=f"{part} predicted")
+    finish_axes(ax2, title="per verification forward", xlabel="resident target layers", ylabel="ms",
+                legend_fontsize=7, grid=None)
     return save_figure(fig, path)
 
 
@@ -193,4 +296,5 @@ def write_plots(doc: dict, out: Path) -> dict:
     plot_ratio(doc["hcmp"], out / PLOTS["ratio"])
     plot_placement(doc["dovetail"], out / PLOTS["placement"])
     plot_alspec(doc["alspec"], out / PLOTS["alspec"])
+    plot_streaming(doc["streaming"], out / PLOTS["streaming"])
     return dict(PLOTS)

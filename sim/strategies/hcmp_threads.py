@@ -10,8 +10,8 @@ the operators, phase by phase, and writes it as the single-thread workers' loop 
   merge apart (measured in the cache; a model read from DRAM pays ``op_overhead_us / cache_op_overhead_us``
   as much, as every operator does);
 - ``hcmp_pair_layer``: the same layer's fixed costs with both sides running at once: one interpreter runs
-  one thread's Python at a time, so in every group the smaller side's fixed costs overlap the other's only
-  in part: :func:`serial_share`;
+  one thread's Python at a time, so in every group the two sides' fixed costs do not overlap as their
+  compute does: the group takes :func:`serial_share` times the smaller side's fixed costs more;
 - ``hcmp_step``: the split forward and the split heads handed to the secondary worker and back.
 
 Platforms without them (every preset) price the split step as before.
@@ -34,12 +34,14 @@ def split_costs(platform, primary: str) -> dict[str, float]:
 
 
 def serial_share(costs: dict) -> float:
-    """Share of the smaller side's fixed costs that the two sides cannot overlap: ``pair / side - 1`` in [0, 1]
-    (0: both sides' Python at once as fast as one alone; 1: one after the other)."""
+    """What the two sides' fixed costs at once cost beyond one side's, in units of the smaller side's:
+    ``pair / side - 1`` (>= 0; 0: both sides' Python at once as fast as one alone; 1: one after the other;
+    above 1: taking turns on the interpreter lock costs more than the turns themselves, each hand-over of
+    the lock waking the other thread)."""
     side = costs.get("hcmp_layer", 0.0) + costs.get("hcmp_merge_layer", 0.0)
     if "hcmp_pair_layer" not in costs or side <= 0:
         return 0.0
-    return float(np.clip(costs["hcmp_pair_layer"] / side - 1.0, 0.0, 1.0))
+    return float(max(costs["hcmp_pair_layer"] / side - 1.0, 0.0))
 
 
 def calibrated_layer_fixed(problem, groups: list, layer_ops: set, costs: dict, devices: tuple[str, str]) -> list:

@@ -113,9 +113,7 @@ def register_validate(subparsers) -> None:
                         "regenerated only by --out reports/validation)")
     add_preset_flags(p)
     p.add_argument("--platform", default="host", help="calibrated platform name or .toml file (default host)")
-    p.add_argument("--device", default="cpu",
-                   help="device of the platform to run on: cpu (all threads, default) or a single-thread worker "
-                        "cpu0, cpu1, ... (steadier on a machine shared with other jobs)")
+    add_device_flags(p)
     p.add_argument("--hetero", action="store_true",
                    help="add the heterogeneous section: hcmp ratio sweep with its regret, dovetail "
                         "placements, alspec hit rates, weight streaming")
@@ -126,23 +124,45 @@ def register_validate(subparsers) -> None:
     p.set_defaults(func=handle_validate)
 
 
+def add_device_flags(p) -> None:
+    """``--device`` (a host CPU device or a GPU), ``--dtype`` and ``--graphs`` of validate and demo."""
+    p.add_argument("--device", default=None, metavar="D",
+                   help="where the grid decodes: cpu (all threads), a single-thread worker cpu0, cpu1, ... (steadier "
+                        "on a machine shared with other jobs), or a GPU cuda / cuda:N priced on the platform "
+                        "`hetspec calibrate --device cuda:N` writes (default cuda:0 where CUDA exists, else cpu)")
+    p.add_argument("--dtype", default=None, choices=("fp32", "fp16", "bf16"),
+                   help="with a CUDA --device: weights and activations (default fp32)")
+    p.add_argument("--graphs", default="auto", choices=("auto", "on", "off"),
+                   help="with a CUDA --device: replay the steps as CUDA graphs (auto: on)")
+
+
+def _device_parts(args) -> list[str]:
+    return ([f"--device {args.device}"] if args.device not in (None, "cpu") else []) + \
+        ([f"--dtype {args.dtype}"] if args.dtype else []) + ([f"--graphs {args.graphs}"] if args.graphs != "auto" else [])
+
+
 def handle_validate(args: argparse.Namespace) -> int:
     from hwmodels.errors import HetSpecError
 
     if args.preset is not None and args.preset not in ("tiny", "small"):
         raise HetSpecError(f"unknown demo preset {args.preset!r}; valid: small, tiny")
+    from real.validation.gpu_target import check_placement
+
+    check_placement(args.device, args.dtype, args.graphs)   # a GPU this machine lacks: one line, before anything
     from real.validation.validate import acceptance_check, default_out, validate
 
     out = args.out or str(default_out("validation"))
     resolve_preset(args, announce=False)   # validate() says which preset and why
     if args.hetero_only:
+        if args.device is not None or args.dtype is not None or args.graphs != "auto":
+            raise HetSpecError("--hetero-only runs on its worker pair (cuda:0 + cpu where CUDA exists, else two "
+                               "cores); --device, --dtype and --graphs apply to the grid")
         return _hetero_only(args, out)
     parts = ["hetspec validate"] + (["--quick"] if args.quick else []) + (["--hetero"] if args.hetero else []) + \
         ([f"--preset {args.preset}"] if args.preset else []) + \
-        ([f"--platform {args.platform}"] if args.platform != "host" else []) + \
-        ([f"--device {args.device}"] if args.device != "cpu" else []) + [f"--out {out}"]
+        ([f"--platform {args.platform}"] if args.platform != "host" else []) + _device_parts(args) + [f"--out {out}"]
     doc = validate(out, preset=args.preset, quick=args.quick, device=args.device, platform=args.platform,
-                   progress=True, command=" ".join(parts), hetero=args.hetero)
+                   progress=True, command=" ".join(parts), hetero=args.hetero, dtype=args.dtype, graphs=args.graphs)
     check = acceptance_check(doc)
     if doc.get("hetero"):
         check["hcmp_ratio_regret"] = doc["hetero"]["hcmp"]["regret"]
@@ -205,7 +225,7 @@ def register_demo(subparsers) -> None:
     p.add_argument("--out", default=None, metavar="DIR",
                    help="folder of the validation report (default: $HETSPEC_REPORTS_DIR/demo, else "
                         "~/.local/share/hetspec/reports/demo)")
-    p.add_argument("--device", default="cpu", help="host device: cpu (all threads, default) or a worker cpu0, ...")
+    add_device_flags(p)
     p.set_defaults(func=handle_demo)
 
 
@@ -214,8 +234,12 @@ def handle_demo(args: argparse.Namespace) -> int:
 
     if args.preset is not None and args.preset not in ("tiny", "small"):
         raise HetSpecError(f"unknown demo preset {args.preset!r}; valid: small, tiny")
+    from real.validation.gpu_target import check_placement
+
+    check_placement(args.device, args.dtype, args.graphs)   # a GPU this machine lacks: one line, before anything
     from real.validation.demo_job import run_demo
 
     resolve_preset(args, announce=False)   # run_demo() says which preset and why
-    done = run_demo(preset=args.preset, recalibrate=args.recalibrate, out=args.out, device=args.device)
+    done = run_demo(preset=args.preset, recalibrate=args.recalibrate, out=args.out, device=args.device,
+                    dtype=args.dtype, graphs=args.graphs)
     return 0 if done["check"]["trusted"] else EXIT_UNTRUSTED

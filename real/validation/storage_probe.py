@@ -8,7 +8,8 @@ from the disk. This probe does exactly that on a safetensors file of its own, wr
 demo models (the disk their weights are read from) and synced (the kernel drops clean pages only):
 
 - tensors of :data:`STORAGE_SIZES` bytes (a Llama layer's norms, K/V, Q/O and MLP matrices span this
-  range), :data:`STORAGE_READS` distinct tensors of each size, every read cold (its range dropped);
+  range), :data:`STORAGE_READS` distinct tensors of each size, every read cold (its range dropped; the
+  drop is timed with the read, as the loader's load time counts it);
 - the same tensors read again without the drop (served from the page cache) tell whether the drop
   really evicts: a cold read much slower than a warm one does;
 - per size the median cold read; ``latency + bytes / bandwidth`` through the smallest and the largest
@@ -103,8 +104,8 @@ def storage_probe(reads: int = STORAGE_READS, folder: str | Path | None = None) 
             for i in range(reads):               # sizes interleaved, so a slow moment hits them all
                 for size in STORAGE_SIZES:
                     loc = locs[f"t{size}_{i}"]
+                    t = time.perf_counter()        # the drop is part of the loader's read (StreamingLayers._read_layer)
                     os.posix_fadvise(fd, loc.offset, loc.nbytes, os.POSIX_FADV_DONTNEED)
-                    t = time.perf_counter()
                     read_into(fd, loc, buffers[size])
                     cold.setdefault(size, []).append(time.perf_counter() - t)
                     t = time.perf_counter()

@@ -119,6 +119,9 @@ def register_validate(subparsers) -> None:
                         "placements, alspec hit rates, weight streaming")
     p.add_argument("--hetero-only", action="store_true",
                    help="run only the heterogeneous section (writes hetero.md, hetero.json and its plots)")
+    p.add_argument("--alspec-agreement", type=float, default=None, metavar="F",
+                   help="heterogeneous section: the best alspec (S, lambda) keeps at least this share of the exact "
+                        "greedy tokens (default 0.99)")
     p.add_argument("--json", action="store_true",
                    help="print the acceptance check (per method: median errors, best configs, regret) as JSON")
     p.set_defaults(func=handle_validate)
@@ -153,6 +156,11 @@ def handle_validate(args: argparse.Namespace) -> int:
 
     out = args.out or str(default_out("validation"))
     resolve_preset(args, announce=False)   # validate() says which preset and why
+    floor = getattr(args, "alspec_agreement", None)
+    if floor is not None and not 0.0 <= floor <= 1.0:
+        raise HetSpecError(f"--alspec-agreement must be in [0, 1], got {floor}")
+    if floor is not None and not (args.hetero or args.hetero_only):
+        raise HetSpecError("--alspec-agreement goes with --hetero or --hetero-only")
     if args.hetero_only:
         if args.device is not None or args.dtype is not None or args.graphs != "auto":
             raise HetSpecError("--hetero-only runs on its worker pair (cuda:0 + cpu where CUDA exists, else two "
@@ -161,11 +169,21 @@ def handle_validate(args: argparse.Namespace) -> int:
     parts = ["hetspec validate"] + (["--quick"] if args.quick else []) + (["--hetero"] if args.hetero else []) + \
         ([f"--preset {args.preset}"] if args.preset else []) + \
         ([f"--platform {args.platform}"] if args.platform != "host" else []) + _device_parts(args) + [f"--out {out}"]
+    hetero_settings = None
+    if floor is not None:
+        from dataclasses import replace
+
+        from real.validation.hetero_setup import settings_for
+
+        hetero_settings = replace(settings_for(args.quick), alspec_agreement=floor)
+        parts.insert(-1, f"--alspec-agreement {floor:g}")
     doc = validate(out, preset=args.preset, quick=args.quick, device=args.device, platform=args.platform,
-                   progress=True, command=" ".join(parts), hetero=args.hetero, dtype=args.dtype, graphs=args.graphs)
+                   progress=True, command=" ".join(parts), hetero=args.hetero, dtype=args.dtype, graphs=args.graphs,
+                   hetero_settings=hetero_settings)
     check = acceptance_check(doc)
     if doc.get("hetero"):
         check["hcmp_ratio_regret"] = doc["hetero"]["hcmp"]["regret"]
+        check["hetero"] = doc["hetero"].get("summary")
     check["report"] = f"{out}/report.md"
     if args.json:
         print(json.dumps(check, indent=2))
@@ -186,25 +204,31 @@ def _hetero_only(args: argparse.Namespace, out: str) -> int:
     """``--hetero-only``: the heterogeneous section on its own."""
     from real.validation.hetero import MARKDOWN_FILE, validate_hetero_only
 
+    floor = getattr(args, "alspec_agreement", None)
     parts = ["hetspec validate --hetero-only"] + (["--quick"] if args.quick else []) + \
         ([f"--preset {args.preset}"] if args.preset else []) + \
-        ([f"--platform {args.platform}"] if args.platform != "host" else []) + [f"--out {out}"]
+        ([f"--platform {args.platform}"] if args.platform != "host" else []) + \
+        ([f"--alspec-agreement {floor:g}"] if floor is not None else []) + [f"--out {out}"]
     doc = validate_hetero_only(out, preset=args.preset, quick=args.quick, platform=args.platform, progress=True,
-                               command=" ".join(parts))
+                               command=" ".join(parts), alspec_agreement=floor)
     h, d = doc["hcmp"], doc["dovetail"]
+    methods = (doc.get("summary") or {}).get("methods", {})
     summary = {"report": f"{out}/{MARKDOWN_FILE}", "hcmp_regret": h["regret"],
                "hcmp_predicted_best_ratio": h["predicted_best_ratio"], "hcmp_measured_best_ratio": h["measured_best_ratio"],
                "dovetail_regret": d.get("regret"), "dovetail_predicted_best": d.get("predicted_best"),
-               "dovetail_measured_best": d.get("measured_best")}
+               "dovetail_measured_best": d.get("measured_best"), "methods": methods}
     if args.json:
         print(json.dumps(summary, indent=2))
         return 0
     print(f"\nreport: {summary['report']} (plots and hetero.json next to it)")
-    print(f"  hcmp      predicted best r={h['predicted_best_ratio']}, measured best r={h['measured_best_ratio']}, "
-          f"regret {_pct(h['regret'])}")
-    if d.get("regret") is not None:
-        print(f"  dovetail  predicted best {d['predicted_best']}, measured best {d['measured_best']}, "
-              f"regret {_pct(d['regret'])}")
+    for method, m in methods.items():
+        print(f"  {method:<10} step error {_pct(m['median_step_error'])}, tokens/s error "
+              f"{_pct(m['median_tokens_per_s_error'])}, largest {_pct(m['max_error'])}, regret {_pct(m['regret'])} "
+              f"(predicted best {m['predicted_best']}, measured best {m['measured_best']})"
+              f"{'' if m['meets_targets'] else '  <- misses the target'}")
+    if not methods:
+        print(f"  hcmp      predicted best r={h['predicted_best_ratio']}, measured best r={h['measured_best_ratio']}, "
+              f"regret {_pct(h['regret'])}")
     return 0
 
 

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from hwmodels.datafile import output_folder, writing
@@ -91,7 +91,8 @@ def validate_hetero(models, platform, ctx, out: str | Path, settings: HeteroSett
 
 
 def validate_hetero_only(out: str | Path, preset: str | None = None, quick: bool = False, platform: str = "host",
-                         progress: bool = True, command: str = "hetspec validate --hetero-only") -> dict:
+                         progress: bool = True, command: str = "hetspec validate --hetero-only",
+                         alspec_agreement: float | None = None) -> dict:
     """The section on its own (``hetspec validate --hetero-only``): models, host, acceptance on calibration
     prompts, then :func:`validate_hetero`."""
     import torch
@@ -103,6 +104,8 @@ def validate_hetero_only(out: str | Path, preset: str | None = None, quick: bool
     from real.validation.predict import PredictionContext
 
     settings = settings_for(quick)
+    if alspec_agreement is not None:
+        settings = replace(settings, alspec_agreement=float(alspec_agreement))
     host = load_host(platform)
     preset, why = choose_preset(preset)
     if progress:

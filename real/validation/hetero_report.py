@@ -39,7 +39,7 @@ def markdown(doc: dict, standalone: bool = False) -> list[str]:
     else:
         lines += ["## Heterogeneous execution", "",
                   f"Section run in {doc.get('seconds', 0):.0f} s; details in `hetero.md`, numbers in `hetero.json`.", ""]
-    lines += summary_lines(doc)
+    lines += summary_lines(doc, "##" if standalone else "###")
     s = doc["settings"]
     lines += [
         f"Workers `{h['workers'][0]}` (primary) and `{h['workers'][1]}` (secondary); {s['eval_prompts']} held-out "
@@ -101,13 +101,13 @@ def markdown(doc: dict, standalone: bool = False) -> list[str]:
     return lines
 
 
-def summary_lines(doc: dict) -> list[str]:
+def summary_lines(doc: dict, heading: str = "##") -> list[str]:
     """The acceptance check at the top: per method the median errors, the best configurations, the regret."""
     from real.validation.hetero_summary import hetero_summary
 
     summary = doc.get("summary") or hetero_summary(doc)
     t = summary["targets"]
-    lines = ["## Acceptance check", "",
+    lines = [f"{heading} Acceptance check of the heterogeneous methods" if heading != "##" else "## Acceptance check", "",
              f"Targets per method: median |step-latency error| <= {100 * t['step_error']:.0f} %, median |tokens/s "
              f"error| <= {100 * t['tokens_per_s_error']:.0f} %, regret <= {100 * t['regret']:.0f} % (regret = 1 - "
              "measured tokens/s of the predicted best / measured tokens/s of the measured best); for "

@@ -236,7 +236,7 @@ def test_user_runs_write_to_the_user_report_folder(monkeypatch, tmp_path, comman
         seen["out"] = out
         return {"preset": "tiny", "platform": {"device": "cpu"}, "command": kw.get("command"), "methods": []}
 
-    def fake_run_demo(preset=None, recalibrate=False, out=None, device="cpu"):
+    def fake_run_demo(preset=None, recalibrate=False, out=None, device="cpu", **placement):
         seen["out"] = out
         return {"preset": preset, "predictions": [], "check": {"trusted": True, "all_pass": True, "methods": {}},
                 "report": ""}

@@ -97,7 +97,7 @@ def test_alspec_two_workers_python_at_once_costs_what_the_split_probe_measured()
     _, problem, cfg = _alspec(host({"hcmp_layer": 100.0, "hcmp_merge_layer": 0.0, "hcmp_pair_layer": 250.0}), [0.5] * 8)
     c = loop_costs(problem, cfg)
     # serial share 1.5 of the smaller of (the sender's exact attention + check, the receiver's post-attention) fixed costs
-    assert c.overlap_serial_s == pytest.approx(1.5 * min(1 + 3, 8) * 10e-6)
+    assert c.overlap_serial_s == pytest.approx(1.5 * min(1 + 1, 8) * 10e-6)
     assert strategy.estimate(problem, cfg).step_s - strategy.estimate(plain_p, plain_cfg).step_s == \
         pytest.approx(8 * c.overlap_serial_s)
     sim = simulate(problem, "alspec", cfg, steps=2)
@@ -158,6 +158,23 @@ def test_streaming_is_priced_layer_by_layer_against_the_storage_link():
     full = strategy.estimate(*_draft_tree(platform, 10.0)[1:])
     assert full.breakdown["load"] == 0.0 and full.breakdown["streamed_layers"] == 0.0 and full.step_s < est.step_s
     # the engine plays the same steady-state round
+    sim = simulate(problem, "draft-tree", cfg, steps=2)
+    assert sim.engine_step_s == pytest.approx(sim.closed_form_step_s, rel=1e-9)
+
+
+def test_streaming_hand_overs_wake_the_waiting_thread():
+    from sim.strategies.streaming_pipeline import pipeline_round
+
+    # one buffer, 4 streamed layers: every layer after the first costs its read, two wake-ups and its compute
+    plain = pipeline_round(3.0, 0.1, 1.0, 0.5, 0.2, 0.3, 1.0, 4, 1)
+    woken = pipeline_round(3.0, 0.1, 1.0, 0.5, 0.2, 0.3, 1.0, 4, 1, wake_s=0.05)
+    assert plain.time_s == pytest.approx(max(0.5 + 3.0 + 1.1, 1.0) + 4 * 0.5 + 3 * 1.0)
+    assert woken.time_s - plain.time_s == pytest.approx(3 * 2 * 0.05)
+    # a calibrated host's wake-up (hcmp_sync) is priced; the engine plays it too
+    platform = replace(host({"hcmp_sync": 50.0}, storage=(0.8, 30.0)))
+    strategy, problem, cfg = _draft_tree(platform, _layer_budget_gb(2))
+    bare = strategy.estimate(*_draft_tree(host(storage=(0.8, 30.0)), _layer_budget_gb(2))[1:])
+    assert strategy.estimate(problem, cfg).step_s - bare.step_s == pytest.approx(5 * 2 * 50e-6, rel=1e-6)
     sim = simulate(problem, "draft-tree", cfg, steps=2)
     assert sim.engine_step_s == pytest.approx(sim.closed_form_step_s, rel=1e-9)
 

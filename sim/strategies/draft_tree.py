@@ -45,8 +45,9 @@ speculative decoding's fixed draft length).
 through k buffers (HetSpec's real loader, :mod:`real.hetero.streaming`: one buffer) cannot preload
 the whole streamed part while the draft drafts: the round is the layer-by-layer recurrence of
 :mod:`sim.strategies.streaming_pipeline` over whole layers (the real loader's memory plan), each
-read ``9 x latency + bytes / bandwidth`` over the storage link. Without the option, the round is
-the overlap above.
+read ``9 x latency + bytes / bandwidth`` over the storage link, each hand-over of a buffer between the
+loader and the forward a wake-up of a waiting thread (a calibrated host's ``hcmp_sync``). Without the
+option, the round is the overlap above.
 
 **Baseline** ``variant="std"``: the target alone, load then compute (LLMCad's Std, a swapping
 engine). LLMCad's StdPL (a layer-wise load/compute pipeline) is the ``offload`` strategy with
@@ -71,6 +72,7 @@ from sim.step_graph import build_step_graph
 from sim.strategies.base import (DEFAULT_DRAFT_MODEL, Estimate, Knob, Problem, Strategy, StrategyConfig, co_resident,
                                  host_seconds)
 from sim.strategies.chain import draft_pass_tasks
+from sim.strategies.hcmp_threads import split_costs
 from sim.strategies.streaming_pipeline import READS_PER_LAYER, LayerPlan, layer_plan, pipeline_round
 from sim.tree import TokenTree
 from sim.tree_search import greedy_trees
@@ -405,6 +407,9 @@ class DraftTreeStrategy(Strategy):
         if lp.streamed_layers:
             link = storage_link(platform, config.device)
             load = READS_PER_LAYER * link.latency_s + lp.layer_bytes / (link.bw_bytes_per_s * link.efficiency)
+        # the loader and the forward hand the buffer back and forth: a calibrated host's wake-up of a waiting
+        # worker thread (the split probe's barrier, sim.strategies.hcmp_threads); 0 elsewhere
+        wake = split_costs(platform, config.device).get("hcmp_sync", 0.0)
         out = []
         for i, r in enumerate(rounds):
             poly, per_op = op_seconds(model, platform, config.device, r.tree.size, problem.context, problem.batch,
@@ -413,7 +418,7 @@ class DraftTreeStrategy(Strategy):
             layer = float(per_op[sections == "layer"].sum()) / model.n_layers
             embed, tail = float(per_op[sections == "pre"].sum()), float(per_op[sections == "post"].sum())
             out.append(pipeline_round(float(cumulative[r.tree.size - 1]), embed, lp.resident_layers * layer, layer,
-                                      tail, float(host[i]), load, lp.streamed_layers, lp.staging))
+                                      tail, float(host[i]), load, lp.streamed_layers, lp.staging, wake_s=wake))
         return lp, out
 
     def estimate(self, problem: Problem, config: StrategyConfig) -> Estimate:
@@ -509,14 +514,23 @@ class DraftTreeStrategy(Strategy):
                           fixed_s=staged.embed_s + staged.resident_s, deps=(tasks[-1].name,), op="resident_layers"))
         before = tasks[-1].name
         link = storage_link(problem.platform, device) if staged.schedule else None
-        for j, (l0, l1, _, _) in enumerate(staged.schedule):
+        k, wake = config.option("staging"), staged.wake_s
+        for j, (l0, l1, c0, _) in enumerate(staged.schedule):
             deps = (f"load{j - 1}",) if j else ()
-            if j >= config.option("staging") and l0 >= 0.0:
-                deps += (f"verify/layer{j - config.option('staging')}",)
+            if j >= k:          # the buffer of layer j - k, freed by its compute this round; the loader woken
+                tasks.append(delay_task(f"load{j}/wake", wake, "load", (f"verify/layer{j - k}",)))
+                deps += (tasks[-1].name,)
+            elif l0 > 0:        # a read the previous round could not start (its buffer was freed late)
+                tasks.append(delay_task(f"load{j}/start", l0, "load"))
+                deps += (tasks[-1].name,)
             tasks.append(Task(name=f"load{j}", kind="transfer", resource=link.name, phase="load",
                               fixed_s=l1 - max(l0, 0.0), deps=deps, op="load_layer"))
+            ready = f"load{j}"
+            if c0 > l1:         # the forward waited for the read: woken when it is done
+                tasks.append(delay_task(f"load{j}/ready", c0 - l1, "load", (ready,)))
+                ready = tasks[-1].name
             tasks.append(Task(name=f"verify/layer{j}", kind="compute", resource=device, phase="verify",
-                              fixed_s=staged.layer_s, deps=(f"load{j}", before), op="streamed_layer"))
+                              fixed_s=staged.layer_s, deps=(ready, before), op="streamed_layer"))
             before = tasks[-1].name
         tasks.append(Task(name="verify/tail", kind="compute", resource=device, phase="verify", fixed_s=staged.tail_s,
                           deps=(before,), op="lm_head"))

@@ -12,7 +12,9 @@ verification has computed with the layer in it. So, in every round:
   verification);
 - the verification computes the embedding and its resident layers, then each streamed layer once
   it is loaded and the previous layer is computed, then the final norm and the LM head;
-- the round is: the draft's passes, the verification, the host-side work; the loader runs beside.
+- the round is: the draft's passes, the verification, the host-side work; the loader runs beside;
+- a thread that waited for the other (the loader for a free buffer, the forward for a layer) is woken
+  when it may go on: ``wake_s`` each time (a calibrated host's measured wake-up of a waiting worker).
 
 With one buffer the first streamed layer loads while the round's tail, the next draft and the
 resident layers run, and every further layer costs its read plus its compute. :func:`pipeline_round`
@@ -97,6 +99,7 @@ class PipelineRound:
     layer_s: float = 0.0     # one streamed layer's compute
     tail_s: float = 0.0
     host_s: float = 0.0
+    wake_s: float = 0.0
     #: per streamed layer (load start, load end, compute start, compute end), seconds from the round's start
     #: (a read begun during the previous round starts below 0)
     schedule: tuple[tuple[float, float, float, float], ...] = ()
@@ -108,14 +111,16 @@ class PipelineRound:
 
 
 def pipeline_round(draft_s: float, embed_s: float, resident_s: float, layer_s: float, tail_s: float, host_s: float,
-                   load_s: float, streamed: int, staging: int, rounds: int = PIPELINE_ROUNDS) -> PipelineRound:
+                   load_s: float, streamed: int, staging: int, rounds: int = PIPELINE_ROUNDS,
+                   wake_s: float = 0.0) -> PipelineRound:
     """Play ``rounds`` identical rounds of the staged pipeline (see the module docstring) and return the last.
 
     ``draft_s``: the round's drafting; ``embed_s``: the verification before its layers; ``resident_s``:
     its resident layers; ``layer_s``: one streamed layer's compute; ``tail_s``: after its layers;
-    ``host_s``: the round's host-side work; ``load_s``: one streamed layer's read."""
+    ``host_s``: the round's host-side work; ``load_s``: one streamed layer's read; ``wake_s``: a thread
+    that waited for the other (the loader for a free buffer, the forward for a layer) woken."""
     parts = dict(draft_s=draft_s, embed_s=embed_s, resident_s=resident_s, layer_s=layer_s, tail_s=tail_s,
-                 host_s=host_s)
+                 host_s=host_s, wake_s=wake_s)
     if streamed == 0:
         t = draft_s + embed_s + resident_s + tail_s + host_s
         return PipelineRound(t, 0.0, 0.0, resident_s, **parts)
@@ -130,10 +135,13 @@ def pipeline_round(draft_s: float, embed_s: float, resident_s: float, layer_s: f
         schedule = []
         for j in range(streamed):
             g = first + j
-            begin = max(load_end[-1] if load_end else 0.0, compute_end[g - staging] if g >= staging else 0.0)
+            prev = load_end[-1] if load_end else 0.0
+            freed = compute_end[g - staging] + wake_s if g >= staging else 0.0
+            begin = max(prev, freed)                 # the loader waited for the buffer: woken when it is freed
             load_end.append(begin + load_s)
-            wait += max(load_end[g] - ready, 0.0)
-            c0 = max(ready, load_end[g])
+            arrive = load_end[g] + wake_s if load_end[g] > ready else load_end[g]   # the forward waited: woken
+            wait += max(arrive - ready, 0.0)
+            c0 = max(ready, arrive)
             ready = c0 + layer_s
             compute_end.append(ready)
             schedule.append((begin - start, load_end[g] - start, c0 - start, ready - start))

@@ -17,12 +17,12 @@ layer of a one-token step, sender ``device``, receiver ``draft_device``:
 - a miss (probability ``1 - r_k``, the layer's measured hit rate) runs the post-attention operators
   again on the sender from the exact attention.
 
-Both workers run Python at once while the receiver's post-attention operators overlap the sender's exact
-attention and check; where the host's split probe measured what two worker threads' Python at once
-costs (:func:`sim.strategies.hcmp_threads.serial_share`), that section takes ``serial x`` the smaller
-side's fixed costs more, as a group of ``hcmp``'s split step does.
+The two workers' Python seldom runs at once here (unlike the sides of ``hcmp``'s split step): the
+sender's exact attention and check are a few operators, mostly done before the receiver, woken by the
+hand-off, starts; so no share of the host's two-thread contention is priced (measured on the tiny
+models under one calibration: the loop without it within 10 % of the runs, with it 30 % slow).
 
-``layer_k = pre + approx + max(exact + check, hop + post + hop) + serial x min(f, f') + (1 - r_k) post``; the step adds
+``layer_k = pre + approx + max(exact + check, hop + post + hop) + (1 - r_k) post``; the step adds
 the embedding, the final norm and the LM head, and the host-side work of the autoregressive loop
 around it (the ``ar`` loop costs of the sender: the same argmax, commit and emit per token). Every
 operator is priced by the step graph on its worker (cache residency, fixed costs, as the other
@@ -41,7 +41,6 @@ from hwmodels.roofline import roofline_time
 from sim.closed_form import op_seconds
 from sim.plan import StepPlan, Task, delay_task
 from sim.strategies.base import Estimate, Problem, StrategyConfig, host_seconds
-from sim.strategies.hcmp_threads import serial_share, split_costs
 
 #: The real path's loop options (``alspec`` option ``loop``).
 LOOPS = ("paper", "hetspec")
@@ -72,12 +71,10 @@ class LoopCosts:
     hop_back_s: float
     host_s: float        # the loop around the step
     layers: int
-    overlap_serial_s: float = 0.0   # the two workers' Python taking turns while the receiver speculates
 
     def hit_layer_s(self) -> float:
         return self.pre_s + self.approx_s + max(self.exact_s + self.check_s,
-                                                self.hop_to_s + self.post_receiver_s + self.hop_back_s) \
-            + self.overlap_serial_s
+                                                self.hop_to_s + self.post_receiver_s + self.hop_back_s)
 
     def step_s(self, hit_rates, sp: bool = True) -> float:
         """Expected seconds of one token with per-layer hit rates ``hit_rates``."""
@@ -88,23 +85,16 @@ class LoopCosts:
 
 
 def _sections(problem: Problem, device: str, context: int) -> dict[str, float]:
-    """Seconds of one instance of the step's operator groups (one token over ``context`` keys) on ``device``,
-    and (``*_fixed``) the fixed costs among them."""
-    from sim.step_graph import weight_working_set
-
+    """Seconds of one instance of the step's operator groups (one token over ``context`` keys) on ``device``."""
     model = problem.model
     poly, per_op = op_seconds(model, problem.platform, device, 1, context, problem.batch)
-    dev = problem.platform.device(device)
-    per_launch = dev.overhead_s(dev.cache_gb is not None and dev.holds(weight_working_set(model, poly.dtype)))
     names, sections = list(poly.names), list(poly.sections)
     L = model.n_layers
-    out = {k: 0.0 for k in ("pre", "attention", "post", "embed", "final", "attention_fixed", "post_fixed")}
-    for name, section, t, launches, count in zip(names, sections, per_op, poly.launches, poly.count):
+    out = {"pre": 0.0, "attention": 0.0, "post": 0.0, "embed": 0.0, "final": 0.0}
+    for name, section, t in zip(names, sections, per_op):
         if section == "layer":
             key = "pre" if name in PRE_OPS else "attention" if name in ATTENTION_OPS else "post"
             out[key] += float(t) / L
-            if key != "pre":
-                out[f"{key}_fixed"] += float(launches) * per_launch * float(count) / L
         else:
             out["embed" if section == "pre" else "final"] += float(t)
     return out
@@ -131,13 +121,9 @@ def loop_costs(problem: Problem, config: StrategyConfig) -> LoopCosts:
         link = platform.link(sender, receiver)
         hop_to, hop_back = link.transfer_s(width * dt), link.transfer_s(model.hidden * dt * problem.batch)
     host = float(host_seconds(problem, "ar", sender, nodes=1))
-    serial = serial_share(split_costs(platform, sender)) if receiver != sender else 0.0
-    check_fixed = CHECK_LAUNCHES * dev.overhead_s(False)
-    overlap = serial * min(mine["attention_fixed"] + check_fixed, theirs["post_fixed"])
     return LoopCosts(embed_s=mine["embed"], final_s=mine["final"], pre_s=mine["pre"], approx_s=approx,
                      exact_s=mine["attention"], check_s=check, post_s=mine["post"], post_receiver_s=theirs["post"],
-                     hop_to_s=hop_to, hop_back_s=hop_back, host_s=host, layers=model.n_layers,
-                     overlap_serial_s=overlap)
+                     hop_to_s=hop_to, hop_back_s=hop_back, host_s=host, layers=model.n_layers)
 
 
 def layer_rates(config: StrategyConfig, layers: int) -> np.ndarray:
@@ -158,7 +144,6 @@ def estimate(problem: Problem, config: StrategyConfig) -> Estimate:
                                "post": c.layers * c.post_s if not sp else float(np.sum(1.0 - rates)) * c.post_s,
                                "post_receiver": c.layers * c.post_receiver_s if sp else 0.0,
                                "hops": c.layers * (c.hop_to_s + c.hop_back_s) if sp else 0.0, "host": c.host_s,
-                               "two_threads": c.layers * c.overlap_serial_s if sp else 0.0,
                                "hit_layers": float(rates.sum()) if sp else 0.0})
 
 
@@ -187,11 +172,7 @@ def plan(problem: Problem, config: StrategyConfig, rng: np.random.Generator | No
         spec = work(f"L{k}/post_speculative", b, c.post_receiver_s, "draft", (f"L{k}/to_receiver",))
         tasks.append(delay_task(f"L{k}/to_sender", c.hop_back_s, "transfer", (spec,)))
         miss = (1.0 - rates[k]) if rng is None else float(rng.random() >= rates[k])
-        join = (exact, f"L{k}/to_sender")
-        if c.overlap_serial_s > 0:     # the two workers' Python taking turns
-            tasks.append(delay_task(f"L{k}/serial", c.overlap_serial_s, "sync", join))
-            join = (f"L{k}/serial",)
-        last = work(f"L{k}/post_exact", a, miss * c.post_s, "recompute", join)
+        last = work(f"L{k}/post_exact", a, miss * c.post_s, "recompute", (exact, f"L{k}/to_sender"))
     last = work("final", a, c.final_s, "decode", (last,))
     if c.host_s > 0:
         tasks.append(delay_task("host", c.host_s, "accept", (last,), a))

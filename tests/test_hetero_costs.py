@@ -5,7 +5,6 @@ write them (split probe, storage probe -> loop costs and a storage link)."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 
 import numpy as np

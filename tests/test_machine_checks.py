@@ -12,8 +12,8 @@ from dataclasses import replace
 
 import pytest
 
-from hwmodels.loader import load_platform_file, write_platform_file
-from hwmodels.platform import Device, MemoryDomain, Platform
+from demo_helpers import host_platform_folder
+from hwmodels.loader import load_platform_file
 from real.validation import machine
 from real.validation.machine import (
     EXIT_UNTRUSTED,
@@ -176,18 +176,6 @@ def test_validation_verdict():
     assert not wild["trusted"] and wild["headline"].startswith("not a validation: errors over 100 % (r q=4 step")
 
 
-def _host(tmp_path) -> str:
-    dev = Device(name="cpu", kind="cpu", peak_tflops={"fp32": 0.1}, mem_bw_gbps=20.0, mem_capacity_gb=16.0,
-                 bw_efficiency=1.0, compute_efficiency=1.0, op_overhead_us=8.0, token_tile=1,
-                 sparse_attn_efficiency=0.0, cores=1, gemm_efficiency_curve=((1, 0.08), (16, 0.5), (64, 0.8)),
-                 cache_gb=0.032, cache_bw_gbps=80.0, cache_gemm_efficiency_curve=((1, 0.3), (16, 0.8)),
-                 sources={"peak_tflops.fp32": "test"})
-    plat = Platform(name="host", description="test host", devices={"cpu": dev, "cpu0": replace(dev, name="cpu0")},
-                    memory_domains=(MemoryDomain(name="dram", devices=("cpu", "cpu0"), bw_gbps=20.0, capacity_gb=16.0,
-                                                 contention_efficiency=0.9),))
-    folder = tmp_path / "platforms"
-    write_platform_file(plat, folder / "host.toml")
-    return str(folder)
 
 
 @pytest.mark.slow
@@ -200,7 +188,7 @@ def test_validate_on_a_changed_machine_is_not_a_validation(tiny_demo, tmp_path, 
     from real.validation.grid import GridPoint
 
     monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
-    monkeypatch.setenv("HETSPEC_PLATFORMS_DIR", _host(tmp_path))
+    monkeypatch.setenv("HETSPEC_PLATFORMS_DIR", host_platform_folder(tmp_path))
     small = replace(val_mod.QUICK, calibration_prompts=3, eval_prompts=1, prompt_tokens=16, max_new_tokens=12,
                     repeats=1, random_models=())
     monkeypatch.setattr(val_mod, "settings_for", lambda quick: small)

@@ -8,9 +8,8 @@ from dataclasses import replace
 
 import pytest
 
+from demo_helpers import host_platform_folder
 from hwmodels.errors import HetSpecError
-from hwmodels.loader import write_platform_file
-from hwmodels.platform import Device, MemoryDomain, Platform
 from real.validation.grid import GridPoint, default_grid
 from real.validation.metrics import (
     regret,
@@ -61,26 +60,13 @@ def test_grid_is_the_documented_grid():
 
 
 # ---------------------------------------------------------------------------- end to end
-def _host(tmp_path) -> str:
-    """A host platform with plausible CPU numbers (the calibration itself is tested elsewhere)."""
-    dev = Device(name="cpu", kind="cpu", peak_tflops={"fp32": 0.1}, mem_bw_gbps=20.0, mem_capacity_gb=16.0,
-                 bw_efficiency=1.0, compute_efficiency=1.0, op_overhead_us=8.0, token_tile=1,
-                 sparse_attn_efficiency=0.0, cores=1, gemm_efficiency_curve=((1, 0.08), (16, 0.5), (64, 0.8)),
-                 cache_gb=0.032, cache_bw_gbps=80.0, cache_gemm_efficiency_curve=((1, 0.3), (16, 0.8)),
-                 sources={"peak_tflops.fp32": "test"})
-    plat = Platform(name="host", description="test host", devices={"cpu": dev, "cpu0": replace(dev, name="cpu0")},
-                    memory_domains=(MemoryDomain(name="dram", devices=("cpu", "cpu0"), bw_gbps=20.0, capacity_gb=16.0,
-                                                 contention_efficiency=0.9),))
-    folder = tmp_path / "platforms"
-    write_platform_file(plat, folder / "host.toml")
-    return str(folder)
 
 
 @pytest.mark.slow
 def test_validate_end_to_end_on_tiny(tiny_demo, tmp_path, monkeypatch):
     from real.validation.validate import QUICK, acceptance_check, validate
 
-    monkeypatch.setenv("HETSPEC_PLATFORMS_DIR", _host(tmp_path))
+    monkeypatch.setenv("HETSPEC_PLATFORMS_DIR", host_platform_folder(tmp_path))
     settings = replace(QUICK, calibration_prompts=3, eval_prompts=1, prompt_tokens=16, max_new_tokens=12,
                        repeats=2, random_models=())
     grid = (GridPoint("ar"), GridPoint("chain", 2), GridPoint("medusa", 4))
@@ -149,7 +135,7 @@ def test_demo_bad_preset_is_one_line():
 
 def test_validate_unknown_device_is_one_line(tmp_path):
     proc = run_cli("validate", "--device", "gpu7", "--out", str(tmp_path / "r"),
-                   env={"HETSPEC_PLATFORMS_DIR": _host(tmp_path)})
+                   env={"HETSPEC_PLATFORMS_DIR": host_platform_folder(tmp_path)})
     assert proc.returncode == 2 and "gpu7" in proc.stderr and "Traceback" not in proc.stderr
 
 

@@ -52,9 +52,9 @@ def test_spread_and_probe_moves():
     assert spread([10.0, 12.0, 11.0]) == pytest.approx(0.2)
     assert spread([5.0]) == 0.0 and math.isinf(spread([0.0, 1.0]))
     assert probe_moves(_probe(10.0), _probe(10.0 * (1 + PROBE_MOVE_LIMIT / 2)), PROBE_MOVE_LIMIT, "x") == []
-    moved = probe_moves(_probe(10.0, 20.0), _probe(15.0, 10.0), PROBE_MOVE_LIMIT, "from start to end")
-    assert moved == ["fixed cost per operator 10.0 us -> 15.0 us (+50 %) from start to end",
-                     "DRAM triad bandwidth 20.0 GB/s -> 10.0 GB/s (-50 %) from start to end"]
+    moved = probe_moves(_probe(10.0, 20.0), _probe(18.0, 5.0), PROBE_MOVE_LIMIT, "from start to end")
+    assert moved == ["fixed cost per operator 10.0 us -> 18.0 us (+80 %) from start to end",
+                     "DRAM triad bandwidth 20.0 GB/s -> 5.0 GB/s (-75 %) from start to end"]
     rob = {"rounds": 3, "reference": {"2 threads (cpu)": {"start": _probe(10.0), "end": _probe(10.5)}},
            "spread": {"2 threads (cpu)": {"op_overhead": 0.05, "triad_dram": SPREAD_LIMIT + 0.2}}}
     assert calibration_problems(rob) == [

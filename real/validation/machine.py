@@ -33,13 +33,16 @@ EXIT_UNTRUSTED = 3
 #: Relative change of the fixed cost per operator since calibration above which the report warns.
 DRIFT_WARNING = 0.15
 #: The reference probe moving more than this between the start and the end of a calibration, or
-#: between before and after a validation's grid: the machine changed under the measurement.
-PROBE_MOVE_LIMIT = 0.25
+#: between before and after a validation's grid: the machine changed under the measurement. On the
+#: 2-core development machine at rest (load below 1, 2026-11-23) the probe's fixed cost per operator
+#: moved by 39-46 % within one calibration and a GEMM rate spread 46 % over three rounds, against
+#: spreads of 195-415 % with other jobs on the cores (docs/validation.md): the limits sit between.
+PROBE_MOVE_LIMIT = 0.6
 #: A key measurement of a calibration whose interleaved rounds spread more than this (max / min - 1).
-SPREAD_LIMIT = 0.35
+SPREAD_LIMIT = 1.0
 #: The reference probe before or after a validation's grid further than this from the calibration:
 #: the predictions were priced for another state of the machine; not a validation.
-CALIBRATION_CHANGE_LIMIT = 0.35
+CALIBRATION_CHANGE_LIMIT = 0.6
 #: A relative error above this is never presented as a result.
 ERROR_LIMIT = 1.0
 #: Repeats of the overhead probe in the reference probe (each: 20 steps of two depths, two masks).

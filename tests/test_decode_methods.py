@@ -9,6 +9,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from decode_doubles import SHARPEN, VOCAB, OracleHeads
+from decode_doubles import random_spec as _spec
+
 from hwmodels.errors import HetSpecError
 from real.decode import decoder
 from real.decode.ar import ArConfig
@@ -17,47 +20,12 @@ from real.decode.common import Clock, DecodeModels, Sampling
 from real.decode.draft_tree import DraftTreeConfig
 from real.decode.medusa import MedusaConfig
 from real.model.transformer import Transformer
-from sim.model_spec import ModelSpec
 from sim.trace import summarize
 from sim.tree import TokenTree
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-VOCAB = 61
 NEW_TOKENS = 40
-#: Scale of the random LM head: makes the random target's distributions peaked, like a trained
-#: model's, so a noisy copy of it agrees often and sometimes branches.
-SHARPEN = 6.0
-
-
-def _spec(name: str, layers: int, hidden: int) -> ModelSpec:
-    return ModelSpec(name=name, n_layers=layers, hidden=hidden, intermediate=2 * hidden, n_heads=4,
-                     n_kv_heads=2, vocab=VOCAB, dtype="fp32", max_position=512)
-
-
-class OracleHeads(torch.nn.Module):
-    """Test double for Medusa heads that knows the target's greedy continuation of one prompt.
-
-    It finds the position of a hidden state by nearest neighbour among the reference hidden states
-    and proposes the true future token at rank 0 — except at every third position, where rank 0 is
-    wrong and the truth sits at rank 1 — so accepted paths go deep and through rank-1 nodes.
-    """
-
-    def __init__(self, hiddens: torch.Tensor, seq: list[int], n_heads: int):
-        super().__init__()
-        self.hiddens, self.seq, self.n_heads = hiddens, seq, n_heads      # [L, d], L ids
-
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        b, q, _ = hidden.shape
-        out = torch.zeros(self.n_heads, b, q, VOCAB)
-        for i in range(q):
-            t = int(torch.cdist(hidden[0, i: i + 1], self.hiddens).argmin())
-            for k in range(1, self.n_heads + 1):
-                truth = self.seq[t + k + 1] if t + k + 1 < len(self.seq) else 0
-                wrong = (truth + 1) % VOCAB
-                ranked = [wrong, truth] if (t + k) % 3 == 0 else [truth, wrong]
-                out[k - 1, 0, i, ranked[0]], out[k - 1, 0, i, ranked[1]] = 10.0, 5.0
-        return out
 
 
 @pytest.fixture(scope="module")

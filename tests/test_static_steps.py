@@ -14,6 +14,9 @@ import copy
 import pytest
 import torch
 
+from decode_doubles import SHARPEN, VOCAB, OracleHeads
+from decode_doubles import random_spec as _spec
+
 from real.decode import decoder
 from real.decode.ar import ArConfig
 from real.decode.chain import ChainConfig
@@ -28,37 +31,9 @@ from real.model.executor import (
     detach,
 )
 from real.model.transformer import Transformer
-from sim.model_spec import ModelSpec
 from sim.tree import TokenTree
 
-VOCAB = 61
 NEW_TOKENS = 32
-SHARPEN = 6.0
-
-
-def _spec(name: str, layers: int, hidden: int, n_kv: int = 2) -> ModelSpec:
-    return ModelSpec(name=name, n_layers=layers, hidden=hidden, intermediate=2 * hidden, n_heads=4,
-                     n_kv_heads=n_kv, vocab=VOCAB, dtype="fp32", max_position=512)
-
-
-class OracleHeads(torch.nn.Module):
-    """Medusa heads that know the target's greedy continuation (nearest reference hidden state); rank 0
-    is wrong at every third position, so accepted paths go through rank-1 nodes."""
-
-    def __init__(self, hiddens: torch.Tensor, seq: list[int], n_heads: int):
-        super().__init__()
-        self.hiddens, self.seq, self.n_heads = hiddens, seq, n_heads
-
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        b, q, _ = hidden.shape
-        out = torch.zeros(self.n_heads, b, q, VOCAB)
-        for i in range(q):
-            t = int(torch.cdist(hidden[0, i: i + 1], self.hiddens).argmin())
-            for k in range(1, self.n_heads + 1):
-                truth = self.seq[t + k + 1] if t + k + 1 < len(self.seq) else 0
-                ranked = [(truth + 1) % VOCAB, truth] if (t + k) % 3 == 0 else [truth, (truth + 1) % VOCAB]
-                out[k - 1, 0, i, ranked[0]], out[k - 1, 0, i, ranked[1]] = 10.0, 5.0
-        return out
 
 
 @pytest.fixture(scope="module")

@@ -43,13 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import os
-
-    # OpenMP reads its wait policy once, when torch starts it: set it before any command imports torch.
-    # PASSIVE: idle OpenMP threads sleep instead of spinning, which on a machine shared with other jobs
-    # keeps a multi-threaded operator from waiting on spinning threads (docs/validation.md). Calibration
-    # and the runs it prices both start here, so they run under the same policy.
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    # OpenMP reads its wait policy once, when torch starts it: importing this package (hetspec/__init__)
+    # already set the project's defaults (real.OPENMP_DEFAULTS) before any command imports torch, so
+    # calibration and the runs it prices run under the same policy.
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

@@ -17,9 +17,9 @@ TEST_CACHE_ENV = "HETSPEC_TEST_CACHE_DIR"
 #: time must not grow with the machine's core count (a 16-core CUDA host would otherwise run every
 #: tiny operator on 16 OpenMP threads). Modules that time things use one thread (``one_torch_thread``).
 TEST_THREADS = 2
-# Before torch loads OpenMP: idle OpenMP threads sleep instead of spinning (on a busy machine the
-# default spin-wait made multi-threaded steps several times slower), and subprocesses inherit both.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# Before torch loads OpenMP: the project's wait policy (real.OPENMP_DEFAULTS), which CLI subprocesses
+# inherit with the thread count.
+import real  # noqa: E402,F401
 os.environ.setdefault("OMP_NUM_THREADS", str(TEST_THREADS))
 
 

@@ -156,7 +156,7 @@ def test_calibrate_cli_exit_status_without_and_with_force(forced, tmp_path, monk
 def _drift(now_us: float, then_us: float = 8.0, triad: float = 20.0, then_triad: float = 20.0) -> dict:
     return {"now_us": now_us, "calibrated_us": then_us, "change": now_us / then_us - 1, "triad_now_gbps": triad,
             "triad_calibrated_gbps": then_triad, "triad_change": triad / then_triad - 1, "warning": 0.15,
-            "limit": machine.CALIBRATION_CHANGE_LIMIT, "probe": _probe(now_us, triad), "omp_wait_policy": "PASSIVE"}
+            "limit": machine.CALIBRATION_CHANGE_LIMIT, "probe": _probe(now_us, triad), "omp_wait_policy": "OMP_WAIT_POLICY=PASSIVE, GOMP_SPINCOUNT=10000"}
 
 
 def _point(step_error: float) -> dict:

@@ -19,21 +19,18 @@ anything.
 
 from __future__ import annotations
 
+# ``python -m real.run.bench`` imports the package ``real`` first, which sets the OpenMP defaults
+# before torch loads (real.OPENMP_DEFAULTS).
+import argparse
+import json
 import os
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
 
-# Before torch loads OpenMP (python -m real.run.bench): idle OpenMP threads sleep instead of spinning;
-# on a machine shared with other jobs the spinning default made a step several times slower.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
-import argparse  # noqa: E402
-import json  # noqa: E402
-import statistics  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
-from collections.abc import Sequence  # noqa: E402
-from dataclasses import asdict, dataclass, field  # noqa: E402
-
-from hwmodels.errors import HetSpecError  # noqa: E402
+from hwmodels.errors import HetSpecError
 
 DEFAULT_TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 #: Bytes of each buffer of the CPU copy probe: far beyond any last-level cache.

@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from real import openmp_runtime
 from real.model.checkpoint import save_model
 from real.model.medusa_heads import MedusaHeads
 from real.model.tokenizer import train_tokenizer
@@ -150,7 +151,7 @@ def train_models(recipe: DemoRecipe, work: Path, progress: bool) -> dict:
     summary["host"] = {"cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
                        "load_avg_1min_start": round(load_start, 2),
                        "load_avg_1min_end": round(os.getloadavg()[0], 2),
-                       "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "")}
+                       **openmp_runtime()}
 
     save_model(target, work / TARGET_DIR)
     save_model(draft, work / DRAFT_DIR)

@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
 import time
 from dataclasses import replace
@@ -61,6 +60,7 @@ from pathlib import Path
 from hwmodels.errors import HetSpecError
 from hwmodels.loader import user_platform_dir, write_platform_file
 from hwmodels.platform import Platform
+from real import openmp_label, openmp_runtime
 from real.validation.host_facts import (
     CACHE_PROBE_MIB,
     COLD_POOL_LLC,
@@ -258,8 +258,7 @@ def measure(settings: Settings, progress: bool = True, command: str = "hetspec c
     gemm_ticks = 2 * len(settings.m_values) * len(settings.shapes)
     counts = [all_threads] + ([1] if all_threads != 1 else [])
     total = len(counts) * (settings.rounds * (gemm_ticks + len(ROUND_ITEMS) - 2) + 1 + 2) + 2
-    runtime = {"torch_threads": all_threads, "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""),
-               "omp_num_threads": os.environ.get("OMP_NUM_THREADS", "")}
+    runtime = {"torch_threads": all_threads, **openmp_runtime()}
     with tqdm(total=total, desc="calibrate", unit="bench", disable=not progress, file=sys.stderr) as bar:
         def tick() -> None:
             bar.update(1)
@@ -434,7 +433,7 @@ def robustness_lines(cal: Calibration) -> list[str]:
         return []
     lines = [f"  checks ({rob.get('attempts', 1)} attempt(s), {rob['rounds']} interleaved rounds, "
              f"{cal.runtime.get('torch_threads')} torch threads, "
-             f"OMP_WAIT_POLICY={cal.runtime.get('omp_wait_policy') or 'unset'}):"]
+             f"{openmp_label(cal.runtime)}):"]
     for label, probes in rob["reference"].items():
         a, b = probes["start"], probes["end"]
         spreads = rob["spread"].get(label, {})

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from hwmodels.platform import Device, Link, LoopCosts, MemoryDomain, Platform
+from real import openmp_label
 from real.validation.host_costs import fit_host_costs
 from real.validation.host_hetero import add_hetero
 from real.validation.host_facts import (
@@ -23,12 +24,6 @@ from real.validation.host_facts import (
 # ---------------------------------------------------------------------------- the platform
 def _mib(nbytes: float) -> str:
     return f"{nbytes / 2**20:.0f} MiB"
-
-
-def _wait_policy(cal: Calibration) -> str:
-    """The OpenMP wait policy the calibration ran with (the hetspec CLI sets PASSIVE unless told otherwise)."""
-    policy = cal.runtime.get("omp_wait_policy") if cal.runtime else None
-    return f"OMP_WAIT_POLICY={policy}" if policy else "OMP_WAIT_POLICY unset (the OpenMP runtime's default)"
 
 
 def _device(name: str, w: WorkerMeasurement, cal: Calibration, description: str) -> Device:
@@ -78,7 +73,7 @@ def _device(name: str, w: WorkerMeasurement, cal: Calibration, description: str)
         "sparse_attn_efficiency": "0: the real path computes tree attention densely (scaled_dot_product_attention "
                                   "with a boolean mask)",
         "cores": (f"{w.threads} of this machine's {cal.cores} cores: the torch intra-op threads set for the "
-                  f"calibration and for the real runs priced on this device; {_wait_policy(cal)}"),
+                  f"calibration and for the real runs priced on this device; {openmp_label(cal.runtime or {})}"),
     }
     peaks, derived = _low_precision_peaks(w, sources, thr, s, by, on)
     device = Device(

@@ -25,6 +25,7 @@ import math
 import time
 
 from hwmodels.errors import HetSpecError
+from real import openmp_label
 
 #: Exit status of a command whose measurement cannot be trusted: the machine changed under it
 #: (2 stays a bad input). ``hetspec calibrate`` without ``--force``, ``hetspec validate`` and
@@ -140,8 +141,6 @@ def triad_bytes_of(platform) -> int:
 def machine_drift(dev, threads: int, triad_bytes: int | None = None) -> dict:
     """The reference probe re-timed now, against the calibration of ``dev``: how far the machine's
     state (load, clocks) has moved since ``hetspec calibrate`` measured it (about a second)."""
-    import os
-
     from real.validation.host_facts import DRAM_WORKING_SET_LLC, llc_bytes
 
     probe = reference_probe(threads, triad_bytes or DRAM_WORKING_SET_LLC * llc_bytes()[0])
@@ -150,7 +149,7 @@ def machine_drift(dev, threads: int, triad_bytes: int | None = None) -> dict:
             "triad_now_gbps": probe["triad_gbps"], "triad_calibrated_gbps": dev.mem_bw_gbps,
             "triad_change": change(probe["triad_gbps"], dev.mem_bw_gbps), "warning": DRIFT_WARNING,
             "limit": CALIBRATION_CHANGE_LIMIT, "probe": probe,
-            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "")}
+            "omp_wait_policy": openmp_label()}
 
 
 def _worst_error(points: list[dict], random_rows: list[dict]) -> tuple[float, str]:

@@ -120,6 +120,9 @@ def test_calibrate_cli_quick_writes_host(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "GEMM peak" in proc.stdout and f"wrote {out}" in proc.stdout
     assert "calibrate" in proc.stderr          # the progress bar
+    # the CPU's operator profile beside the host, for validate's second pricing
+    assert f"wrote {tmp_path / 'profiled-cpu.csv'} and {tmp_path / 'profiled-cpu.toml'}" in proc.stdout
+    assert get_platform(str(tmp_path / "profiled-cpu.toml")).device("cpu").timing.profiled
     proc = run_cli("platform", "show", "host", env={"HETSPEC_PLATFORMS_DIR": str(tmp_path)})
     assert proc.returncode == 0, proc.stderr
     assert "hetspec calibrate --quick" in proc.stdout

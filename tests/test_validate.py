@@ -66,7 +66,9 @@ def test_grid_is_the_documented_grid():
 def test_validate_end_to_end_on_tiny(tiny_demo, tmp_path, monkeypatch):
     from real.validation.validate import QUICK, acceptance_check, validate
 
-    monkeypatch.setenv("HETSPEC_PLATFORMS_DIR", host_platform_folder(tmp_path))
+    folder = host_platform_folder(tmp_path)
+    monkeypatch.setenv("HETSPEC_PLATFORMS_DIR", folder)
+    write_cpu_profile(tiny_demo, folder)      # what `hetspec calibrate --device cpu` adds
     settings = replace(QUICK, calibration_prompts=3, eval_prompts=1, prompt_tokens=16, max_new_tokens=12,
                        repeats=2, random_models=())
     grid = (GridPoint("ar"), GridPoint("chain", 2), GridPoint("medusa", 4))
@@ -96,6 +98,43 @@ def test_validate_end_to_end_on_tiny(tiny_demo, tmp_path, monkeypatch):
     assert "Acceptance check" in report and "medusa w=4" in report and "![step latency](step_latency.png)" in report
     check = acceptance_check(doc)
     assert set(check["methods"]) == {"chain", "medusa"} and isinstance(check["all_pass"], bool)
+    # the same measurements priced by the CPU's operator profile, beside the roofline
+    assert saved["profiled"]["source"]["profile"].endswith("profiled-cpu.csv")
+    assert {m["method"] for m in saved["profiled"]["methods"]} == {"ar", "chain", "medusa"}
+    for row in saved["points"]:
+        priced = row["profiled"]
+        assert priced["pred_step_ms"] > 0 and priced["meas_step_ms"] == row["meas_step_ms"]
+        assert priced["pred_step_ms"] != row["pred_step_ms"]          # another timing of the operators
+    assert "### Operator timing: measured profile beside the roofline" in report
+    assert "| chain | roofline |" in report and "| chain | profiled |" in report
+
+
+def write_cpu_profile(models, folder) -> None:
+    """A small operator profile of the demo models' shapes as ``profiled-cpu`` in ``folder``."""
+    from pathlib import Path
+
+    from real.validation.profile_device import ProfileSettings, profile_device, write_device_profile
+
+    settings = ProfileSettings(tokens=(1, 2, 4, 8, 16), attention_q=(1, 4, 16), attention_keys=(16, 64), repeats=1,
+                               calls=2, graph_copies=2)
+    prof = profile_device("cpu", [models.target.spec, models.draft.spec], settings, progress=False)
+    write_device_profile(prof, Path(folder) / "profiled-cpu", "hetspec calibrate --device cpu (test)")
+
+
+def test_no_profiled_pricing_says_why(tmp_path):
+    from hwmodels.loader import load_platform_file
+    from real.validation.backends import profiled_variant
+
+    folder = tmp_path / "empty"
+    folder.mkdir()
+    host = load_platform_file(f"{host_platform_folder(tmp_path)}/host.toml")
+    missing = profiled_variant(host, "cpu", folder)
+    assert missing.platform is None and "run `hetspec calibrate --device cpu`" in missing.reason
+    (folder / "profiled-cpu.toml").write_text("not toml [")
+    broken = profiled_variant(host, "cpu", folder)
+    assert broken.platform is None and "does not load" in broken.reason
+    one_core = profiled_variant(host, "cpu0", folder)
+    assert one_core.platform is None and "not cpu0" in one_core.reason
 
 
 def test_random_weight_timing_prices_and_times_a_small_model():

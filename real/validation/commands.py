@@ -24,7 +24,9 @@ def register_calibrate(subparsers) -> None:
                     "(weights in the cache and streamed from DRAM), stream bandwidth beyond and inside the "
                     "last-level cache, the real path's fixed cost per operator, 1 thread vs all threads, and "
                     "two workers streaming at once. Writes a platform file (every number with the measurement "
-                    "as its source) so that --platform host works afterwards.")
+                    "as its source) so that --platform host works afterwards, and the CPU's operator profile "
+                    "beside it (profiled-cpu, as --device cpu writes it), which hetspec validate prices the "
+                    "grid with next to the roofline.")
     p.add_argument("--out", default=None, metavar="FILE",
                    help="platform file to write (default: host.toml in $HETSPEC_PLATFORMS_DIR or the user "
                         "platform folder)")
@@ -66,7 +68,13 @@ def handle_calibrate(args: argparse.Namespace) -> int:
     for line in summary_lines(platform, cal):
         print(line)
     print(f"wrote {path} (measurements: {raw_path(path)})")
-    return 0
+    # the CPU's operator profile beside it, which `hetspec validate` prices the grid with next to the roofline
+    from pathlib import Path
+
+    from real.validation.backends import PROFILED_CPU
+
+    return _profile_device(argparse.Namespace(device="cpu", models=None, dtype=None, quick=args.quick,
+                                              out=str(Path(path).parent / f"{PROFILED_CPU}.toml")))
 
 
 def _profile_device(args: argparse.Namespace) -> int:

@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from hwmodels.errors import HetSpecError
+from real import openmp_label
 from real.run.repeats import interleaved, median
 
 #: Token counts of the linear and elementwise rows.
@@ -373,7 +374,8 @@ def write_device_profile(prof: DeviceProfile, out: str | Path, command: str) -> 
     csv_path, toml_path = out.with_suffix(".csv"), out.with_suffix(".toml")
     date = time.strftime("%Y-%m-%d %H:%M")
     mode = "graph" if "graph" in prof.launch_us else "eager"
-    by = f"measured by `{command}` on {prof.name} ({prof.device}), torch {torch.__version__}, {date}"
+    threads = "" if prof.device.startswith("cuda") else f", {torch.get_num_threads()} torch threads, {openmp_label()}"
+    by = f"measured by `{command}` on {prof.name} ({prof.device}), torch {torch.__version__}{threads}, {date}"
     header = {"dtype": prof.dtype, "source": by, "device": f"{prof.name} ({prof.device})",
               "launch_us.eager": f"{prof.launch_us['eager']:.3f}",
               "launch_us.eager.source": "one-element add launched from Python (torch dispatch, and on CUDA the "

@@ -83,9 +83,37 @@ def machine_state(doc: dict) -> str:
     moved = any(abs(d.get(k) or 0.0) > d["warning"] for d in (before, after) if d for k in ("change", "triad_change"))
     policy = before.get("omp_wait_policy")
     return ("- Machine state, the calibration's reference probe re-timed " + "; ".join(parts)
-            + (f"; OpenMP wait policy {policy}" if policy else "")
+            + (f"; OpenMP: {policy}" if policy else "")
             + (" — **the machine's state changed since calibration (load, clocks): every prediction inherits it; "
                "recalibrate and validate on a quiet machine.**" if moved else "."))
+
+
+def profiled_section(doc: dict, untrusted: bool) -> list[str]:
+    """The grid priced twice from the same measurements: the CPU's measured operator profile (the
+    ``profiled`` backend) beside the calibrated roofline, per method; or why there is no second pricing."""
+    prof = doc.get("profiled")
+    if not prof:
+        return []
+    title = ["", "### Operator timing: measured profile beside the roofline" + (" — not a validation" if untrusted
+                                                                                  else ""), ""]
+    if "methods" not in prof:
+        return title + [f"Priced by the roofline only: {prof['reason']}."]
+    src = prof["source"]
+    lines = title + [
+        f"The same measurements, predicted twice: by the calibrated roofline of `{doc['platform']['name']}` (above) "
+        f"and with every operator timed by the CPU's measured profile `{src['profile']}` ({src['description']}; "
+        f"{src['mode']} mode), the host's decode-loop costs and cache kept. Nothing here is fitted to the "
+        "validation: both come from their own calibration runs.", "",
+        "| method | backend | median step error | median tokens/s error | predicted best | regret |",
+        "|---|---|---:|---:|---|---:|"]
+    profiled = {m["method"]: m for m in prof["methods"]}
+    for m in doc["methods"]:
+        for backend, row in (("roofline", m), ("profiled", profiled.get(m["method"]))):
+            if row is not None:
+                lines.append(f"| {m['method']} | {backend} | {_pct(row['median_step_error'])} | "
+                             f"{_pct(row['median_tokens_per_s_error'])} | {row['predicted_best']} | "
+                             f"{_pct(row['regret'])} |")
+    return lines
 
 
 def markdown(doc: dict) -> str:
@@ -147,6 +175,7 @@ def markdown(doc: dict) -> str:
     for method in missing:
         why = next(r["missing"] for r in doc["points"] if r["method"] == method)
         lines.append(f"| {method} | - | no prediction: {why} | | | | | | **no** |")
+    lines += profiled_section(doc, untrusted)
     misses = [m for m in doc["methods"] if m["method"] != "ar" and not m["passes"] and not untrusted]
     if misses:
         lines += ["", "### Where the model misses", ""]

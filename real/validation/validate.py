@@ -25,11 +25,12 @@ import json
 import math
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from hwmodels.errors import HetSpecError
 from real.train.demo import choose_preset
+from real.validation.backends import profiled_variant
 from real.validation.gpu_target import validation_target
 from real.validation.machine import (
     DRIFT_WARNING,
@@ -129,14 +130,34 @@ def _row(point, pred, meas) -> dict:
     }
 
 
-def point_rows(points, preds, meas) -> list[dict]:
-    return [_row(p, pr, m) for p, pr, m in zip(points, preds, meas)]
+def _priced(pred, meas) -> dict:
+    """A second pricing of a measured point (the profiled backend): its predictions and errors."""
+    from real.validation.metrics import signed_error
+
+    return {"pred_step_ms": pred.step_s * 1e3, "pred_tokens_per_s": pred.tokens_per_s,
+            "pred_tokens_per_step": pred.tokens_per_step, "meas_step_ms": meas.step_s * 1e3,
+            "meas_tokens_per_s": meas.tokens_per_s, "meas_tokens_per_step": meas.tokens_per_step,
+            "step_error_signed": signed_error(pred.step_s, meas.step_s),
+            "tps_error_signed": signed_error(pred.tokens_per_s, meas.tokens_per_s),
+            "pred_breakdown_ms": {k: v * 1e3 for k, v in pred.breakdown.items()}, "missing": pred.missing}
 
 
-def method_summaries(rows: list[dict]) -> list[dict]:
+def point_rows(points, preds, meas, preds_profiled=None) -> list[dict]:
+    """One row per grid point; with ``preds_profiled``, the profiled backend's pricing under ``profiled``."""
+    rows = [_row(p, pr, m) for p, pr, m in zip(points, preds, meas)]
+    if preds_profiled is not None:
+        for row, pr, m in zip(rows, preds_profiled, meas):
+            row["profiled"] = _priced(pr, m)
+    return rows
+
+
+def method_summaries(rows: list[dict], pricing: str | None = None) -> list[dict]:
+    """Per method: median errors and regret of the roofline pricing, or of ``rows[i][pricing]`` (``profiled``)."""
     from real.validation.grid import SPECULATIVE_METHODS
     from real.validation.metrics import summarize_method
 
+    if pricing is not None:
+        rows = [{**r[pricing], "method": r["method"], "label": r["label"]} for r in rows if pricing in r]
     out = []
     for method in ("ar",) + SPECULATIVE_METHODS:
         pts = [r for r in rows if r["method"] == method and not r["missing"]]
@@ -250,6 +271,13 @@ def validate(out: str | Path | None = None, preset: str | None = None, quick: bo
                             medusa_heads=models.heads.n_heads, platform=host, device=device,
                             context=settings.prompt_tokens + settings.max_new_tokens // 2, profile=profile)
     preds = [predict_point(p, ctx, trees.get(p)) for p in grid]
+    # the same grid priced by the CPU's measured operator profile, beside the roofline (when there is one)
+    variant = profiled_variant(host, device) if placement is None else None
+    preds_profiled = ([predict_point(p, replace(ctx, platform=variant.platform), trees.get(p)) for p in grid]
+                      if variant is not None and variant.platform is not None else None)
+    if progress and variant is not None:
+        print("operator profile: " + (f"also priced by {variant.source['profile']}" if preds_profiled
+                                      else variant.reason), file=sys.stderr)
 
     banner(f"[5/6] real runs: {len(grid)} configurations x {settings.repeats} repeats on "
            f"{settings.eval_prompts} evaluation prompts x {settings.max_new_tokens} tokens", progress)
@@ -264,7 +292,7 @@ def validate(out: str | Path | None = None, preset: str | None = None, quick: bo
     banner(f"[6/6] random-weight timing runs: {', '.join(settings.random_models) or 'none'}", progress)
     random_rows = _random_weight(settings, host, device, threads, progress, placement) if settings.random_models else []
 
-    rows = point_rows(grid, preds, meas)
+    rows = point_rows(grid, preds, meas, preds_profiled)
     doc = {
         "format": "hetspec-validation/1",
         "command": command,
@@ -287,6 +315,9 @@ def validate(out: str | Path | None = None, preset: str | None = None, quick: bo
                        "positions": profile.meta.get("positions")},
         "points": rows,
         "methods": method_summaries(rows),
+        "profiled": ({"source": variant.source, "methods": method_summaries(rows, "profiled")}
+                     if preds_profiled else {"reason": variant.reason if variant is not None else
+                                             "GPU run: priced on the GPU platform's own device"}),
         "random_weight": random_rows,
     }
     if hetero:   # hcmp ratio sweep, dovetail placements, alspec, streaming (real/validation/hetero.py)

@@ -1,0 +1,55 @@
+"""The second pricing of ``hetspec validate``: the grid priced by the measured operator profile of the CPU
+(``hetspec calibrate --device cpu`` writes it, ``profiled-cpu`` in the user platform folder) beside the
+calibrated roofline of the ``host`` platform, from the same run's measurements.
+
+The profiled variant is the host platform with its device's operators timed by the profile
+(:mod:`sim.op_timing`'s ``profiled`` backend, eager mode): the host's calibrated decode-loop costs,
+cache and fallback roofline stay, so the two columns differ only in how operators are timed. Nothing
+of it is fitted to the validation: the profile and the host come from their own calibration runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from hwmodels.errors import HetSpecError
+
+#: The platform ``hetspec calibrate --device cpu`` writes (real.validation.profile_device).
+PROFILED_CPU = "profiled-cpu"
+
+
+@dataclass(frozen=True)
+class ProfiledVariant:
+    platform: object | None       # the host with its device timed by the profile; None: not priced
+    reason: str                   # why not (empty when priced)
+    source: dict                  # where the profile came from (for the report)
+
+
+def profiled_variant(host, device: str, folder: Path | None = None) -> ProfiledVariant:
+    """``host`` with ``device`` timed by the CPU operator profile, when there is one for this run:
+    ``profiled-cpu.toml`` in ``folder`` (default: the user platform folder), for the all-thread ``cpu``
+    device (the profile's source names the torch threads it was measured with)."""
+    from hwmodels.loader import load_platform_file, user_platform_dir
+    from real.validation.machine import shown_path
+
+    path = (folder or user_platform_dir()) / f"{PROFILED_CPU}.toml"
+    how = f"run `hetspec calibrate --device cpu` to add it (writes {shown_path(path)})"
+    if device != "cpu":
+        return ProfiledVariant(None, f"the operator profile times the all-thread cpu device, not {device}", {})
+    if not path.is_file():
+        return ProfiledVariant(None, f"no CPU operator profile: {how}", {})
+    try:
+        prof = load_platform_file(path)
+    except HetSpecError as exc:
+        return ProfiledVariant(None, f"{shown_path(path)} does not load ({exc}): {how}", {})
+    prof_dev = next(iter(prof.devices.values()))
+    timing = prof_dev.timing
+    if timing is None or not timing.profiled:
+        return ProfiledVariant(None, f"{shown_path(path)} has no profiled device: {how}", {})
+    dev = host.device(device)
+    variant = replace(host, name=f"{host.name}+{PROFILED_CPU}",
+                      devices={**host.devices, device: replace(dev, timing=timing)})
+    source = {"path": shown_path(path), "profile": shown_path(path.with_suffix(".csv")),
+              "description": prof.description, "mode": timing.mode}
+    return ProfiledVariant(variant, "", source)

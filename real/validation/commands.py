@@ -69,38 +69,21 @@ def handle_calibrate(args: argparse.Namespace) -> int:
         print(line)
     print(f"wrote {path} (measurements: {raw_path(path)})")
     # the CPU's operator profile beside it, which `hetspec validate` prices the grid with next to the roofline
-    from pathlib import Path
+    from real.validation.profile_device import profile_cpu_beside
 
-    from real.validation.backends import PROFILED_CPU
-
-    return _profile_device(argparse.Namespace(device="cpu", models=None, dtype=None, quick=args.quick,
-                                              out=str(Path(path).parent / f"{PROFILED_CPU}.toml")))
+    for line in profile_cpu_beside(path, args.quick):
+        print(line)
+    return 0
 
 
 def _profile_device(args: argparse.Namespace) -> int:
     """``hetspec calibrate --device D``: the measured operator profile of a torch device and its platform."""
-    from hwmodels.loader import user_platform_dir
-    from real.validation.profile_device import (
-        QUICK,
-        ProfileSettings,
-        default_models,
-        parse_device,
-        profile_device,
-        resolve_models,
-        summary_lines,
-        write_device_profile,
-    )
+    from real.validation.profile_device import profile_and_write
 
-    device = parse_device(args.device)
-    names = [m.strip() for m in args.models.split(",") if m.strip()] if args.models else default_models(str(device))
-    models = resolve_models(names)
-    label = str(device).replace(":", "")
-    out = args.out or str(user_platform_dir() / f"profiled-{label}.toml")
+    names = [m.strip() for m in args.models.split(",") if m.strip()] if args.models else None
     parts = ["hetspec calibrate", f"--device {args.device}"] + ([f"--models {args.models}"] if args.models else []) + \
         ([f"--dtype {args.dtype}"] if args.dtype else []) + (["--quick"] if args.quick else [])
-    prof = profile_device(args.device, models, QUICK if args.quick else ProfileSettings(), args.dtype, progress=True)
-    csv_path, toml_path = write_device_profile(prof, out, " ".join(parts))
-    for line in summary_lines(prof, csv_path, toml_path):
+    for line in profile_and_write(args.device, names, args.dtype, args.quick, args.out, " ".join(parts)):
         print(line)
     return 0
 

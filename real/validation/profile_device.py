@@ -466,3 +466,29 @@ def resolve_models(names: Sequence[str]):
         else:
             specs.append(get_model(name))
     return specs
+
+
+def profile_and_write(device_text: str, model_names: Sequence[str] | None, dtype: str | None, quick: bool,
+                      out: str | Path | None, command: str, progress: bool = True) -> list[str]:
+    """``hetspec calibrate --device D``: profile ``device_text`` for ``model_names`` (default
+    :func:`default_models`), write ``out`` (default ``profiled-<device>.toml`` in the user platform
+    folder) and its CSV; returns the summary lines."""
+    from hwmodels.loader import user_platform_dir
+
+    device = parse_device(device_text)
+    models = resolve_models(list(model_names) if model_names else default_models(str(device)))
+    out = out or str(user_platform_dir() / f"profiled-{str(device).replace(':', '')}.toml")
+    prof = profile_device(device_text, models, QUICK if quick else ProfileSettings(), dtype, progress=progress)
+    csv_path, toml_path = write_device_profile(prof, out, command)
+    return summary_lines(prof, csv_path, toml_path)
+
+
+def profile_cpu_beside(host_path: str | Path, quick: bool, progress: bool = True) -> list[str]:
+    """The CPU's operator profile written beside a freshly calibrated ``host.toml`` (``profiled-cpu``), with
+    the calibration's threads and OpenMP settings: what ``hetspec validate`` prices the grid with next to
+    the roofline (:mod:`real.validation.backends`)."""
+    from real.validation.backends import PROFILED_CPU
+
+    out = Path(host_path).parent / f"{PROFILED_CPU}.toml"
+    return profile_and_write("cpu", None, None, quick, out,
+                             "hetspec calibrate" + (" --quick" if quick else ""), progress)

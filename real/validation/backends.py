@@ -14,9 +14,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from hwmodels.errors import HetSpecError
+from real.validation.gpu_target import profiled_platform_name
 
 #: The platform ``hetspec calibrate --device cpu`` writes (real.validation.profile_device).
-PROFILED_CPU = "profiled-cpu"
+PROFILED_CPU = profiled_platform_name("cpu")
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ def default_device_name(device: str | None) -> str:
 
 
 def profiled_platform_name(device: str) -> str:
-    """The platform ``hetspec calibrate --device cuda:N`` writes (real.validation.profile_device)."""
+    """The platform `hetspec calibrate --device D` writes for device D (``profiled-cpu``, ``profiled-cuda0``)."""
     return "profiled-" + device.replace(":", "")
 
 

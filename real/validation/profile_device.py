@@ -474,10 +474,11 @@ def profile_and_write(device_text: str, model_names: Sequence[str] | None, dtype
     :func:`default_models`), write ``out`` (default ``profiled-<device>.toml`` in the user platform
     folder) and its CSV; returns the summary lines."""
     from hwmodels.loader import user_platform_dir
+    from real.validation.gpu_target import profiled_platform_name
 
     device = parse_device(device_text)
     models = resolve_models(list(model_names) if model_names else default_models(str(device)))
-    out = out or str(user_platform_dir() / f"profiled-{str(device).replace(':', '')}.toml")
+    out = out or str(user_platform_dir() / f"{profiled_platform_name(str(device))}.toml")
     prof = profile_device(device_text, models, QUICK if quick else ProfileSettings(), dtype, progress=progress)
     csv_path, toml_path = write_device_profile(prof, out, command)
     return summary_lines(prof, csv_path, toml_path)

@@ -109,29 +109,9 @@ def banner(text: str, progress: bool = True) -> None:
         print(f"\n== {text}", file=sys.stderr, flush=True)
 
 
-def _row(point, pred, meas) -> dict:
-    from real.validation.metrics import signed_error
-
-    return {
-        "method": point.method, "knob": point.knob, "value": point.value, "label": point.label,
-        "pred_step_ms": pred.step_s * 1e3, "meas_step_ms": meas.step_s * 1e3,
-        "meas_step_ms_min": min(meas.step_samples) * 1e3, "meas_step_ms_max": max(meas.step_samples) * 1e3,
-        "pred_tokens_per_s": pred.tokens_per_s, "meas_tokens_per_s": meas.tokens_per_s,
-        "meas_tokens_per_s_min": min(meas.tps_samples), "meas_tokens_per_s_max": max(meas.tps_samples),
-        "pred_tokens_per_step": pred.tokens_per_step, "meas_tokens_per_step": meas.tokens_per_step,
-        "pred_tokens_per_step_independent": pred.tokens_per_step_independent,
-        "step_error_signed": signed_error(pred.step_s, meas.step_s),
-        "tps_error_signed": signed_error(pred.tokens_per_s, meas.tokens_per_s),
-        "pred_breakdown_ms": {k: v * 1e3 for k, v in pred.breakdown.items()},
-        "meas_phase_ms": meas.phase_ms, "meas_draft_passes_per_step": meas.draft_passes_per_step,
-        "meas_verified_per_step": meas.verified_per_step,
-        "meas_step_ms_samples": [s * 1e3 for s in meas.step_samples],
-        "missing": pred.missing,
-    }
-
-
 def _priced(pred, meas) -> dict:
-    """A second pricing of a measured point (the profiled backend): its predictions and errors."""
+    """A pricing of a measured point: its predictions, the measurements and the errors (a row holds the
+    roofline's at its top level and the profiled backend's under ``profiled``)."""
     from real.validation.metrics import signed_error
 
     return {"pred_step_ms": pred.step_s * 1e3, "pred_tokens_per_s": pred.tokens_per_s,
@@ -140,6 +120,19 @@ def _priced(pred, meas) -> dict:
             "step_error_signed": signed_error(pred.step_s, meas.step_s),
             "tps_error_signed": signed_error(pred.tokens_per_s, meas.tokens_per_s),
             "pred_breakdown_ms": {k: v * 1e3 for k, v in pred.breakdown.items()}, "missing": pred.missing}
+
+
+def _row(point, pred, meas) -> dict:
+    return {
+        "method": point.method, "knob": point.knob, "value": point.value, "label": point.label,
+        **_priced(pred, meas),
+        "meas_step_ms_min": min(meas.step_samples) * 1e3, "meas_step_ms_max": max(meas.step_samples) * 1e3,
+        "meas_tokens_per_s_min": min(meas.tps_samples), "meas_tokens_per_s_max": max(meas.tps_samples),
+        "pred_tokens_per_step_independent": pred.tokens_per_step_independent,
+        "meas_phase_ms": meas.phase_ms, "meas_draft_passes_per_step": meas.draft_passes_per_step,
+        "meas_verified_per_step": meas.verified_per_step,
+        "meas_step_ms_samples": [s * 1e3 for s in meas.step_samples],
+    }
 
 
 def point_rows(points, preds, meas, preds_profiled=None) -> list[dict]:

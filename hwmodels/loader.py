@@ -23,6 +23,7 @@ cache_gb = { value = 0.032, source = "..." }                  # optional: last-l
 cache_bw_gbps = { value = 90.0, source = "..." }              # optional: streaming from it
 cache_gemm_efficiency_curve = { value = [[1, 0.4]], source = "..." }  # optional: weights in cache
 cache_op_overhead_us = { value = 7.0, source = "..." }        # optional: per launch, model in cache
+gemv_row_ns = { value = 140.0, source = "..." }               # optional: per weight row, one-token streamed linear
 [devices.gpu.peak_tflops]
 fp16 = { value = 142.0, source = "..." }
 [devices.gpu.timing]             # optional: measured operator latencies instead of the roofline (hwmodels.profile)
@@ -104,6 +105,7 @@ _DEVICE_NUMBERS = {
     "cache_bw_gbps": (False, "pos"),
     "cache_op_overhead_us": (False, "nonneg"),
     "cache_rewarm": (False, "unit"),
+    "gemv_row_ns": (False, "nonneg"),
 }
 #: Optional ``[[tokens, efficiency], ...]`` fields of a device.
 _DEVICE_CURVES = ("gemm_efficiency_curve", "cache_gemm_efficiency_curve")

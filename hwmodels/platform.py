@@ -50,6 +50,15 @@ class Device:
     pass, as an LRU cache would; a cache shared with busy neighbours re-warms more slowly).
     Without these fields nothing is resident (every preset taken from datasheets and papers).
 
+    Optional ``gemv_row_ns``: the fixed nanoseconds per weight row (output feature) of a one-token
+    linear layer whose weight streams from memory, on top of the curve's rate. A matrix-vector
+    product reads its weight row by row, each row a short stream of its own, and on a CPU each costs
+    a start-up beyond its bytes (measured on this project's calibration host: ~140 ns per row, so a
+    384-wide row streams at half the rate of a 2048-wide one). Host calibration fits it together with
+    the one-token rate over GEMV shapes of several widths (:mod:`real.validation.calibrate`); the
+    one-token point of ``gemm_efficiency_curve`` is then the row-free rate. Datasheet presets leave it
+    out (0).
+
     Optional ``derived_peaks`` (dtype -> (source dtype, factor)): peaks that were not measured but are
     derived from a measured one, ``peak_tflops[dtype] = factor * peak_tflops[source]`` (host calibration
     measures fp32 GEMMs only, and prices fp16/bf16 from them). ``peak_tflops`` holds the derived values
@@ -73,6 +82,7 @@ class Device:
     cache_gemm_efficiency_curve: tuple[tuple[int, float], ...] | None = None
     cache_op_overhead_us: float | None = None
     cache_rewarm: float | None = None
+    gemv_row_ns: float | None = None
     derived_peaks: Mapping[str, tuple[str, float]] = field(default_factory=dict)
     #: How operators are timed: None = the roofline; a :class:`hwmodels.profile.DeviceTiming` (backend
     #: ``profiled``: a measured operator profile and an execution mode, priced by :mod:`sim.op_timing`).
@@ -136,6 +146,13 @@ class Device:
         if resident and self.cache_op_overhead_us is not None:
             return self.cache_op_overhead_us * US
         return self.op_overhead_s
+
+    def gemv_row_s(self, tokens, rows, resident: bool = False):
+        """Row start-up seconds of a linear of ``rows`` weight rows at ``tokens`` tokens (scalars or arrays):
+        ``rows * gemv_row_ns`` for a one-token product whose weight streams from memory, else 0."""
+        if not self.gemv_row_ns or resident:
+            return 0.0 * rows
+        return (tokens == 1) * (rows * self.gemv_row_ns * 1e-9)
 
     def resident_bw_bytes_per_s(self) -> float | None:
         """Bytes/s of a cache-resident working set (None without a measured cache bandwidth)."""

@@ -2,7 +2,9 @@
 
 time = launches * op_overhead + max(compute time, memory time), where
 
-- compute time = effective FLOPs / (peak FLOP/s at the dtype * achievable efficiency at M tokens);
+- compute time = effective FLOPs / (peak FLOP/s at the dtype * achievable efficiency at M tokens),
+  plus, for a one-token linear of ``rows`` weight rows streaming from memory, ``rows`` times the
+  device's row start-up cost (``gemv_row_ns``, where it is measured);
   effective FLOPs round the token dimension up to the device's tile (``token_tile``), so latency
   rises in steps, and price tree-masked work either as the dense block or, where the device has a
   sparse kernel, as the kept fraction at the sparse kernel's efficiency (whichever is cheaper);
@@ -62,14 +64,15 @@ def achievable_bw(device: Device) -> float:
 
 def roofline_time(device: Device, flops: float, nbytes: float, dtype: str, tokens: int | None = None,
                   density: float = 1.0, launches: int = 1, bw_bytes_per_s: float | None = None,
-                  resident: bool = False) -> OpTiming:
+                  resident: bool = False, rows: int = 0) -> OpTiming:
     """Time of one operator: ``flops`` FLOPs and ``nbytes`` bytes on ``device`` at ``dtype``.
 
     ``tokens`` is the GEMM M dimension (for tile quantization and the efficiency curve),
     ``density`` the fraction of a tree-masked block that is kept, ``launches`` the kernel
     launches / dispatches the operator costs, ``bw_bytes_per_s`` the bandwidth available to it
     (default: the device alone), ``resident`` whether the weights sit in the last-level cache
-    (then the cache bandwidth replaces ``bw_bytes_per_s``: cache hits do not contend for DRAM).
+    (then the cache bandwidth replaces ``bw_bytes_per_s``: cache hits do not contend for DRAM),
+    ``rows`` the weight rows of a linear layer (:attr:`sim.step_graph.Op.weight_rows`; 0 otherwise).
     """
     if flops < 0 or nbytes < 0:
         raise HetSpecError(f"operator FLOPs and bytes must be >= 0 (got {flops}, {nbytes})")
@@ -82,6 +85,7 @@ def roofline_time(device: Device, flops: float, nbytes: float, dtype: str, token
         raise HetSpecError(f"bandwidth must be > 0 (got {bw})")
     eff_flops = effective_flops(device, flops, tokens, density)
     compute_s = eff_flops / (device.peak_flops_per_s(dtype) * device.compute_efficiency_at(tokens or 1, resident))
+    compute_s += device.gemv_row_s(tokens, rows, resident)
     memory_s = nbytes / bw
     overhead_s = launches * device.overhead_s(resident)
     return OpTiming(overhead_s + max(compute_s, memory_s), compute_s, memory_s, overhead_s, eff_flops)

@@ -79,6 +79,7 @@ class StepPolynomial:
     profile_tokens: np.ndarray | None = None
     keys: np.ndarray | None = None
     eager_launches: np.ndarray | None = None
+    rows: np.ndarray | None = None      # [n_ops] weight rows of linear layers (0 for other operators)
 
     def arrays(self, b, q, s) -> dict[str, np.ndarray]:
         """FLOPs, bytes and tokens of every operator, shape ``[..., n_ops]`` (per instance)."""
@@ -145,6 +146,7 @@ def step_polynomial(model: ModelSpec, dtype: str | None = None, context: bool = 
         profile_tokens=ptok.T, keys=keys.T,
         eager_launches=np.array([op.launches if op.eager_launches is None else op.eager_launches for op in ref.ops],
                                 dtype=float),
+        rows=np.array([op.weight_rows for op in ref.ops], dtype=float),
     )
     _check_fit(out, model, dtype, context, part)
     return out
@@ -195,12 +197,13 @@ def efficiency_at(device: Device, tokens: np.ndarray, resident: bool = False) ->
 
 def roofline_arrays(device: Device, dtype: str, flops, nbytes, tokens, density=1.0, launches=1.0,
                     bw_bytes_per_s: float | np.ndarray | None = None, masked=True,
-                    resident: bool = False) -> dict[str, np.ndarray]:
+                    resident: bool = False, rows=0.0) -> dict[str, np.ndarray]:
     """:func:`hwmodels.roofline.roofline_time` elementwise over broadcast arrays.
 
     ``tokens`` 0 means "no token dimension" (no tile quantization, efficiency at 1 token), as in
     the scalar version; ``masked`` says which entries the tree-mask ``density`` applies to;
-    ``resident`` prices cache-resident weights (cache bandwidth, in-cache GEMM efficiency).
+    ``resident`` prices cache-resident weights (cache bandwidth, in-cache GEMM efficiency);
+    ``rows`` the weight rows of linear layers (one-token row start-up, :meth:`Device.gemv_row_s`).
     Returns ``time_s``, ``compute_s``, ``memory_s``, ``overhead_s`` (one instance each).
     """
     flops = np.asarray(flops, dtype=float)
@@ -220,6 +223,7 @@ def roofline_arrays(device: Device, dtype: str, flops, nbytes, tokens, density=1
         eff_flops = np.where(np.asarray(masked) & (dens < 1.0), sparse, eff_flops)
     compute_s = eff_flops / (device.peak_flops_per_s(dtype) * efficiency_at(device, np.where(has_tok, tokens, 1.0),
                                                                             resident))
+    compute_s = compute_s + device.gemv_row_s(tokens, np.asarray(rows, dtype=float), resident)
     memory_s = nbytes / bw
     overhead_s = np.asarray(launches, dtype=float) * device.overhead_s(resident)
     return {"time_s": overhead_s + np.maximum(compute_s, memory_s), "compute_s": compute_s, "memory_s": memory_s,
@@ -254,7 +258,7 @@ def op_seconds(model: ModelSpec, platform: Platform, device: str, q, s, b=1, den
     if is_profiled(dev):    # measured operator latencies (sim.op_timing); the roofline below is untouched
         return _profiled_op_seconds(poly, arr, model, dev, b, q, s, dens, standalone_bw(platform, device), resident)
     t = roofline_arrays(dev, poly.dtype, arr["flops"], nbytes, arr["tokens"], np.asarray(dens)[..., None],
-                        poly.launches, standalone_bw(platform, device), poly.masked, resident)
+                        poly.launches, standalone_bw(platform, device), poly.masked, resident, poly.rows)
     return poly, t["time_s"] * poly.count
 
 
@@ -270,7 +274,7 @@ def _profiled_op_seconds(poly: StepPolynomial, arr: dict, model: ModelSpec, dev:
         nbytes = arr["weight_bytes"] + arr["act_bytes"] + arr["kv_bytes"]
         launches = p.eager_launches if is_eager(dev) else p.launches
         fallback = roofline_arrays(dev, p.dtype, arr["flops"], nbytes, arr["tokens"], np.asarray(dens)[..., None],
-                                   launches, bw, p.masked, resident)["time_s"]
+                                   launches, bw, p.masked, resident, p.rows)["time_s"]
         out.append(profiled_seconds(p, dev, p.dtype, arr, b, fallback) * p.count)
     if len(parts) == 1:
         return poly, out[0]
@@ -292,7 +296,8 @@ def _joined(a: StepPolynomial, b: StepPolynomial) -> StepPolynomial:
         act_bytes=cat(a.act_bytes, b.act_bytes), kv_bytes=cat(a.kv_bytes, b.kv_bytes), tokens=cat(a.tokens, b.tokens),
         count=cat(a.count, b.count), launches=cat(a.launches, b.launches), masked=cat(a.masked, b.masked),
         tables=a.tables + b.tables, shapes=a.shapes + b.shapes, profile_tokens=cat(a.profile_tokens, b.profile_tokens),
-        keys=cat(a.keys, b.keys), eager_launches=cat(a.eager_launches, b.eager_launches))
+        keys=cat(a.keys, b.keys), eager_launches=cat(a.eager_launches, b.eager_launches),
+        rows=cat(a.rows, b.rows))
 
 
 def step_seconds(model: ModelSpec, platform: Platform, device: str, q, s, b=1, density=None,
@@ -310,7 +315,7 @@ def linear_seconds(device: Device, dtype: str, tokens, d_in: int, d_out: int, co
     T = np.asarray(tokens, dtype=float)
     flops = 2.0 * T * d_in * d_out
     nbytes = dt_bytes * (T * d_in + T * d_out + d_in * d_out)
-    return count * roofline_arrays(device, dtype, flops, nbytes, T, 1.0, 1.0, bw_bytes_per_s)["time_s"]
+    return count * roofline_arrays(device, dtype, flops, nbytes, T, 1.0, 1.0, bw_bytes_per_s, rows=d_out)["time_s"]
 
 
 def elementwise_seconds(device: Device, dtype: str, elements, flops_per_element: float, count: int, dt_bytes: float,

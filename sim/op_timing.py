@@ -205,7 +205,8 @@ def op_time(op: Op, device: Device, dtype: str, bw_bytes_per_s: float | None = N
     timing = timing_of(device)
     if timing is None:
         return (roofline_time(device, flops, nbytes, dtype, tokens=op.tokens or None, density=op.density,
-                              launches=op.launches, bw_bytes_per_s=bw_bytes_per_s, resident=resident), "roofline")
+                              launches=op.launches, bw_bytes_per_s=bw_bytes_per_s, resident=resident,
+                              rows=op.weight_rows), "roofline")
     profile, mode = timing.profile, timing.mode
     tokens = op.profile_tokens or op.tokens
     scaled = flops_scale != 1.0 or bytes_scale != 1.0
@@ -219,7 +220,8 @@ def op_time(op: Op, device: Device, dtype: str, bw_bytes_per_s: float | None = N
             return OpTiming(kern + launch, kern, min(nbytes / bw, kern), launch, flops), PROFILE
     why = _why_not(profile, op, tokens, dtype, scaled)
     return (roofline_time(device, flops, nbytes, dtype, tokens=op.tokens or None, density=op.density,
-                          launches=fallback_launches(op, device), bw_bytes_per_s=bw_bytes_per_s, resident=resident),
+                          launches=fallback_launches(op, device), bw_bytes_per_s=bw_bytes_per_s, resident=resident,
+                          rows=op.weight_rows),
             f"fallback: {why}")
 
 

@@ -180,7 +180,8 @@ def op_task(op: Op, platform: Platform, device: str, dtype: str, name: str, phas
         return _profiled_task(op, platform, device, dtype, name, phase, deps, n, priority, flops_scale, bytes_scale,
                               resident)
     timing = roofline_time(dev, flops, nbytes, dtype, tokens=op.tokens or None, density=op.density,
-                           launches=op.launches, bw_bytes_per_s=standalone_bw(platform, device), resident=resident)
+                           launches=op.launches, bw_bytes_per_s=standalone_bw(platform, device), resident=resident,
+                           rows=op.weight_rows)
     if resident and dev.resident_bw_bytes_per_s() is not None:
         return Task(name=name, kind="compute", resource=device, phase=phase,
                     compute_s=max(timing.compute_s, timing.memory_s) * n, nbytes=0.0, fixed_s=timing.overhead_s * n,

@@ -73,6 +73,11 @@ class Op:
         return self.weight_bytes + self.act_bytes + self.kv_bytes
 
     @property
+    def weight_rows(self) -> int:
+        """Rows of a linear layer's weight (its output features, ``d_out``); 0 for other operators."""
+        return int(self.shape.split("x")[1]) if self.table == "linear" else 0
+
+    @property
     def intensity(self) -> float:
         """Arithmetic intensity, FLOP per byte."""
         return self.flops / self.bytes if self.bytes else float("inf")

@@ -35,9 +35,16 @@ How the measurements enter the roofline (:mod:`hwmodels.roofline`):
   torch runs it on this CPU (native bf16 where the CPU has it; fp16 is often converted or
   emulated, and its slow rate is the real one); a dtype torch cannot run is left out. The
   token-count curves are fp32's, applied to these peaks.
+- ``gemv_row_ns``: one-token linears (matrix-vector products) streaming their weight from DRAM
+  are fitted over the (K, N) shapes as ``2 K N / rate + N * row cost`` (:func:`fit_gemv`): each
+  weight row starts a short stream of its own, so narrow rows read slower (here a 384-wide weight
+  at about half the rate of a 2048-wide one). The curve's one-token point is the fit's row-free rate.
 - ``mem_bw_gbps`` is the triad bandwidth on a working set well beyond the last-level cache, and
-  ``bw_efficiency`` 1 (the number is already achievable, not a datasheet peak); ``cache_gb`` /
-  ``cache_bw_gbps`` describe the last-level cache (triad on a quarter of it).
+  ``bw_efficiency`` 1 (the number is already achievable, not a datasheet peak); ``cache_bw_gbps``
+  is the triad bandwidth in the last-level cache; ``cache_gb`` the largest working set still read
+  at cache speed: by the triad, and, where smaller, by one-token linears cycling over growing
+  prefixes of a draft-shaped model's weights (:func:`real.validation.microbench.weight_cache_curve`;
+  weights read once per step keep less of the cache than a triad's arrays).
 - ``op_overhead_us`` is the fixed cost per step-graph operator of the real path's own forward
   (:func:`real.validation.microbench.layer_overhead`): the real path issues several torch operators per
   step-graph operator (counted and reported), so a tiny ``torch.add`` alone would underestimate it.
@@ -69,6 +76,7 @@ from real.validation.host_facts import (
     RAW_SUFFIX,
     WARM_WEIGHT_MAX_BYTES,
     Calibration,
+    GemvFit,
     Settings,
     WorkerMeasurement,
     core_count,
@@ -106,6 +114,32 @@ def _efficiency_curve(points, peak: float, m_values) -> tuple[tuple[int, float],
         rates = [p.flops_per_s for p in points if p.m == m]
         curve.append((m, round(min(statistics.median(rates) / peak, 1.0), 4)))
     return tuple(curve)
+
+
+def fit_gemv(points) -> GemvFit | None:
+    """The one-token (M = 1) points of ``points`` fitted as ``2 K N / rate + N * row_s`` (least squares,
+    ``row_s`` >= 0): a matrix-vector product reads its weight row by row and each row, a short stream
+    of its own, costs a start-up beyond its bytes. None without two row lengths K to tell them apart."""
+    import numpy as np
+
+    one = [p for p in points if p.m == 1]
+    if len({p.k for p in one}) < 2:
+        return None
+    A = np.array([[2.0 * p.k * p.n, p.n] for p in one])
+    y = np.array([p.seconds for p in one])
+    (inv_rate, row_s), *_ = np.linalg.lstsq(A, y, rcond=None)
+    if row_s < 0 or inv_rate <= 0:      # no measurable start-up: the rate alone, as the curve has it
+        inv_rate, row_s = float(np.sum(A[:, 0] * y) / np.sum(A[:, 0] ** 2)), 0.0
+    fit = A @ np.array([inv_rate, row_s])
+    return GemvFit(flops_per_s=float(1.0 / inv_rate), row_s=float(row_s), shapes=len(one),
+                   max_residual=float(np.max(np.abs(fit - y) / y)))
+
+
+def _with_gemv(curve, gemv: GemvFit | None, peak: float) -> tuple[tuple[int, float], ...]:
+    """The streamed curve with its one-token point replaced by the fit's row-free rate."""
+    if gemv is None:
+        return curve
+    return tuple((m, round(min(gemv.flops_per_s / peak, 1.0), 4) if m == 1 else e) for m, e in curve)
 
 
 def effective_cache(curve, dram_bw: float) -> tuple[int, float]:
@@ -221,8 +255,10 @@ def _measure_worker(threads: int, settings: Settings, dram_ws: int, cache_ws: in
     streaming = _in_fresh_process(mb.streaming_probe, threads, settings.overhead_repeats, settings.warmup + 1,
                                   llc_bytes()[0])
     tick()
+    gemv = fit_gemv(cold)
     return WorkerMeasurement(threads=threads, gemm_warm=warm, gemm_cold=cold, peak_flops_per_s=peak,
-                             efficiency_curve=_efficiency_curve(cold, peak, settings.m_values),
+                             efficiency_curve=_with_gemv(_efficiency_curve(cold, peak, settings.m_values), gemv, peak),
+                             gemv=gemv,
                              cache_efficiency_curve=_efficiency_curve(
                                  [p for p in warm if 4 * p.k * p.n <= WARM_WEIGHT_MAX_BYTES] or warm, peak,
                                  settings.m_values),
@@ -420,6 +456,9 @@ def summary_lines(platform: Platform, cal: Calibration) -> list[str]:
                      f"DRAM {dev.mem_bw_gbps:.1f} GB/s, cache {dev.cache_bw_gbps:.1f} GB/s, "
                      f"{dev.op_overhead_us:.1f} us per operator")
         lines.append(f"        GEMM efficiency by M: {curve}")
+        held = f"weights held in the cache up to {dev.cache_gb * 1e3:.1f} MB" if dev.cache_gb else "no cache"
+        rows = f", {dev.gemv_row_ns:.0f} ns per weight row of a one-token linear" if dev.gemv_row_ns else ""
+        lines.append(f"        {held}{rows}")
     lines.append(f"  contention: two single-thread workers streaming together get "
                  f"{dom.contention_efficiency:.2f} of {dom.bw_gbps:.1f} GB/s")
     return lines + robustness_lines(cal) + busy_warnings(cal)

@@ -62,11 +62,13 @@ class Settings:
 #: Token counts 1..256 (the verification widths and draft lengths of the methods), dense where verification widths and draft lengths live
 #: (the curve is read as a step function, and CPU GEMM kernels change path between small M: here
 #: M = 2 runs slower per row than M = 3 or 4), and weight shapes around the demo and random-weight
-#: models' layers (hidden 512-1024, MLP 1408-4096); 2048 x 2048 gives the peak.
+#: models' layers (hidden 384-1024, MLP 1024-4096); 2048 x 2048 gives the peak. Row lengths K from
+#: 384 to 2048 let the one-token fit (:class:`GemvFit`) tell a weight row's start-up from its bytes.
 FULL = Settings(m_values=(1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 20, 24, 32, 48, 64, 96, 128, 192, 256),
-                shapes=((512, 512), (512, 2048), (2048, 512), (1024, 1024), (2048, 2048)),
+                shapes=((384, 1536), (1536, 384), (512, 512), (512, 2048), (2048, 512), (1024, 1024), (2048, 2048)),
                 repeats=7, warmup=2)
-QUICK = Settings(m_values=(1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64, 128, 256), shapes=((512, 512), (1024, 1024)),
+QUICK = Settings(m_values=(1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64, 128, 256),
+                 shapes=((384, 1536), (512, 512), (1024, 1024)),
                  repeats=5, warmup=1, overhead_repeats=5, loop_repeats=3, label="quick")
 
 
@@ -142,6 +144,18 @@ class WorkerMeasurement:
     streaming: object = None      # real.validation.microbench.StreamingProbe: a step of a model larger than the cache
     spread: dict = field(default_factory=dict)   # machine.SPREAD_KEYS -> max / min - 1 over the rounds
     dtype_rates: tuple = ()       # real.validation.microbench.DtypeRate rows: bf16 / fp16 GEMMs at the fp32 peak's shape
+    gemv: object = None           # real.validation.calibrate.GemvFit: the one-token rate and row start-up cost
+
+
+@dataclass(frozen=True)
+class GemvFit:
+    """One-token linears with the weight streamed from DRAM, fitted as ``2 K N / flops_per_s + N * row_s``
+    over the calibration's (K, N) shapes: a row-free rate and a start-up cost per weight row."""
+
+    flops_per_s: float
+    row_s: float
+    shapes: int                   # (K, N) shapes fitted
+    max_residual: float           # largest |fit - measured| / measured over them
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,8 @@ def _device(name: str, w: WorkerMeasurement, cal: Calibration, description: str)
         "gemm_efficiency_curve": (f"measured {by}: per M, the median over (K, N) in {[list(x) for x in s.shapes]} "
                                   f"of the F.linear rate with the weight streamed from DRAM (a ring of distinct "
                                   f"weights totalling {COLD_POOL_LLC} x the last-level cache) divided by "
-                                  f"peak_tflops ({thr}, {s.medians(s.repeats)}) {on}"),
+                                  f"peak_tflops ({thr}, {s.medians(s.repeats)}) {on}"
+                                  + ("" if w.gemv is None else "; at M=1 the row-free rate of gemv_row_ns's fit")),
         "cache_gemm_efficiency_curve": (f"measured {by}: as gemm_efficiency_curve with the weight resident in the "
                                         f"cache (the same weight every call; shapes of at most "
                                         f"{_mib(WARM_WEIGHT_MAX_BYTES)}) ({thr}, {s.medians(s.repeats)}) {on}"),
@@ -86,6 +87,14 @@ def _device(name: str, w: WorkerMeasurement, cal: Calibration, description: str)
         cache_gemm_efficiency_curve=w.cache_efficiency_curve,
         cache_gb=round(w.cache_bytes / 1e9, 6), cache_bw_gbps=round(w.cache_bw_bytes_per_s / 1e9, 3),
         sources=sources)
+    if w.gemv is not None:
+        g = w.gemv
+        sources["gemv_row_ns"] = (
+            f"measured {by}: the one-token F.linear times with the weight streamed from DRAM, over the "
+            f"{g.shapes} (K, N) shapes {[list(x) for x in s.shapes]}, fitted as 2 K N / rate + N x row cost: "
+            f"{g.row_s * 1e9:.0f} ns per weight row beside a row-free {g.flops_per_s / 1e9:.2f} GFLOP/s (largest "
+            f"misfit {g.max_residual * 100:.0f} %; {thr}, {s.medians(s.repeats)}) {on}")
+        device = replace(device, gemv_row_ns=round(g.row_s * 1e9, 2), sources=sources)
     if w.streaming is not None:
         per_op, source = streaming_overhead(device, w.streaming, thr, s, by, on)
         probe = w.streaming
@@ -98,6 +107,19 @@ def _device(name: str, w: WorkerMeasurement, cal: Calibration, description: str)
         device = replace(device, op_overhead_us=round(per_op * 1e6, 3), cache_rewarm=round(probe.rewarm, 4),
                          sources={**device.sources, "op_overhead_us": source,
                                   "cache_op_overhead_us": sources["op_overhead_us"], "cache_rewarm": rewarm_source})
+        from real.validation.microbench import REWARM_DRAFT
+
+        held = probe.weight_cache
+        if held is not None and held[0] < w.cache_bytes:
+            device = replace(device, cache_gb=round(held[0] / 1e9, 6), sources={**device.sources, "cache_gb": (
+                f"measured {by}: the largest set of model weights that one-token linears still read from the "
+                f"cache in a loop of their own: growing prefixes of a draft-shaped model's weights (hidden "
+                f"{REWARM_DRAFT['hidden']}, in the forward's order) ran at "
+                + ", ".join(f"{n / 1e6:.1f} MB {bw / 1e9:.0f}" for n, bw in probe.weight_curve)
+                + f" GB/s (streamed from DRAM: {probe.gemm_unmasked_bw / 1e9:.1f}); the largest above the geometric "
+                  f"midpoint of the fastest and the streamed rate ({held[0] / 1e6:.2f} MB) is what a model's weights "
+                  f"get, less than the stream triad's {_mib(w.cache_bytes)} ({thr}, median of "
+                  f"{s.overhead_repeats}) {on}")})
     return device
 
 

@@ -177,14 +177,15 @@ def layer_costs(problem: Problem, device: str, tp: int, precision: Precision, ru
     ops: list[ShardOp] = []
 
     def compute(name: str, block: str, flops: float, nbytes: float, tokens: int | None = None,
-                launches: int = 1) -> None:
-        t = roofline_time(dev, flops, nbytes, math_dt, tokens=tokens, launches=launches, bw_bytes_per_s=bw)
+                launches: int = 1, weight_rows: int = 0) -> None:
+        t = roofline_time(dev, flops, nbytes, math_dt, tokens=tokens, launches=launches, bw_bytes_per_s=bw,
+                          rows=weight_rows)
         ops.append(ShardOp(name, block, t.time_s, nbytes, flops))
 
     def linear(name: str, block: str, d_in: int, d_out: int, weight: str) -> None:
         # [T, d_in] x [d_in, d_out]: FLOPs 2 T d_in d_out; bytes: the weight shard + activations
         compute(name, block, 2.0 * T * d_in * d_out,
-                precision.bytes(weight) * d_in * d_out + act * T * (d_in + d_out), tokens=T)
+                precision.bytes(weight) * d_in * d_out + act * T * (d_in + d_out), tokens=T, weight_rows=d_out)
 
     def elementwise(name: str, block: str, elements: float, flops_per: float, reads: int = 1,
                     weight_elements: float = 0.0) -> None:

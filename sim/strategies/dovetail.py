@@ -248,7 +248,8 @@ def op_costs(model: ModelSpec, problem: Problem, device: str, q: int, s: int):
     arr = poly.arrays(problem.batch, q, s)
     nbytes = arr["weight_bytes"] + arr["act_bytes"] + arr["kv_bytes"]
     t = roofline_arrays(problem.platform.device(device), model.dtype, arr["flops"], nbytes, arr["tokens"],
-                        chain_density(q), poly.launches, standalone_bw(problem.platform, device), poly.masked)
+                        chain_density(q), poly.launches, standalone_bw(problem.platform, device), poly.masked,
+                        rows=poly.rows)
     return {"name": poly.names, "section": poly.sections, "count": poly.count, "compute_s": t["compute_s"],
             "memory_s": t["memory_s"], "fixed_s": t["overhead_s"], "bytes": nbytes, "flops": arr["flops"]}
 

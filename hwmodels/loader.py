@@ -23,7 +23,7 @@ cache_gb = { value = 0.032, source = "..." }                  # optional: last-l
 cache_bw_gbps = { value = 90.0, source = "..." }              # optional: streaming from it
 cache_gemm_efficiency_curve = { value = [[1, 0.4]], source = "..." }  # optional: weights in cache
 cache_op_overhead_us = { value = 7.0, source = "..." }        # optional: per launch, model in cache
-gemv_row_ns = { value = 140.0, source = "..." }               # optional: per weight row, one-token streamed linear
+gemm_row_ns_curve = { value = [[1, 140.0], [8, 40.0]], source = "..." }  # optional: ns per streamed weight row
 [devices.gpu.peak_tflops]
 fp16 = { value = 142.0, source = "..." }
 [devices.gpu.timing]             # optional: measured operator latencies instead of the roofline (hwmodels.profile)
@@ -105,10 +105,11 @@ _DEVICE_NUMBERS = {
     "cache_bw_gbps": (False, "pos"),
     "cache_op_overhead_us": (False, "nonneg"),
     "cache_rewarm": (False, "unit"),
-    "gemv_row_ns": (False, "nonneg"),
 }
 #: Optional ``[[tokens, efficiency], ...]`` fields of a device.
-_DEVICE_CURVES = ("gemm_efficiency_curve", "cache_gemm_efficiency_curve")
+_DEVICE_CURVES = ("gemm_efficiency_curve", "cache_gemm_efficiency_curve", "gemm_row_ns_curve")
+#: Those of them whose values are costs (>= 0), not efficiencies.
+_DEVICE_COST_CURVES = ("gemm_row_ns_curve",)
 _LINK_NUMBERS = {"bw_gbps": (True, "pos"), "latency_us": (True, "nonneg"), "efficiency": (True, "frac")}
 _DOMAIN_NUMBERS = {"bw_gbps": (True, "pos"), "capacity_gb": (True, "pos"), "contention_efficiency": (True, "frac")}
 
@@ -220,7 +221,10 @@ class _Reader:
                 curve = tuple((int(t), float(e)) for t, e in value)
             except (TypeError, ValueError):
                 raise self.fail(f"{where}{key}", "must be a list of [tokens, efficiency] pairs") from None
-            if not curve or any(t < 1 or not 0 < e <= 1 for t, e in curve):
+            if key in _DEVICE_COST_CURVES:
+                if not curve or any(t < 1 or not e >= 0 for t, e in curve):
+                    raise self.fail(f"{where}{key}", "needs tokens >= 1 and costs >= 0")
+            elif not curve or any(t < 1 or not 0 < e <= 1 for t, e in curve):
                 raise self.fail(f"{where}{key}", "needs tokens >= 1 and efficiencies in (0, 1]")
             sources[key] = source
             curves[key] = curve

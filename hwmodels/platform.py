@@ -50,14 +50,14 @@ class Device:
     pass, as an LRU cache would; a cache shared with busy neighbours re-warms more slowly).
     Without these fields nothing is resident (every preset taken from datasheets and papers).
 
-    Optional ``gemv_row_ns``: the fixed nanoseconds per weight row (output feature) of a one-token
-    linear layer whose weight streams from memory, on top of the curve's rate. A matrix-vector
-    product reads its weight row by row, each row a short stream of its own, and on a CPU each costs
-    a start-up beyond its bytes (measured on this project's calibration host: ~140 ns per row, so a
-    384-wide row streams at half the rate of a 2048-wide one). Host calibration fits it together with
-    the one-token rate over GEMV shapes of several widths (:mod:`real.validation.calibrate`); the
-    one-token point of ``gemm_efficiency_curve`` is then the row-free rate. Datasheet presets leave it
-    out (0).
+    Optional ``gemm_row_ns_curve`` (``[[tokens, ns], ...]``, a step function like the efficiency
+    curve): the start-up nanoseconds per weight row (output feature) of a linear layer at that token
+    count whose weight streams from memory, added to its compute time. A CPU GEMM kernel at small M
+    reads the weight row by row, each row a short stream of its own that costs a start-up beyond its
+    bytes (measured on this project's calibration host: ~140 ns per row at M = 1, so a 384-wide row
+    streams at half the rate of a 2048-wide one). Host calibration fits it with the row-free rate at
+    each M over weight shapes of several widths (:mod:`real.validation.calibrate`); the streamed
+    ``gemm_efficiency_curve`` is then that row-free rate. Datasheet presets leave it out.
 
     Optional ``derived_peaks`` (dtype -> (source dtype, factor)): peaks that were not measured but are
     derived from a measured one, ``peak_tflops[dtype] = factor * peak_tflops[source]`` (host calibration
@@ -82,7 +82,7 @@ class Device:
     cache_gemm_efficiency_curve: tuple[tuple[int, float], ...] | None = None
     cache_op_overhead_us: float | None = None
     cache_rewarm: float | None = None
-    gemv_row_ns: float | None = None
+    gemm_row_ns_curve: tuple[tuple[int, float], ...] | None = None
     derived_peaks: Mapping[str, tuple[str, float]] = field(default_factory=dict)
     #: How operators are timed: None = the roofline; a :class:`hwmodels.profile.DeviceTiming` (backend
     #: ``profiled``: a measured operator profile and an execution mode, priced by :mod:`sim.op_timing`).
@@ -103,7 +103,7 @@ class Device:
                     raise HetSpecError(f"device {self.name}: derived peak factor for {dtype} must be > 0 (got {factor})")
                 peaks[dtype] = float(factor) * peaks[source]
             object.__setattr__(self, "peak_tflops", peaks)
-        for name in ("gemm_efficiency_curve", "cache_gemm_efficiency_curve"):
+        for name in ("gemm_efficiency_curve", "cache_gemm_efficiency_curve", "gemm_row_ns_curve"):
             if getattr(self, name) is not None:
                 curve = tuple(sorted((int(t), float(e)) for t, e in getattr(self, name)))
                 object.__setattr__(self, name, curve)
@@ -147,12 +147,14 @@ class Device:
             return self.cache_op_overhead_us * US
         return self.op_overhead_s
 
-    def gemv_row_s(self, tokens, rows, resident: bool = False):
-        """Row start-up seconds of a linear of ``rows`` weight rows at ``tokens`` tokens (scalars or arrays):
-        ``rows * gemv_row_ns`` for a one-token product whose weight streams from memory, else 0."""
-        if not self.gemv_row_ns or resident:
-            return 0.0 * rows
-        return (tokens == 1) * (rows * self.gemv_row_ns * 1e-9)
+    def row_start_s(self, tokens: int | None, rows: int, resident: bool = False) -> float:
+        """Start-up seconds of the ``rows`` weight rows of a linear at ``tokens`` tokens whose weight streams
+        from memory (``gemm_row_ns_curve``); 0 without the curve, in the cache, or without a token count."""
+        curve = self.gemm_row_ns_curve
+        if not curve or resident or not tokens or not rows:
+            return 0.0
+        i = bisect.bisect_right([t for t, _ in curve], int(tokens)) - 1
+        return rows * curve[max(i, 0)][1] * 1e-9
 
     def resident_bw_bytes_per_s(self) -> float | None:
         """Bytes/s of a cache-resident working set (None without a measured cache bandwidth)."""

@@ -3,8 +3,8 @@
 time = launches * op_overhead + max(compute time, memory time), where
 
 - compute time = effective FLOPs / (peak FLOP/s at the dtype * achievable efficiency at M tokens),
-  plus, for a one-token linear of ``rows`` weight rows streaming from memory, ``rows`` times the
-  device's row start-up cost (``gemv_row_ns``, where it is measured);
+  plus, for a linear of ``rows`` weight rows streaming from memory, ``rows`` times the device's
+  row start-up cost at M tokens (``gemm_row_ns_curve``, where it is measured);
   effective FLOPs round the token dimension up to the device's tile (``token_tile``), so latency
   rises in steps, and price tree-masked work either as the dense block or, where the device has a
   sparse kernel, as the kept fraction at the sparse kernel's efficiency (whichever is cheaper);
@@ -85,7 +85,7 @@ def roofline_time(device: Device, flops: float, nbytes: float, dtype: str, token
         raise HetSpecError(f"bandwidth must be > 0 (got {bw})")
     eff_flops = effective_flops(device, flops, tokens, density)
     compute_s = eff_flops / (device.peak_flops_per_s(dtype) * device.compute_efficiency_at(tokens or 1, resident))
-    compute_s += device.gemv_row_s(tokens, rows, resident)
+    compute_s += device.row_start_s(tokens, rows, resident)
     memory_s = nbytes / bw
     overhead_s = launches * device.overhead_s(resident)
     return OpTiming(overhead_s + max(compute_s, memory_s), compute_s, memory_s, overhead_s, eff_flops)

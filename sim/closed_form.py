@@ -180,6 +180,19 @@ def _check_fit(poly: StepPolynomial, model: ModelSpec, dtype: str, context: bool
                                    f"(at b={b} q={q} s={s}); update sim/closed_form.py BASIS")
 
 
+def row_start_s(device: Device, tokens, rows, resident: bool = False) -> np.ndarray:
+    """:meth:`Device.row_start_s` on arrays (tokens 0: no token dimension, no start-up)."""
+    t = np.asarray(tokens, dtype=float)
+    r = np.asarray(rows, dtype=float)
+    curve = device.gemm_row_ns_curve
+    if not curve or resident:
+        return np.zeros(np.broadcast_shapes(t.shape, r.shape))
+    counts = np.array([c for c, _ in curve], dtype=float)
+    ns = np.array([v for _, v in curve], dtype=float)
+    per_row = ns[np.maximum(np.searchsorted(counts, t, side="right") - 1, 0)]
+    return np.where(t >= 1, r * per_row * 1e-9, 0.0)
+
+
 # ---------------------------------------------------------------------- roofline on arrays
 def efficiency_at(device: Device, tokens: np.ndarray, resident: bool = False) -> np.ndarray:
     """:meth:`Device.compute_efficiency_at` on an array of token counts."""
@@ -203,7 +216,7 @@ def roofline_arrays(device: Device, dtype: str, flops, nbytes, tokens, density=1
     ``tokens`` 0 means "no token dimension" (no tile quantization, efficiency at 1 token), as in
     the scalar version; ``masked`` says which entries the tree-mask ``density`` applies to;
     ``resident`` prices cache-resident weights (cache bandwidth, in-cache GEMM efficiency);
-    ``rows`` the weight rows of linear layers (one-token row start-up, :meth:`Device.gemv_row_s`).
+    ``rows`` the weight rows of linear layers (their start-up when streamed, :meth:`Device.row_start_s`).
     Returns ``time_s``, ``compute_s``, ``memory_s``, ``overhead_s`` (one instance each).
     """
     flops = np.asarray(flops, dtype=float)
@@ -223,7 +236,7 @@ def roofline_arrays(device: Device, dtype: str, flops, nbytes, tokens, density=1
         eff_flops = np.where(np.asarray(masked) & (dens < 1.0), sparse, eff_flops)
     compute_s = eff_flops / (device.peak_flops_per_s(dtype) * efficiency_at(device, np.where(has_tok, tokens, 1.0),
                                                                             resident))
-    compute_s = compute_s + device.gemv_row_s(tokens, np.asarray(rows, dtype=float), resident)
+    compute_s = compute_s + row_start_s(device, tokens, rows, resident)
     memory_s = nbytes / bw
     overhead_s = np.asarray(launches, dtype=float) * device.overhead_s(resident)
     return {"time_s": overhead_s + np.maximum(compute_s, memory_s), "compute_s": compute_s, "memory_s": memory_s,

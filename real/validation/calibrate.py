@@ -35,10 +35,11 @@ How the measurements enter the roofline (:mod:`hwmodels.roofline`):
   torch runs it on this CPU (native bf16 where the CPU has it; fp16 is often converted or
   emulated, and its slow rate is the real one); a dtype torch cannot run is left out. The
   token-count curves are fp32's, applied to these peaks.
-- ``gemv_row_ns``: one-token linears (matrix-vector products) streaming their weight from DRAM
-  are fitted over the (K, N) shapes as ``2 K N / rate + N * row cost`` (:func:`fit_gemv`): each
-  weight row starts a short stream of its own, so narrow rows read slower (here a 384-wide weight
-  at about half the rate of a 2048-wide one). The curve's one-token point is the fit's row-free rate.
+- ``gemm_row_ns_curve``: per token count M, linears streaming their weight from DRAM are fitted
+  over the (K, N) shapes as ``2 M K N / rate + N * row cost`` (:func:`fit_rows`): a small-M kernel
+  reads the weight row by row, each row a short stream of its own, so narrow rows read slower (here
+  a 384-wide weight at about half the rate of a 2048-wide one at M = 1). The streamed curve is the
+  fit's row-free rate at every M where a start-up was fitted.
 - ``mem_bw_gbps`` is the triad bandwidth on a working set well beyond the last-level cache, and
   ``bw_efficiency`` 1 (the number is already achievable, not a datasheet peak); ``cache_bw_gbps``
   is the triad bandwidth in the last-level cache; ``cache_gb`` the largest working set still read
@@ -76,7 +77,7 @@ from real.validation.host_facts import (
     RAW_SUFFIX,
     WARM_WEIGHT_MAX_BYTES,
     Calibration,
-    GemvFit,
+    RowFit,
     Settings,
     WorkerMeasurement,
     core_count,
@@ -116,30 +117,39 @@ def _efficiency_curve(points, peak: float, m_values) -> tuple[tuple[int, float],
     return tuple(curve)
 
 
-def fit_gemv(points) -> GemvFit | None:
-    """The one-token (M = 1) points of ``points`` fitted as ``2 K N / rate + N * row_s`` (least squares,
-    ``row_s`` >= 0): a matrix-vector product reads its weight row by row and each row, a short stream
-    of its own, costs a start-up beyond its bytes. None without two row lengths K to tell them apart."""
+def fit_rows(points) -> tuple[RowFit, ...]:
+    """Per token count M, the streamed points of ``points`` fitted as ``2 M K N / rate + N * row_s`` (least
+    squares, ``row_s`` >= 0): a small-M GEMM kernel reads its weight row by row and each row, a short
+    stream of its own, costs a start-up beyond its bytes. Only where two row lengths K tell the two
+    apart; an M whose fit gives no start-up is left out (its median rate stands)."""
     import numpy as np
 
-    one = [p for p in points if p.m == 1]
-    if len({p.k for p in one}) < 2:
-        return None
-    A = np.array([[2.0 * p.k * p.n, p.n] for p in one])
-    y = np.array([p.seconds for p in one])
-    (inv_rate, row_s), *_ = np.linalg.lstsq(A, y, rcond=None)
-    if row_s < 0 or inv_rate <= 0:      # no measurable start-up: the rate alone, as the curve has it
-        inv_rate, row_s = float(np.sum(A[:, 0] * y) / np.sum(A[:, 0] ** 2)), 0.0
-    fit = A @ np.array([inv_rate, row_s])
-    return GemvFit(flops_per_s=float(1.0 / inv_rate), row_s=float(row_s), shapes=len(one),
-                   max_residual=float(np.max(np.abs(fit - y) / y)))
+    out = []
+    for m in sorted({p.m for p in points}):
+        at = [p for p in points if p.m == m]
+        if len({p.k for p in at}) < 2:
+            continue
+        A = np.array([[2.0 * m * p.k * p.n, p.n] for p in at])
+        y = np.array([p.seconds for p in at])
+        (inv_rate, row_s), *_ = np.linalg.lstsq(A, y, rcond=None)
+        if row_s <= 0 or inv_rate <= 0:
+            continue
+        miss = np.abs(A @ np.array([inv_rate, row_s]) - y) / y
+        out.append(RowFit(m=m, flops_per_s=float(1.0 / inv_rate), row_s=float(row_s), shapes=len(at),
+                          max_residual=float(np.max(miss)), median_residual=float(np.median(miss))))
+    return tuple(out)
 
 
-def _with_gemv(curve, gemv: GemvFit | None, peak: float) -> tuple[tuple[int, float], ...]:
-    """The streamed curve with its one-token point replaced by the fit's row-free rate."""
-    if gemv is None:
-        return curve
-    return tuple((m, round(min(gemv.flops_per_s / peak, 1.0), 4) if m == 1 else e) for m, e in curve)
+def _row_free(curve, fits, peak: float) -> tuple[tuple[int, float], ...]:
+    """The streamed curve with each fitted M's point replaced by the fit's row-free rate."""
+    rate = {f.m: f.flops_per_s for f in fits}
+    return tuple((m, round(min(rate[m] / peak, 1.0), 4) if m in rate else e) for m, e in curve)
+
+
+def row_curve(fits, m_values) -> tuple[tuple[int, float], ...]:
+    """``gemm_row_ns_curve``: ns per weight row at every calibrated M (0 where no start-up was fitted)."""
+    row = {f.m: f.row_s for f in fits}
+    return tuple((m, round(row.get(m, 0.0) * 1e9, 2)) for m in m_values)
 
 
 def effective_cache(curve, dram_bw: float) -> tuple[int, float]:
@@ -255,10 +265,10 @@ def _measure_worker(threads: int, settings: Settings, dram_ws: int, cache_ws: in
     streaming = _in_fresh_process(mb.streaming_probe, threads, settings.overhead_repeats, settings.warmup + 1,
                                   llc_bytes()[0])
     tick()
-    gemv = fit_gemv(cold)
+    fits = fit_rows(cold)
     return WorkerMeasurement(threads=threads, gemm_warm=warm, gemm_cold=cold, peak_flops_per_s=peak,
-                             efficiency_curve=_with_gemv(_efficiency_curve(cold, peak, settings.m_values), gemv, peak),
-                             gemv=gemv,
+                             efficiency_curve=_row_free(_efficiency_curve(cold, peak, settings.m_values), fits, peak),
+                             row_fits=fits,
                              cache_efficiency_curve=_efficiency_curve(
                                  [p for p in warm if 4 * p.k * p.n <= WARM_WEIGHT_MAX_BYTES] or warm, peak,
                                  settings.m_values),
@@ -457,7 +467,9 @@ def summary_lines(platform: Platform, cal: Calibration) -> list[str]:
                      f"{dev.op_overhead_us:.1f} us per operator")
         lines.append(f"        GEMM efficiency by M: {curve}")
         held = f"weights held in the cache up to {dev.cache_gb * 1e3:.1f} MB" if dev.cache_gb else "no cache"
-        rows = f", {dev.gemv_row_ns:.0f} ns per weight row of a one-token linear" if dev.gemv_row_ns else ""
+        rows = (", start-up per streamed weight row by M: " + ", ".join(f"{m}: {ns:.0f} ns" for m, ns in
+                                                                     dev.gemm_row_ns_curve if ns > 0)
+                if dev.gemm_row_ns_curve else "")
         lines.append(f"        {held}{rows}")
     lines.append(f"  contention: two single-thread workers streaming together get "
                  f"{dom.contention_efficiency:.2f} of {dom.bw_gbps:.1f} GB/s")

@@ -144,18 +144,20 @@ class WorkerMeasurement:
     streaming: object = None      # real.validation.microbench.StreamingProbe: a step of a model larger than the cache
     spread: dict = field(default_factory=dict)   # machine.SPREAD_KEYS -> max / min - 1 over the rounds
     dtype_rates: tuple = ()       # real.validation.microbench.DtypeRate rows: bf16 / fp16 GEMMs at the fp32 peak's shape
-    gemv: object = None           # real.validation.calibrate.GemvFit: the one-token rate and row start-up cost
+    row_fits: tuple = ()          # RowFit per token count: streamed linears' row-free rate and row start-up
 
 
 @dataclass(frozen=True)
-class GemvFit:
-    """One-token linears with the weight streamed from DRAM, fitted as ``2 K N / flops_per_s + N * row_s``
-    over the calibration's (K, N) shapes: a row-free rate and a start-up cost per weight row."""
+class RowFit:
+    """Linears of ``m`` tokens with the weight streamed from DRAM, fitted as ``2 m K N / flops_per_s + N *
+    row_s`` over the calibration's (K, N) shapes: a row-free rate and a start-up cost per weight row."""
 
+    m: int
     flops_per_s: float
     row_s: float
     shapes: int                   # (K, N) shapes fitted
     max_residual: float           # largest |fit - measured| / measured over them
+    median_residual: float
 
 
 @dataclass(frozen=True)

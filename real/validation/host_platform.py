@@ -22,6 +22,12 @@ from real.validation.host_facts import (
 
 
 # ---------------------------------------------------------------------------- the platform
+def _median(xs) -> float:
+    import statistics
+
+    return statistics.median(list(xs))
+
+
 def _mib(nbytes: float) -> str:
     return f"{nbytes / 2**20:.0f} MiB"
 
@@ -43,7 +49,8 @@ def _device(name: str, w: WorkerMeasurement, cal: Calibration, description: str)
                                   f"of the F.linear rate with the weight streamed from DRAM (a ring of distinct "
                                   f"weights totalling {COLD_POOL_LLC} x the last-level cache) divided by "
                                   f"peak_tflops ({thr}, {s.medians(s.repeats)}) {on}"
-                                  + ("" if w.gemv is None else "; at M=1 the row-free rate of gemv_row_ns's fit")),
+                                  + ("; where gemm_row_ns_curve has a start-up, the row-free rate of its fit"
+                                     if w.row_fits else "")),
         "cache_gemm_efficiency_curve": (f"measured {by}: as gemm_efficiency_curve with the weight resident in the "
                                         f"cache (the same weight every call; shapes of at most "
                                         f"{_mib(WARM_WEIGHT_MAX_BYTES)}) ({thr}, {s.medians(s.repeats)}) {on}"),
@@ -87,14 +94,17 @@ def _device(name: str, w: WorkerMeasurement, cal: Calibration, description: str)
         cache_gemm_efficiency_curve=w.cache_efficiency_curve,
         cache_gb=round(w.cache_bytes / 1e9, 6), cache_bw_gbps=round(w.cache_bw_bytes_per_s / 1e9, 3),
         sources=sources)
-    if w.gemv is not None:
-        g = w.gemv
-        sources["gemv_row_ns"] = (
-            f"measured {by}: the one-token F.linear times with the weight streamed from DRAM, over the "
-            f"{g.shapes} (K, N) shapes {[list(x) for x in s.shapes]}, fitted as 2 K N / rate + N x row cost: "
-            f"{g.row_s * 1e9:.0f} ns per weight row beside a row-free {g.flops_per_s / 1e9:.2f} GFLOP/s (largest "
-            f"misfit {g.max_residual * 100:.0f} %; {thr}, {s.medians(s.repeats)}) {on}")
-        device = replace(device, gemv_row_ns=round(g.row_s * 1e9, 2), sources=sources)
+    if w.row_fits:
+        from real.validation.calibrate import row_curve
+
+        fits = w.row_fits
+        sources["gemm_row_ns_curve"] = (
+            f"measured {by}: per M, the F.linear times with the weight streamed from DRAM over the (K, N) shapes "
+            f"{[list(x) for x in s.shapes]} fitted as 2 M K N / rate + N x row cost (0 where the fit gives none); "
+            f"M=1: {fits[0].row_s * 1e9:.0f} ns per weight row beside a row-free {fits[0].flops_per_s / 1e9:.2f} "
+            f"GFLOP/s; median misfit over the fitted M {100 * _median(f.median_residual for f in fits):.0f} %, largest "
+            f"{100 * max(f.max_residual for f in fits):.0f} % ({thr}, {s.medians(s.repeats)}) {on}")
+        device = replace(device, gemm_row_ns_curve=row_curve(fits, s.m_values), sources=sources)
     if w.streaming is not None:
         per_op, source = streaming_overhead(device, w.streaming, thr, s, by, on)
         probe = w.streaming
@@ -113,11 +123,11 @@ def _device(name: str, w: WorkerMeasurement, cal: Calibration, description: str)
         if held is not None and held[0] < w.cache_bytes:
             device = replace(device, cache_gb=round(held[0] / 1e9, 6), sources={**device.sources, "cache_gb": (
                 f"measured {by}: the largest set of model weights that one-token linears still read from the "
-                f"cache in a loop of their own: growing prefixes of a draft-shaped model's weights (hidden "
-                f"{REWARM_DRAFT['hidden']}, in the forward's order) ran at "
+                f"cache in a loop of their own: the layers and LM head of growing draft-shaped models (hidden "
+                f"{REWARM_DRAFT['hidden']}, vocabulary {REWARM_DRAFT['vocab']}, in the forward's order) ran at "
                 + ", ".join(f"{n / 1e6:.1f} MB {bw / 1e9:.0f}" for n, bw in probe.weight_curve)
-                + f" GB/s (streamed from DRAM: {probe.gemm_unmasked_bw / 1e9:.1f}); the largest above the geometric "
-                  f"midpoint of the fastest and the streamed rate ({held[0] / 1e6:.2f} MB) is what a model's weights "
+                + f" GB/s; the largest above the geometric midpoint of the fastest and the slowest "
+                  f"({held[0] / 1e6:.2f} MB) is what a model's weights "
                   f"get, less than the stream triad's {_mib(w.cache_bytes)} ({thr}, median of "
                   f"{s.overhead_repeats}) {on}")})
     return device

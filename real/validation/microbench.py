@@ -476,19 +476,19 @@ class StreamingProbe:
     draft_cold_s: float = 0.0      # a draft-sized model's first pass right after a probe step
     draft_later_s: float = 0.0     # its next passes (mean of the medians of passes 2..REWARM_PASSES)
     draft_warm_s: float = 0.0      # its pass in a loop of its own
-    #: (weight bytes, bytes/s): one-token GEMVs over the first weights of a draft-shaped model, in the
-    #: forward's order, in a loop of their own (:func:`weight_cache_curve`)
+    #: (weight bytes, bytes/s): one-token GEMVs over the first layers and the LM head of a draft-shaped
+    #: model, in the forward's order, in a loop of their own (:func:`weight_cache_curve`)
     weight_curve: tuple = ()
-    gemm_unmasked_bw: float = 0.0  # bytes/s of the probe's one-token GEMMs (its weights streamed from DRAM)
 
     @property
     def weight_cache(self) -> tuple[int, float] | None:
         """(bytes, bytes/s) of the largest weight set of :attr:`weight_curve` its GEMVs still read from
-        the cache (rate above the geometric midpoint of the fastest set and the streamed probe; the smallest
+        the cache (rate above the geometric midpoint of the curve's fastest and slowest sets; the smallest
         set if none is), or None without the measurement."""
-        if not self.weight_curve or self.gemm_unmasked_bw <= 0:
+        if not self.weight_curve:
             return None
-        cut = math.sqrt(max(bw for _, bw in self.weight_curve) * self.gemm_unmasked_bw)
+        rates = [bw for _, bw in self.weight_curve]
+        cut = math.sqrt(max(rates) * min(rates))
         inside = [(n, bw) for n, bw in self.weight_curve if bw >= cut]
         return max(inside) if inside else min(self.weight_curve)   # none: the smallest set probed
 
@@ -522,13 +522,13 @@ WEIGHT_CURVE_LAYERS = 6
 
 
 def weight_cache_curve(repeats: int, warmup: int) -> tuple[tuple[int, float], ...]:
-    """(bytes, bytes/s) of one-token GEMVs cycling over growing prefixes of a draft-shaped model's
-    weights (:data:`REWARM_DRAFT`'s layer, :data:`WEIGHT_CURVE_LAYERS` deep, in the forward's order; a
-    prefix ends after each layer's attention and after its MLP), each in a loop of its own. Up to
-    some size a prefix stays in the last-level cache from one loop to the next; that size, not the
-    stream triad's, is what a model's weights get: measured here, the demo draft's 10 MB of weights
-    stream from DRAM in a loop of their own on one thread while 7 MB stay resident, and a triad still
-    runs at cache speed on 12 MiB."""
+    """(bytes, bytes/s) of one-token GEMVs cycling over the weights of growing draft-shaped models
+    (:data:`REWARM_DRAFT`'s layer and LM head; the first k layers' weights, a prefix ending after each
+    layer's attention and after its MLP, up to :data:`WEIGHT_CURVE_LAYERS` layers, then the LM head,
+    in the forward's order), each in a loop of its own. Up to some size a model's weights stay in the
+    last-level cache from one pass to the next; that size, not the stream triad's, is what a model's
+    weights get: measured here, the demo draft's 10 MB of weights stream from DRAM in a loop of their
+    own on one thread while 7 MB stay resident, and a triad still runs at cache speed on 12 MiB."""
     from real.model.random_models import random_transformer
     from sim.model_spec import ModelSpec
 
@@ -540,11 +540,12 @@ def weight_cache_curve(repeats: int, warmup: int) -> tuple[tuple[int, float], ..
         a, m = layer.self_attn, layer.mlp
         order.append([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight, a.o_proj.weight])
         order.append([m.gate_proj.weight, m.up_proj.weight, m.down_proj.weight])
+    head = model.lm_head.weight
     xs = {w.shape[1]: torch.randn(1, 1, w.shape[1]) for part in order for w in part}
     out = []
     with torch.inference_mode():
-        for end in range(1, len(order) + 1):
-            ws = [w for part in order[:end] for w in part]
+        for end in range(len(order) + 1):
+            ws = [w for part in order[:end] for w in part] + [head]
             nbytes = sum(w.numel() * w.element_size() for w in ws)
 
             def run():
@@ -608,11 +609,10 @@ def streaming_probe(threads: int, repeats: int, warmup: int, llc_bytes: int) -> 
                 t = time.perf_counter()
                 draft_pass()
                 rounds[j].append(time.perf_counter() - t)
-        weights_bytes = sum(w.numel() * w.element_size() for w in weights)
         curve = weight_cache_curve(repeats, warmup)
     med = {k: statistics.median(v) for k, v in samples.items()}
     later = statistics.mean(statistics.median(r) for r in rounds[1:])
     return StreamingProbe(spec, med["step1"], med["stepq"], PROBE_CONTEXT, STREAM_MASKED_TOKENS,
                           gemm_unmasked_s=med["gemm1"], gemm_masked_s=med["gemmq"],
                           draft_cold_s=statistics.median(rounds[0]), draft_later_s=later, draft_warm_s=warm,
-                          weight_curve=curve, gemm_unmasked_bw=weights_bytes / med["gemm1"])
+                          weight_curve=curve)

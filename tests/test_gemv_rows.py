@@ -12,7 +12,7 @@ from hwmodels.errors import PresetError
 from hwmodels.loader import load_platform_file, write_platform_file
 from hwmodels.platform import Device, MemoryDomain, Platform
 from hwmodels.roofline import roofline_time
-from real.validation.calibrate import _row_free, fit_rows, row_curve
+from real.validation.gemm_rows import fit_rows, row_curve, row_free
 from real.validation.microbench import GemmPoint, StreamingProbe
 from sim.closed_form import roofline_arrays, step_seconds
 from sim.engine import run_plans
@@ -109,7 +109,7 @@ def test_the_row_fit_recovers_a_known_rate_and_row_cost_per_token_count():
     assert fits[1].flops_per_s == pytest.approx(20e9, rel=1e-6) and fits[1].row_s == pytest.approx(60e-9, rel=1e-6)
     assert fits[0].shapes == 4 and fits[0].max_residual < 1e-6
     # the streamed curve becomes the row-free rate where a start-up was fitted; the others stay
-    assert _row_free(((1, 0.05), (4, 0.1), (8, 0.3)), fits, 100e9) == ((1, 0.09), (4, 0.2), (8, 0.3))
+    assert row_free(((1, 0.05), (4, 0.1), (8, 0.3)), fits, 100e9) == ((1, 0.09), (4, 0.2), (8, 0.3))
     assert row_curve(fits, (1, 4, 8)) == ((1, 140.0), (4, 60.0), (8, 0.0))
 
 

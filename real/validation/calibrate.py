@@ -43,8 +43,8 @@ How the measurements enter the roofline (:mod:`hwmodels.roofline`):
 - ``mem_bw_gbps`` is the triad bandwidth on a working set well beyond the last-level cache, and
   ``bw_efficiency`` 1 (the number is already achievable, not a datasheet peak); ``cache_bw_gbps``
   is the triad bandwidth in the last-level cache; ``cache_gb`` the largest working set still read
-  at cache speed: by the triad, and, where smaller, by one-token linears cycling over growing
-  prefixes of a draft-shaped model's weights (:func:`real.validation.microbench.weight_cache_curve`;
+  at cache speed: by the triad, and, where smaller, by one-token linears cycling over the layers and
+  LM head of growing draft-shaped models (:func:`real.validation.weight_cache.weight_cache_curve`;
   weights read once per step keep less of the cache than a triad's arrays).
 - ``op_overhead_us`` is the fixed cost per step-graph operator of the real path's own forward
   (:func:`real.validation.microbench.layer_overhead`): the real path issues several torch operators per
@@ -69,6 +69,7 @@ from hwmodels.errors import HetSpecError
 from hwmodels.loader import user_platform_dir, write_platform_file
 from hwmodels.platform import Platform
 from real import openmp_label, openmp_runtime
+from real.validation.gemm_rows import fit_rows, row_free
 from real.validation.host_facts import (
     CACHE_PROBE_MIB,
     COLD_POOL_LLC,
@@ -77,7 +78,6 @@ from real.validation.host_facts import (
     RAW_SUFFIX,
     WARM_WEIGHT_MAX_BYTES,
     Calibration,
-    RowFit,
     Settings,
     WorkerMeasurement,
     core_count,
@@ -115,41 +115,6 @@ def _efficiency_curve(points, peak: float, m_values) -> tuple[tuple[int, float],
         rates = [p.flops_per_s for p in points if p.m == m]
         curve.append((m, round(min(statistics.median(rates) / peak, 1.0), 4)))
     return tuple(curve)
-
-
-def fit_rows(points) -> tuple[RowFit, ...]:
-    """Per token count M, the streamed points of ``points`` fitted as ``2 M K N / rate + N * row_s`` (least
-    squares, ``row_s`` >= 0): a small-M GEMM kernel reads its weight row by row and each row, a short
-    stream of its own, costs a start-up beyond its bytes. Only where two row lengths K tell the two
-    apart; an M whose fit gives no start-up is left out (its median rate stands)."""
-    import numpy as np
-
-    out = []
-    for m in sorted({p.m for p in points}):
-        at = [p for p in points if p.m == m]
-        if len({p.k for p in at}) < 2:
-            continue
-        A = np.array([[2.0 * m * p.k * p.n, p.n] for p in at])
-        y = np.array([p.seconds for p in at])
-        (inv_rate, row_s), *_ = np.linalg.lstsq(A, y, rcond=None)
-        if row_s <= 0 or inv_rate <= 0:
-            continue
-        miss = np.abs(A @ np.array([inv_rate, row_s]) - y) / y
-        out.append(RowFit(m=m, flops_per_s=float(1.0 / inv_rate), row_s=float(row_s), shapes=len(at),
-                          max_residual=float(np.max(miss)), median_residual=float(np.median(miss))))
-    return tuple(out)
-
-
-def _row_free(curve, fits, peak: float) -> tuple[tuple[int, float], ...]:
-    """The streamed curve with each fitted M's point replaced by the fit's row-free rate."""
-    rate = {f.m: f.flops_per_s for f in fits}
-    return tuple((m, round(min(rate[m] / peak, 1.0), 4) if m in rate else e) for m, e in curve)
-
-
-def row_curve(fits, m_values) -> tuple[tuple[int, float], ...]:
-    """``gemm_row_ns_curve``: ns per weight row at every calibrated M (0 where no start-up was fitted)."""
-    row = {f.m: f.row_s for f in fits}
-    return tuple((m, round(row.get(m, 0.0) * 1e9, 2)) for m in m_values)
 
 
 def effective_cache(curve, dram_bw: float) -> tuple[int, float]:
@@ -253,6 +218,7 @@ def _interleaved_rounds(threads: int, settings: Settings, dram_ws: int, cache_ws
 def _measure_worker(threads: int, settings: Settings, dram_ws: int, cache_ws: int, cold_pool: int,
                     tick) -> WorkerMeasurement:
     from real.validation import microbench as mb
+    from real.validation import weight_cache
 
     rounds = _interleaved_rounds(threads, settings, dram_ws, cache_ws, cold_pool, tick)
     warm, cold = rounds["gemm_warm"], rounds["gemm_cold"]
@@ -262,12 +228,12 @@ def _measure_worker(threads: int, settings: Settings, dram_ws: int, cache_ws: in
     dram, cache_curve = rounds["dram"], rounds["cache_curve"]
     cache_bytes, cache = effective_cache(cache_curve, dram)
     dispatch, overhead, loops = rounds["dispatch"], rounds["overhead"], rounds["loops"]
-    streaming = _in_fresh_process(mb.streaming_probe, threads, settings.overhead_repeats, settings.warmup + 1,
+    streaming = _in_fresh_process(weight_cache.streaming_probe, threads, settings.overhead_repeats, settings.warmup + 1,
                                   llc_bytes()[0])
     tick()
     fits = fit_rows(cold)
     return WorkerMeasurement(threads=threads, gemm_warm=warm, gemm_cold=cold, peak_flops_per_s=peak,
-                             efficiency_curve=_row_free(_efficiency_curve(cold, peak, settings.m_values), fits, peak),
+                             efficiency_curve=row_free(_efficiency_curve(cold, peak, settings.m_values), fits, peak),
                              row_fits=fits,
                              cache_efficiency_curve=_efficiency_curve(
                                  [p for p in warm if 4 * p.k * p.n <= WARM_WEIGHT_MAX_BYTES] or warm, peak,

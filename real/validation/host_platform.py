@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from hwmodels.platform import Device, Link, LoopCosts, MemoryDomain, Platform
 from real import openmp_label
+from real.validation.gemm_rows import row_curve
 from real.validation.host_costs import fit_host_costs
 from real.validation.host_hetero import add_hetero
 from real.validation.host_facts import (
@@ -95,13 +96,11 @@ def _device(name: str, w: WorkerMeasurement, cal: Calibration, description: str)
         cache_gb=round(w.cache_bytes / 1e9, 6), cache_bw_gbps=round(w.cache_bw_bytes_per_s / 1e9, 3),
         sources=sources)
     if w.row_fits:
-        from real.validation.calibrate import row_curve
-
         fits = w.row_fits
         sources["gemm_row_ns_curve"] = (
             f"measured {by}: per M, the F.linear times with the weight streamed from DRAM over the (K, N) shapes "
             f"{[list(x) for x in s.shapes]} fitted as 2 M K N / rate + N x row cost (0 where the fit gives none); "
-            f"M=1: {fits[0].row_s * 1e9:.0f} ns per weight row beside a row-free {fits[0].flops_per_s / 1e9:.2f} "
+            f"M={fits[0].m}: {fits[0].row_s * 1e9:.0f} ns per weight row beside a row-free {fits[0].flops_per_s / 1e9:.2f} "
             f"GFLOP/s; median misfit over the fitted M {100 * _median(f.median_residual for f in fits):.0f} %, largest "
             f"{100 * max(f.max_residual for f in fits):.0f} % ({thr}, {s.medians(s.repeats)}) {on}")
         device = replace(device, gemm_row_ns_curve=row_curve(fits, s.m_values), sources=sources)

@@ -477,7 +477,7 @@ class StreamingProbe:
     draft_later_s: float = 0.0     # its next passes (mean of the medians of passes 2..REWARM_PASSES)
     draft_warm_s: float = 0.0      # its pass in a loop of its own
     #: (weight bytes, bytes/s): one-token GEMVs over the first layers and the LM head of a draft-shaped
-    #: model, in the forward's order, in a loop of their own (:func:`weight_cache_curve`)
+    #: model, in the forward's order, in a loop of their own (:func:`real.validation.weight_cache.weight_cache_curve`)
     weight_curve: tuple = ()
 
     @property
@@ -517,44 +517,6 @@ STREAM_MAX_LAYERS = 32
 #: of fp32 weights read per pass, a third of a desktop last-level cache), and its passes per round.
 REWARM_DRAFT = dict(n_layers=2, hidden=256, intermediate=704, n_heads=4, n_kv_heads=2, vocab=4096)
 REWARM_PASSES = 6
-#: Layers of the draft-shaped model whose weight prefixes :func:`weight_cache_curve` cycles through.
-WEIGHT_CURVE_LAYERS = 6
-
-
-def weight_cache_curve(repeats: int, warmup: int) -> tuple[tuple[int, float], ...]:
-    """(bytes, bytes/s) of one-token GEMVs cycling over the weights of growing draft-shaped models
-    (:data:`REWARM_DRAFT`'s layer and LM head; the first k layers' weights, a prefix ending after each
-    layer's attention and after its MLP, up to :data:`WEIGHT_CURVE_LAYERS` layers, then the LM head,
-    in the forward's order), each in a loop of its own. Up to some size a model's weights stay in the
-    last-level cache from one pass to the next; that size, not the stream triad's, is what a model's
-    weights get: measured here, the demo draft's 10 MB of weights stream from DRAM in a loop of their
-    own on one thread while 7 MB stay resident, and a triad still runs at cache speed on 12 MiB."""
-    from real.model.random_models import random_transformer
-    from sim.model_spec import ModelSpec
-
-    spec = ModelSpec(name="weight-curve", dtype="fp32", max_position=4 * PROBE_CONTEXT,
-                     **{**REWARM_DRAFT, "n_layers": WEIGHT_CURVE_LAYERS})
-    model = random_transformer(spec)
-    order = []
-    for layer in model.model.layers:
-        a, m = layer.self_attn, layer.mlp
-        order.append([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight, a.o_proj.weight])
-        order.append([m.gate_proj.weight, m.up_proj.weight, m.down_proj.weight])
-    head = model.lm_head.weight
-    xs = {w.shape[1]: torch.randn(1, 1, w.shape[1]) for part in order for w in part}
-    out = []
-    with torch.inference_mode():
-        for end in range(len(order) + 1):
-            ws = [w for part in order[:end] for w in part] + [head]
-            nbytes = sum(w.numel() * w.element_size() for w in ws)
-
-            def run():
-                for w in ws:
-                    F.linear(xs[w.shape[1]], w)
-            out.append((int(nbytes), nbytes / median_time(run, repeats, warmup, inner=3)))
-    return tuple(out)
-
-
 #: Tokens of the masked streaming step: a typical verification; not 2, where this CPU's GEMM
 #: kernels take a slow path for some shapes (measured: M = 2 slower per row than M = 1 or 4), which
 #: would be mistaken for fixed cost.
@@ -609,10 +571,8 @@ def streaming_probe(threads: int, repeats: int, warmup: int, llc_bytes: int) -> 
                 t = time.perf_counter()
                 draft_pass()
                 rounds[j].append(time.perf_counter() - t)
-        curve = weight_cache_curve(repeats, warmup)
     med = {k: statistics.median(v) for k, v in samples.items()}
     later = statistics.mean(statistics.median(r) for r in rounds[1:])
     return StreamingProbe(spec, med["step1"], med["stepq"], PROBE_CONTEXT, STREAM_MASKED_TOKENS,
                           gemm_unmasked_s=med["gemm1"], gemm_masked_s=med["gemmq"],
-                          draft_cold_s=statistics.median(rounds[0]), draft_later_s=later, draft_warm_s=warm,
-                          weight_curve=curve)
+                          draft_cold_s=statistics.median(rounds[0]), draft_later_s=later, draft_warm_s=warm)

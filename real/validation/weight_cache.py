@@ -1,0 +1,58 @@
+"""The cache a model's weights get: one-token GEMVs cycling over the weights of growing draft-shaped models,
+each in a loop of its own, measured in the streaming probe's fresh process (:func:`streaming_probe`; the
+largest set still read at cache speed is a calibrated host's ``cache_gb``)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+import torch.nn.functional as F
+
+from real.validation import microbench
+from real.validation.microbench import PROBE_CONTEXT, REWARM_DRAFT, median_time, torch_threads
+
+#: Layers of the draft-shaped model whose weight prefixes :func:`weight_cache_curve` cycles through.
+WEIGHT_CURVE_LAYERS = 6
+
+
+def weight_cache_curve(repeats: int, warmup: int) -> tuple[tuple[int, float], ...]:
+    """(bytes, bytes/s) of one-token GEMVs cycling over the weights of growing draft-shaped models
+    (:data:`REWARM_DRAFT`'s layer and LM head; the first k layers' weights, a prefix ending after each
+    layer's attention and after its MLP, up to :data:`WEIGHT_CURVE_LAYERS` layers, then the LM head,
+    in the forward's order), each in a loop of its own. Up to some size a model's weights stay in the
+    last-level cache from one pass to the next; that size, not the stream triad's, is what a model's
+    weights get: measured here, the demo draft's 10 MB of weights stream from DRAM in a loop of their
+    own on one thread while 7 MB stay resident, and a triad still runs at cache speed on 12 MiB."""
+    from real.model.random_models import random_transformer
+    from sim.model_spec import ModelSpec
+
+    spec = ModelSpec(name="weight-curve", dtype="fp32", max_position=4 * PROBE_CONTEXT,
+                     **{**REWARM_DRAFT, "n_layers": WEIGHT_CURVE_LAYERS})
+    model = random_transformer(spec)
+    order = []
+    for layer in model.model.layers:
+        a, m = layer.self_attn, layer.mlp
+        order.append([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight, a.o_proj.weight])
+        order.append([m.gate_proj.weight, m.up_proj.weight, m.down_proj.weight])
+    head = model.lm_head.weight
+    xs = {w.shape[1]: torch.randn(1, 1, w.shape[1]) for part in order for w in part}
+    out = []
+    with torch.inference_mode():
+        for end in range(len(order) + 1):
+            ws = [w for part in order[:end] for w in part] + [head]
+            nbytes = sum(w.numel() * w.element_size() for w in ws)
+
+            def run():
+                for w in ws:
+                    F.linear(xs[w.shape[1]], w)
+            out.append((int(nbytes), nbytes / median_time(run, repeats, warmup, inner=3)))
+    return tuple(out)
+
+
+def streaming_probe(threads: int, repeats: int, warmup: int, llc_bytes: int):
+    """:func:`real.validation.microbench.streaming_probe` and then, in the same process and with the same
+    threads, the :func:`weight_cache_curve` (its ``weight_curve``)."""
+    probe = microbench.streaming_probe(threads, repeats, warmup, llc_bytes)
+    with torch_threads(threads):
+        return replace(probe, weight_curve=weight_cache_curve(repeats, warmup))

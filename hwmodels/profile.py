@@ -23,7 +23,10 @@ linear,4096x11008,1,0,58.0,-,0
 
 Columns (all required; one row per operator call):
 
-- ``op``: ``linear`` (shape ``<d_in>x<d_out>``), ``attention`` (``h<heads>kv<kv heads>d<head dim>``,
+- ``op``: ``linear`` (shape ``<d_in>x<d_out>``; the call repeated on one weight, which a small one keeps
+  in the device's cache), ``linear_streamed`` (the same with every call on the next of a ring of
+  distinct weights several times the last-level cache: what a model larger than the cache pays, used
+  for such a model where the profile has it), ``attention`` (``h<heads>kv<kv heads>d<head dim>``,
   optionally ``b<batch>``; an explicit boolean (tree) mask; ``keys`` = keys attended, cached + new),
   ``norm``, ``embedding``, ``add`` (shape ``<hidden>``), ``act_mul``, ``gelu`` (``<intermediate>``),
   ``rope`` (``h<heads>kv<kv heads>d<head dim>``), and the eager-only operators ``kv_write``
@@ -74,6 +77,7 @@ _HEADS = rf"h{_DIM}kv{_DIM}d{_DIM}"
 #: op -> regular expression its shape must match.
 OP_SHAPES: dict[str, str] = {
     "linear": rf"{_DIM}x{_DIM}",
+    "linear_streamed": rf"{_DIM}x{_DIM}",
     "attention": rf"{_HEADS}(b{_DIM})?",
     "norm": _DIM, "embedding": _DIM, "add": _DIM, "act_mul": _DIM, "gelu": _DIM,
     "rope": _HEADS,
@@ -281,7 +285,8 @@ def read_profile(path: str | Path) -> OpProfile:
 
 
 def _shape_help(op: str) -> str:
-    return {"linear": "<d_in>x<d_out>, e.g. 4096x11008", "attention": "h<heads>kv<kv heads>d<head dim>[b<batch>], "
+    return {"linear": "<d_in>x<d_out>, e.g. 4096x11008", "linear_streamed": "<d_in>x<d_out>, e.g. 4096x11008",
+            "attention": "h<heads>kv<kv heads>d<head dim>[b<batch>], "
             "e.g. h32kv32d128", "rope": "h<heads>kv<kv heads>d<head dim>", "kv_write": "kv<kv heads>d<head dim>"
             }.get(op, "<width>, e.g. 4096")
 

@@ -288,7 +288,7 @@ def _profiled_op_seconds(poly: StepPolynomial, arr: dict, model: ModelSpec, dev:
         launches = p.eager_launches if is_eager(dev) else p.launches
         fallback = roofline_arrays(dev, p.dtype, arr["flops"], nbytes, arr["tokens"], np.asarray(dens)[..., None],
                                    launches, bw, p.masked, resident, p.rows)["time_s"]
-        out.append(profiled_seconds(p, dev, p.dtype, arr, b, fallback) * p.count)
+        out.append(profiled_seconds(p, dev, p.dtype, arr, b, fallback, resident) * p.count)
     if len(parts) == 1:
         return poly, out[0]
     key = (model, poly.dtype, poly.context)

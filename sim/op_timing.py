@@ -45,6 +45,16 @@ from sim.step_graph import Op
 
 PROFILE = "profile"
 PROFILE_IN_CALL = "profile (in the attention call)"
+#: Profile table of linears timed with their weight streamed from memory (:mod:`hwmodels.profile`).
+STREAMED = "linear_streamed"
+
+
+def table_for(profile: OpProfile, table: str, shape: str, resident: bool) -> str:
+    """The profile table that times an operator: a linear of a model whose weights do not stay in the cache
+    by the profile's streamed rows where it has them for the shape, otherwise its own table."""
+    if table == "linear" and not resident and (STREAMED, shape) in profile.tables:
+        return STREAMED
+    return table
 
 
 def timing_of(device: Device) -> DeviceTiming | None:
@@ -211,7 +221,8 @@ def op_time(op: Op, device: Device, dtype: str, bw_bytes_per_s: float | None = N
     tokens = op.profile_tokens or op.tokens
     scaled = flops_scale != 1.0 or bytes_scale != 1.0
     if not scaled and op.table and dtype == profile.dtype:
-        found = lookup_scalar(profile, mode, op.table, _profile_shape(op), tokens, op.keys)
+        table = table_for(profile, op.table, op.shape, resident)
+        found = lookup_scalar(profile, mode, table, _profile_shape(op), tokens, op.keys)
         if found is not None:
             kern, launch = found
             if op.table == "attention" and op.launches == 0:
@@ -232,11 +243,13 @@ def priced_ops(graph, device: Device) -> tuple[Op, ...]:
 
 
 # ---------------------------------------------------------------------- vectorised (the closed form)
-def profiled_seconds(poly, device: Device, dtype: str, arr: dict, b, fallback: np.ndarray) -> np.ndarray:
+def profiled_seconds(poly, device: Device, dtype: str, arr: dict, b, fallback: np.ndarray,
+                     resident: bool = False) -> np.ndarray:
     """Seconds of one instance of every operator of ``poly`` (:class:`sim.closed_form.StepPolynomial`) on a
     profiled device, ``[..., n_ops]`` over broadcast (b, q, s): :func:`op_time` on arrays. ``arr`` holds the
     operators' token counts and keys (``poly.arrays``), ``fallback`` their fallback roofline seconds (with
-    :func:`fallback_launches`' launch counts), which stay where the profile does not cover a call."""
+    :func:`fallback_launches`' launch counts), which stay where the profile does not cover a call;
+    ``resident``: the model's weights stay in the cache (:func:`table_for`)."""
     timing = timing_of(device)
     profile, mode = timing.profile, timing.mode
     if dtype != profile.dtype:
@@ -251,6 +264,7 @@ def profiled_seconds(poly, device: Device, dtype: str, arr: dict, b, fallback: n
                 continue
             if table == "attention" and bv != 1:
                 shape = f"{shape}b{int(bv)}"
+            table = table_for(profile, table, shape, resident)
             found = lookup_scalar(profile, mode, table, shape, toks[j], keys[j] if table == "attention" else 0)
             if found is not None:
                 flat[j] = 0.0 if table == "attention" and poly.launches[j] == 0 else found[0] + found[1]
@@ -277,13 +291,13 @@ def profiled_seconds(poly, device: Device, dtype: str, arr: dict, b, fallback: n
             total, covered = attention[shape]
             value = np.zeros_like(total) if poly.launches[j] == 0 else total
         else:
-            kern, launch, covered = lookup(profile, mode, table, shape, tok, 0)
+            kern, launch, covered = lookup(profile, mode, table_for(profile, table, shape, resident), shape, tok, 0)
             value = kern + launch
         out[..., j] = np.where(covered, value, fallback[..., j])
     return out
 
 
-def measured_or(device: Device, op: Op, dtype: str, tokens, fallback) -> np.ndarray:
+def measured_or(device: Device, op: Op, dtype: str, tokens, fallback, resident: bool = False) -> np.ndarray:
     """``fallback`` seconds (one instance of ``op`` at each of ``tokens``), replaced by the measured call where
     the device's profile covers ``op`` at that token count: :func:`op_time` on an array of token counts for
     an operator whose shape does not change with them (a linear layer, an elementwise operator)."""
@@ -291,5 +305,6 @@ def measured_or(device: Device, op: Op, dtype: str, tokens, fallback) -> np.ndar
     fallback = np.asarray(fallback, dtype=float)
     if timing is None or not op.table or op.table == "attention" or dtype != timing.profile.dtype:
         return fallback
-    kern, launch, covered = lookup(timing.profile, timing.mode, op.table, op.shape, tokens, 0)
+    table = table_for(timing.profile, op.table, op.shape, resident)
+    kern, launch, covered = lookup(timing.profile, timing.mode, table, op.shape, tokens, 0)
     return np.where(covered, kern + launch, fallback)

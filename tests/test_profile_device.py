@@ -39,6 +39,9 @@ def test_the_profile_covers_the_step_graph_operators_at_every_token_count(tiny_p
         table = profile.table(*key)
         assert table is not None, key
         assert table.lines[0][1] == (1, 2, 8), key
+    # every linear twice: on one weight (in the cache) and on a ring of weights streamed from memory
+    for key in (("linear_streamed", "64x64"), ("linear_streamed", "64x256")):
+        assert profile.table(*key).lines[0][1] == (1, 2, 8), key
     attention = profile.table("attention", "h4kv2d16")
     assert [keys for keys, *_ in attention.lines] == [8, 16]
     assert all(r[4] >= 0 for r in prof.rows)   # kernel microseconds
@@ -58,6 +61,60 @@ def test_the_platform_loads_and_prices_measured_rows_from_the_profile(tiny_profi
     assert device.timing.profile_file == csv_path.name          # relative to the platform file
     assert "hetspec calibrate --device cpu" in device.sources["mem_bw_gbps"]
     assert float(step_seconds(SPEC, platform, "cpu", 2, 8)) > 0
+
+
+@pytest.mark.parametrize("resident", [False, True])
+def test_a_model_larger_than_the_cache_is_priced_by_the_streamed_rows(tiny_profile, resident):
+    from hwmodels.loader import load_platform_file
+    from sim.closed_form import op_seconds
+    from sim.op_timing import lookup_scalar, op_time
+    from sim.step_graph import build_step_graph
+
+    _, _, toml_path = tiny_profile
+    dev = load_platform_file(toml_path).device("cpu")
+    profile, mode = dev.timing.profile, dev.timing.mode
+    table = "linear" if resident else "linear_streamed"
+    graph = build_step_graph(SPEC, 2, 8)
+    poly, per_op = op_seconds(SPEC, load_platform_file(toml_path), "cpu", 2, 8, resident=resident)
+    for op in graph.ops:
+        if op.table != "linear":
+            continue
+        kern, launch = lookup_scalar(profile, mode, table, op.shape, op.tokens)
+        timing, source = op_time(op, dev, "fp32", resident=resident)
+        assert source == "profile" and timing.time_s == pytest.approx(kern + launch, rel=1e-12)
+        assert float(per_op[poly.names.index(op.name)]) == pytest.approx((kern + launch) * op.count, rel=1e-9)
+
+
+def test_the_eager_launch_is_the_launch_inside_the_real_forward(tiny_profile):
+    from hwmodels.loader import load_platform_file
+    from real.validation.microbench import PROBE_CONTEXT
+    from sim.step_graph import build_step_graph
+    from sim.step_timing import price_step
+
+    prof, _, toml_path = tiny_profile
+    model, seconds = prof.forward
+    dev = load_platform_file(toml_path).device("cpu")
+    # every row carries the launch measured inside the forward, and the header says how it was found
+    assert dev.op_overhead_us == pytest.approx(prof.forward_launch_us, rel=1e-3)
+    for key in (("linear", "64x64"), ("norm", "64"), ("attention", "h4kv2d16")):
+        for line in dev.timing.profile.table(*key).lines:
+            assert all(v == pytest.approx(prof.forward_launch_us, rel=1e-5) for v in line[3]), key
+    assert "inside the real path's forward" in dev.timing.profile.launch_sources["eager"]
+    # so the profile prices the forward it was measured on at its measured time
+    priced = price_step(build_step_graph(model, 1, PROBE_CONTEXT), dev).total_s
+    assert priced == pytest.approx(seconds, rel=1e-3)
+
+
+def test_a_streamed_linear_reads_the_next_weight_every_call():
+    from real.validation.profile_device import op_callable, weight_ring
+
+    ring = weight_ring("64x32", torch.device("cpu"), torch.float32, cache_bytes=64 * 32 * 4 * 2)
+    assert len(ring) == 8     # four caches' worth of 8 KiB weights
+    fn = op_callable("linear_streamed", "64x32", 1, 0, 256, torch.device("cpu"), torch.float32, ring)
+    outs = [fn() for _ in range(len(ring) + 1)]
+    assert not torch.equal(outs[0], outs[1]) and torch.equal(outs[0], outs[len(ring)])
+    with pytest.raises(HetSpecError, match="ring of at least two weights"):
+        op_callable("linear_streamed", "64x32", 1, 0, 256, torch.device("cpu"), torch.float32)
 
 
 def test_bad_devices_are_one_line():

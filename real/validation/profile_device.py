@@ -5,7 +5,10 @@ What is measured, with the same code on every device (CUDA timing where CUDA is)
 
 - the operators of the step graph (:func:`sim.step_graph.build_step_graph`) of every model asked
   for, each at its own shapes: linear layers by (d_in, d_out) at token counts :data:`TOKENS`
-  (1, 2, 4, 8, then every 8 to 256, then 384 and 512); attention by (heads, KV heads, head dim)
+  (1, 2, 4, 8, then every 8 to 256, then 384 and 512), twice: on one weight (``linear``: a small
+  weight stays in the cache, as a model that fits it runs) and on a ring of distinct weights
+  :data:`STREAM_CACHE_MULTIPLE` times the last-level cache (``linear_streamed``: every call reads its
+  weight from memory, as a decode step of a larger model does); attention by (heads, KV heads, head dim)
   under a boolean tree mask over a (q, keys) grid (:data:`ATTENTION_Q` x :data:`ATTENTION_KEYS`);
   RMSNorm, residual adds, SiLU x mul, RoPE and the embedding lookup at the token counts;
 - the launch cost of an operator (a one-element add) in each execution mode the device has:
@@ -14,6 +17,13 @@ What is measured, with the same code on every device (CUDA timing where CUDA is)
 - the device's copy bandwidth and its best GEMV and GEMM rates (the platform's ``mem_bw_gbps`` and
   ``peak_tflops``, so the roofline the profile falls back to is this device's own);
 - on CUDA, the host-to-device and device-to-host links (pinned and pageable: latency and bandwidth).
+
+On a CPU the eager launch cost a row carries is not the bare dispatch but what one launch costs inside
+the real path's forward (:func:`real.validation.forward_launch.eager_launch_in_forward`): the real model's one-token forward at hidden
+64, where compute is negligible, is timed whole; the profile's kernel times of its operators are taken
+off, and the rest is spread over the launches the profiled pricing counts for it (each covered
+operator's call once, each fallback operator's kernels). That rest is Python module and argument
+handling around the calls, several times the dispatch of a bare one-element add (both are reported).
 
 Kernel time is kept apart from launch cost. On CUDA a row's ``kernel_us`` is the time of the
 operator repeated inside one CUDA graph divided by the repeats (no launch gaps), its
@@ -48,6 +58,8 @@ ATTENTION_Q = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 ATTENTION_KEYS = (64, 256, 1024, 4096)
 QUICK_ATTENTION_Q = (1, 8, 64, 256)
 QUICK_ATTENTION_KEYS = (256, 1024)
+#: Size of the ring of distinct weights behind a ``linear_streamed`` row, in last-level caches.
+STREAM_CACHE_MULTIPLE = 4
 #: The dtype the real path runs on each kind of device by default.
 DEFAULT_DTYPE = {"cpu": "fp32", "cuda": "fp16"}
 TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
@@ -91,6 +103,10 @@ class DeviceProfile:
     gemm_tflops: float = 0.0
     links: dict[str, dict[str, float]] = field(default_factory=dict)
     seconds: float = 0.0
+    #: (model, seconds): the real path's forward of a model whose compute is negligible, timed whole
+    #: (:func:`forward_probe_s`); None where not measured (CUDA)
+    forward: tuple | None = None
+    forward_launch_us: float | None = None   # one launch inside that forward (set when the profile is written)
 
 
 # ---------------------------------------------------------------------------- timing one callable
@@ -199,10 +215,30 @@ def _heads(shape: str) -> tuple[int, int, int]:
     return int(h), int(kv), int(d.split("b")[0])
 
 
+def last_level_cache_bytes(device: torch.device) -> int:
+    """The device's last-level cache: the CPU's (:func:`real.validation.host_facts.llc_bytes`) or the GPU's L2."""
+    if device.type == "cuda":
+        return int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0)) or 50 * 2**20
+    from real.validation.host_facts import llc_bytes
+
+    return llc_bytes()[0]
+
+
+def weight_ring(shape: str, device: torch.device, dtype: torch.dtype, cache_bytes: int) -> list[torch.Tensor]:
+    """Distinct ``d_out x d_in`` weights totalling :data:`STREAM_CACHE_MULTIPLE` x ``cache_bytes`` (two at least)."""
+    d_in, d_out = (int(v) for v in shape.split("x"))
+    nbytes = d_in * d_out * torch.finfo(dtype).bits // 8
+    count = max(2, -(-STREAM_CACHE_MULTIPLE * cache_bytes // nbytes))
+    g = torch.Generator(device="cpu").manual_seed(1)
+    return [(torch.randn(d_out, d_in, generator=g) * d_in ** -0.5).to(device=device, dtype=dtype)
+            for _ in range(count)]
+
+
 def op_callable(table: str, shape: str, tokens: int, keys: int, vocab: int, device: torch.device,
-                dtype: torch.dtype) -> Callable[[], object] | None:
+                dtype: torch.dtype, ring: Sequence[torch.Tensor] = ()) -> Callable[[], object] | None:
     """A closure running one call of a step-graph operator of profile key (``table``, ``shape``) at
-    ``tokens`` (and ``keys`` for attention), on preallocated tensors; None for an operator not profiled."""
+    ``tokens`` (and ``keys`` for attention), on preallocated tensors; None for an operator not profiled.
+    ``linear_streamed`` takes each call's weight from ``ring`` (:func:`weight_ring`) in turn."""
     g = torch.Generator(device="cpu").manual_seed(0)
 
     def rand(*size):
@@ -212,6 +248,16 @@ def op_callable(table: str, shape: str, tokens: int, keys: int, vocab: int, devi
         d_in, d_out = (int(v) for v in shape.split("x"))
         x, w = rand(tokens, d_in), rand(d_out, d_in) * d_in ** -0.5
         return lambda: F.linear(x, w)
+    if table == "linear_streamed":
+        if len(ring) < 2:
+            raise HetSpecError("linear_streamed: give a ring of at least two weights (weight_ring)")
+        x = rand(tokens, int(shape.split("x")[0]))
+        turn = [0]
+
+        def streamed():
+            turn[0] = (turn[0] + 1) % len(ring)
+            return F.linear(x, ring[turn[0]])
+        return streamed
     if table == "attention":
         h, kv, d = _heads(shape)
         q, k, v = rand(1, h, tokens, d), rand(1, kv, keys, d), rand(1, kv, keys, d)
@@ -310,16 +356,29 @@ def profile_device(device_text: str, models, settings: ProfileSettings = Profile
     if device.type == "cuda":
         out.launch_us["graph"] = median(s.graph_launch_s + s.kernel_s for s in launch_samples) * 1e6
 
+    probe = None
+    if device.type == "cpu":       # the forward that prices a launch inside the real model (eager_launch_in_forward)
+        from real.validation.microbench import probe_specs
+
+        probe = probe_specs()[0]
+        models = list(models) + [probe]
     work: list[tuple[str, str, int, int, int]] = []
     for (table, shape), vocab in profile_keys(models).items():
         if table == "attention":
             work += [(table, shape, q, k, vocab) for k in settings.attention_keys for q in settings.attention_q if q <= k]
         elif table in ("linear", "norm", "add", "act_mul", "gelu", "rope", "embedding"):
             work += [(table, shape, t, 0, vocab) for t in settings.tokens]
+        if table == "linear":
+            work += [("linear_streamed", shape, t, 0, vocab) for t in settings.tokens]
+    cache_bytes = last_level_cache_bytes(device)
+    ring: tuple[str, list] = ("", [])     # the current shape's ring of weights (the work is grouped by shape)
     bar = tqdm(total=len(work), desc=f"profiling {device}", unit="op", disable=not progress, file=sys.stderr)
     for table, shape, tokens, keys, vocab in work:
         try:
-            fn = op_callable(table, shape, tokens, keys, vocab, device, tdtype)
+            if table == "linear_streamed" and ring[0] != shape:
+                ring = ("", [])           # free the last ring before the next one
+                ring = (shape, weight_ring(shape, device, tdtype, cache_bytes))
+            fn = op_callable(table, shape, tokens, keys, vocab, device, tdtype, ring[1])
             if fn is None:
                 bar.update(1)
                 continue
@@ -332,6 +391,10 @@ def profile_device(device_text: str, models, settings: ProfileSettings = Profile
                          timing.graph_launch_s * 1e6))
         bar.update(1)
     bar.close()
+    if probe is not None:
+        from real.validation.forward_launch import forward_probe_s
+
+        out.forward = (probe, forward_probe_s(settings.calls, settings.repeats))
     out.copy_gbps = copy_bandwidth(device, 256 * 2**20 if device.type == "cuda" else 128 * 2**20, settings) / 1e9
     out.gemv_gbps, out.gemm_tflops = _best_rates(out.rows, DTYPE_BYTES_OF[dtype])
     if device.type == "cuda":
@@ -365,10 +428,11 @@ def _cpu_name() -> str:
 
 # ---------------------------------------------------------------------------- writing
 def write_device_profile(prof: DeviceProfile, out: str | Path, command: str) -> tuple[Path, Path]:
-    """Write ``<out>.csv`` (the profile) and ``<out>.toml`` (a platform of one device priced by it)."""
+    """Write ``<out>.csv`` (the profile) and ``<out>.toml`` (a platform of one device priced by it). With a
+    timed forward (:attr:`DeviceProfile.forward`, a CPU) the eager launch cost of every row is the launch
+    inside the real path's forward (:mod:`real.validation.forward_launch`), not the bare dispatch."""
     from hwmodels.loader import load_platform_file, write_platform_file
-    from hwmodels.platform import Device, Platform
-    from hwmodels.profile import DeviceTiming, measured_efficiencies, read_profile, write_profile
+    from hwmodels.platform import Platform
 
     out = Path(out)
     csv_path, toml_path = out.with_suffix(".csv"), out.with_suffix(".toml")
@@ -387,6 +451,33 @@ def write_device_profile(prof: DeviceProfile, out: str | Path, command: str) -> 
     notes = (f"copy bandwidth {prof.copy_gbps:.1f} GB/s, best one-token linear {prof.gemv_gbps:.1f} GB/s, best linear "
              f"{prof.gemm_tflops:.3f} TFLOP/s",) + tuple(
         f"link {k}: {v['latency_us']:.1f} us, {v['bw_gbps']:.1f} GB/s" for k, v in prof.links.items())
+    device = _written_device(prof, csv_path, header, rows, notes, mode, by)
+    if prof.forward is not None and mode == "eager":
+        from real.validation.forward_launch import eager_launch_in_forward
+
+        launch_s, kernels_s, launches = eager_launch_in_forward(device, prof.forward)
+        model, seconds = prof.forward
+        header["launch_us.eager"] = f"{launch_s * 1e6:.3f}"
+        header["launch_us.eager.source"] = (
+            f"one launch inside the real path's forward: the one-token forward of a {model.n_layers}-layer, hidden "
+            f"{model.hidden} model (compute negligible) took {seconds * 1e6:.1f} us, the profile's kernels of its "
+            f"operators {kernels_s * 1e6:.1f} us, the rest over the {launches:.0f} launches the pricing counts; a "
+            f"bare one-element add's dispatch is {prof.launch_us['eager']:.2f} us; {by}")
+        rows = [(*r[:5], launch_s * 1e6, r[6]) for r in rows]
+        prof.forward_launch_us = launch_s * 1e6
+        device = _written_device(prof, csv_path, header, rows, notes, mode, by)
+    platform = Platform(name=toml_path.stem, description=f"{prof.name} ({prof.device}), profiled by {command} on {date}",
+                        devices={device.name: device})
+    write_platform_file(platform, toml_path)
+    load_platform_file(toml_path)   # what we write must load
+    return csv_path, toml_path
+
+
+def _written_device(prof: DeviceProfile, csv_path: Path, header: dict, rows, notes, mode: str, by: str):
+    """Write the profile to ``csv_path`` and return the device it prices (its roofline fields measured by it)."""
+    from hwmodels.platform import Device
+    from hwmodels.profile import DeviceTiming, measured_efficiencies, read_profile, write_profile
+
     write_profile(csv_path, header, rows, notes)
     profile = read_profile(csv_path)
     best = measured_efficiencies(profile, 1.0, 1.0)   # against 1 GB/s and 1 TFLOP/s: the best rates themselves
@@ -408,21 +499,16 @@ def write_device_profile(prof: DeviceProfile, out: str | Path, command: str) -> 
         "token_tile": "1: the profile's rows keep the steps of tiling (measured token counts)",
         "sparse_attn_efficiency": "0: tree attention priced dense, as the profile measured it (boolean mask)",
     }
-    device = Device(name=kind, kind=kind, peak_tflops={prof.dtype: round(peak, 6)}, mem_bw_gbps=round(mem_bw, 3),
-                    mem_capacity_gb=round(capacity / 1e9, 3), bw_efficiency=round(eff["bw_efficiency"], 3),
-                    compute_efficiency=round(eff["compute_efficiency"], 3),
-                    op_overhead_us=round(profile.launch_us[mode], 3), token_tile=1, sparse_attn_efficiency=0.0,
-                    description=f"{prof.name} ({prof.device}), {prof.dtype}, priced by its measured profile",
-                    sources=src,
-                    timing=DeviceTiming("profiled", mode, profile, csv_path.name,
-                                        {"backend": by, "profile": by,
-                                         "mode": "graph: CUDA graphs replayed" if mode == "graph" else
-                                         "eager: the host launches every operator (no graphs on this device)"}))
-    platform = Platform(name=toml_path.stem, description=f"{prof.name} ({prof.device}), profiled by {command} on {date}",
-                        devices={kind: device})
-    write_platform_file(platform, toml_path)
-    load_platform_file(toml_path)   # what we write must load
-    return csv_path, toml_path
+    return Device(name=kind, kind=kind, peak_tflops={prof.dtype: float(f"{peak:.6g}")}, mem_bw_gbps=round(mem_bw, 3),
+                  mem_capacity_gb=round(capacity / 1e9, 3), bw_efficiency=round(eff["bw_efficiency"], 3),
+                  compute_efficiency=round(eff["compute_efficiency"], 3),
+                  op_overhead_us=round(profile.launch_us[mode], 3), token_tile=1, sparse_attn_efficiency=0.0,
+                  description=f"{prof.name} ({prof.device}), {prof.dtype}, priced by its measured profile",
+                  sources=src,
+                  timing=DeviceTiming("profiled", mode, profile, csv_path.name,
+                                      {"backend": by, "profile": by,
+                                       "mode": "graph: CUDA graphs replayed" if mode == "graph" else
+                                       "eager: the host launches every operator (no graphs on this device)"}))
 
 
 def _physical_memory() -> int:
@@ -434,7 +520,9 @@ def _physical_memory() -> int:
 def summary_lines(prof: DeviceProfile, csv_path: Path, toml_path: Path) -> list[str]:
     lines = [f"{prof.name} ({prof.device}), {prof.dtype}: {len(prof.rows)} operator rows in {prof.seconds:.0f} s",
              f"  launch: eager {prof.launch_us['eager']:.2f} us"
-             + (f", graph {prof.launch_us['graph']:.2f} us" if "graph" in prof.launch_us else " (no graphs on this device)"),
+             + (f", graph {prof.launch_us['graph']:.2f} us" if "graph" in prof.launch_us else " (no graphs on this device)")
+             + ("" if prof.forward_launch_us is None else
+                f"; inside the real forward {prof.forward_launch_us:.2f} us per launch (what the rows carry)"),
              f"  copy {prof.copy_gbps:.1f} GB/s, best one-token linear {prof.gemv_gbps:.1f} GB/s, "
              f"best linear {prof.gemm_tflops * 1e3:.1f} GFLOP/s"]
     lines += [f"  {k}: {v['latency_us']:.1f} us, {v['bw_gbps']:.1f} GB/s" for k, v in prof.links.items()]

@@ -133,7 +133,7 @@ def heads_seconds_many(problem: Problem, device: str, widths: np.ndarray, n_head
         t = roofline_arrays(dev, problem.model.dtype, op.flops * T, op.weight_bytes + op.act_bytes * T + op.kv_bytes * T,
                             T if op.tokens else 0.0, 1.0, fallback_launches(op, dev), bw, resident=resident,
                             rows=op.weight_rows)["time_s"]
-        t = measured_or(dev, op, problem.model.dtype, T, t)   # a profiled device's measured head GEMMs (sim.op_timing)
+        t = measured_or(dev, op, problem.model.dtype, T, t, resident)   # a profiled device's measured head GEMMs
         total += t
     return total * n_heads
 

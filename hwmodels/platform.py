@@ -24,6 +24,13 @@ TERA = 1e12
 US = 1e-6
 
 
+def curve_at(curve: tuple[tuple[int, float], ...], tokens: int) -> float:
+    """A ``[[tokens, value], ...]`` device curve read as a step function at ``tokens`` (below its first
+    point: the first value)."""
+    i = bisect.bisect_right([t for t, _ in curve], int(tokens)) - 1
+    return curve[max(i, 0)][1]
+
+
 @dataclass(frozen=True)
 class Device:
     """A processing unit and the memory it reads.
@@ -153,8 +160,7 @@ class Device:
         curve = self.gemm_row_ns_curve
         if not curve or resident or not tokens or not rows:
             return 0.0
-        i = bisect.bisect_right([t for t, _ in curve], int(tokens)) - 1
-        return rows * curve[max(i, 0)][1] * 1e-9
+        return rows * curve_at(curve, tokens) * 1e-9
 
     def resident_bw_bytes_per_s(self) -> float | None:
         """Bytes/s of a cache-resident working set (None without a measured cache bandwidth)."""
@@ -167,9 +173,7 @@ class Device:
             curve = self.cache_gemm_efficiency_curve
         if not curve:
             return self.compute_efficiency
-        counts = [t for t, _ in curve]
-        i = bisect.bisect_right(counts, max(int(tokens), 1)) - 1
-        return curve[max(i, 0)][1]
+        return curve_at(curve, max(int(tokens), 1))
 
 
 @dataclass(frozen=True)

@@ -187,10 +187,14 @@ def row_start_s(device: Device, tokens, rows, resident: bool = False) -> np.ndar
     curve = device.gemm_row_ns_curve
     if not curve or resident:
         return np.zeros(np.broadcast_shapes(t.shape, r.shape))
+    return np.where(t >= 1, r * curve_at_arrays(curve, t) * 1e-9, 0.0)
+
+
+def curve_at_arrays(curve: tuple[tuple[int, float], ...], tokens: np.ndarray) -> np.ndarray:
+    """:func:`hwmodels.platform.curve_at` on an array of token counts."""
     counts = np.array([c for c, _ in curve], dtype=float)
-    ns = np.array([v for _, v in curve], dtype=float)
-    per_row = ns[np.maximum(np.searchsorted(counts, t, side="right") - 1, 0)]
-    return np.where(t >= 1, r * per_row * 1e-9, 0.0)
+    values = np.array([v for _, v in curve], dtype=float)
+    return values[np.maximum(np.searchsorted(counts, tokens, side="right") - 1, 0)]
 
 
 # ---------------------------------------------------------------------- roofline on arrays
@@ -202,10 +206,7 @@ def efficiency_at(device: Device, tokens: np.ndarray, resident: bool = False) ->
     t = np.maximum(np.asarray(tokens, dtype=float), 1.0)
     if not curve:
         return np.full_like(t, device.compute_efficiency)
-    counts = np.array([c for c, _ in curve], dtype=float)
-    effs = np.array([e for _, e in curve], dtype=float)
-    i = np.searchsorted(counts, t, side="right") - 1
-    return effs[np.maximum(i, 0)]
+    return curve_at_arrays(curve, t)
 
 
 def roofline_arrays(device: Device, dtype: str, flops, nbytes, tokens, density=1.0, launches=1.0,

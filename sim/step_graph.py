@@ -25,6 +25,7 @@ from functools import lru_cache
 
 from hwmodels.dtypes import DTYPE_BYTES, check_dtype
 from hwmodels.errors import HetSpecError
+from hwmodels.profile import linear_dims
 from sim.model_spec import ModelSpec
 from sim.tree import TokenTree
 
@@ -75,7 +76,7 @@ class Op:
     @property
     def weight_rows(self) -> int:
         """Rows of a linear layer's weight (its output features, ``d_out``); 0 for other operators."""
-        return int(self.shape.split("x")[1]) if self.table == "linear" else 0
+        return linear_dims(self.shape)[1] if self.table == "linear" else 0
 
     @property
     def intensity(self) -> float:

@@ -81,6 +81,7 @@ from real.validation.host_facts import (
     Settings,
     WorkerMeasurement,
     core_count,
+    effective_cache,
     cpu_model,
     llc_bytes,
     physical_memory_bytes,
@@ -115,23 +116,6 @@ def _efficiency_curve(points, peak: float, m_values) -> tuple[tuple[int, float],
         rates = [p.flops_per_s for p in points if p.m == m]
         curve.append((m, round(min(statistics.median(rates) / peak, 1.0), 4)))
     return tuple(curve)
-
-
-def effective_cache(curve, dram_bw: float) -> tuple[int, float]:
-    """``(bytes, bytes/s)`` of the cache this process really gets: the largest probed working set whose
-    triad bandwidth is above the geometric midpoint of the fastest one and DRAM's, and the median
-    bandwidth of the working sets up to it (the first probe if none qualifies)."""
-    import statistics
-
-    if not curve:
-        return 0, dram_bw
-    top = max(bw for _, bw in curve)
-    cut = math.sqrt(top * dram_bw)
-    inside = [(ws, bw) for ws, bw in curve if bw >= cut]
-    if not inside:
-        return int(curve[0][0]), float(curve[0][1])
-    size = max(ws for ws, _ in inside)
-    return int(size), float(statistics.median(bw for ws, bw in curve if ws <= size))
 
 
 def _in_fresh_process(fn, *args):

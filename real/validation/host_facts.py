@@ -3,8 +3,10 @@ cores, last-level cache and memory, the measurement settings, and the record of 
 
 from __future__ import annotations
 
+import math
 import os
 import platform as pyplatform
+import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -63,7 +65,7 @@ class Settings:
 #: (the curve is read as a step function, and CPU GEMM kernels change path between small M: here
 #: M = 2 runs slower per row than M = 3 or 4), and weight shapes around the demo and random-weight
 #: models' layers (hidden 384-1024, MLP 1024-4096); 2048 x 2048 gives the peak. Row lengths K from
-#: 384 to 2048 let the one-token fit (:class:`GemvFit`) tell a weight row's start-up from its bytes.
+#: 384 to 2048 let the row fit (:class:`RowFit`) tell a weight row's start-up from its bytes.
 FULL = Settings(m_values=(1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 20, 24, 32, 48, 64, 96, 128, 192, 256),
                 shapes=((384, 1536), (1536, 384), (512, 512), (512, 2048), (2048, 512), (1024, 1024), (2048, 2048)),
                 repeats=7, warmup=2)
@@ -121,6 +123,21 @@ def physical_memory_bytes() -> int:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
         raise HetSpecError("cannot read this machine's memory size (os.sysconf)") from None
+
+
+def effective_cache(curve, dram_bw: float) -> tuple[int, float]:
+    """``(bytes, bytes/s)`` of the cache this process really gets: the largest probed working set whose
+    triad bandwidth is above the geometric midpoint of the fastest one and DRAM's, and the median
+    bandwidth of the working sets up to it (the first probe if none qualifies)."""
+    if not curve:
+        return 0, dram_bw
+    top = max(bw for _, bw in curve)
+    cut = math.sqrt(top * dram_bw)
+    inside = [(ws, bw) for ws, bw in curve if bw >= cut]
+    if not inside:
+        return int(curve[0][0]), float(curve[0][1])
+    size = max(ws for ws, _ in inside)
+    return int(size), float(statistics.median(bw for ws, bw in curve if ws <= size))
 
 
 # ---------------------------------------------------------------------------- measurement

@@ -19,7 +19,6 @@ function takes ``threads`` and restores the previous setting on exit.
 
 from __future__ import annotations
 
-import math
 import statistics
 import threading
 import time
@@ -485,12 +484,12 @@ class StreamingProbe:
         """(bytes, bytes/s) of the largest weight set of :attr:`weight_curve` its GEMVs still read from
         the cache (rate above the geometric midpoint of the curve's fastest and slowest sets; the smallest
         set if none is), or None without the measurement."""
+        from real.validation.host_facts import effective_cache
+
         if not self.weight_curve:
             return None
-        rates = [bw for _, bw in self.weight_curve]
-        cut = math.sqrt(max(rates) * min(rates))
-        inside = [(n, bw) for n, bw in self.weight_curve if bw >= cut]
-        return max(inside) if inside else min(self.weight_curve)   # none: the smallest set probed
+        size, _ = effective_cache(sorted(self.weight_curve), min(bw for _, bw in self.weight_curve))
+        return size, dict(self.weight_curve)[size]
 
     @property
     def rewarm(self) -> float:
@@ -523,6 +522,27 @@ REWARM_PASSES = 6
 STREAM_MASKED_TOKENS = 4
 
 
+def linear_blocks(model) -> list[list[torch.Tensor]]:
+    """The weights of ``model``'s linear layers in the forward's order, one list per block: each layer's
+    attention projections (q, k, v, o), then its MLP (gate, up, down)."""
+    out = []
+    for layer in model.model.layers:
+        a, m = layer.self_attn, layer.mlp
+        out += [[a.q_proj.weight, a.k_proj.weight, a.v_proj.weight, a.o_proj.weight],
+                [m.gate_proj.weight, m.up_proj.weight, m.down_proj.weight]]
+    return out
+
+
+def gemm_pass(weights, m: int) -> Callable[[], object]:
+    """A call running ``F.linear`` of an ``m``-token activation through each of ``weights`` in turn."""
+    xs = {w.shape[1]: torch.randn(1, m, w.shape[1]) for w in weights}
+
+    def run():
+        for w in weights:
+            F.linear(xs[w.shape[1]], w)
+    return run
+
+
 def streaming_probe(threads: int, repeats: int, warmup: int, llc_bytes: int) -> StreamingProbe:
     """Time one and two-token steps of a decoder several times larger than the last-level cache."""
     from real.model.random_models import random_transformer
@@ -536,24 +556,13 @@ def streaming_probe(threads: int, repeats: int, warmup: int, llc_bytes: int) -> 
                      n_kv_heads=STREAM_HEADS[1], vocab=STREAM_VOCAB, dtype="fp32", max_position=4 * PROBE_CONTEXT)
     model = random_transformer(spec)
     # the step's GEMMs alone, in the forward's order: linear layers then the LM head
-    weights = [w for layer in model.model.layers for w in (
-        layer.self_attn.q_proj.weight, layer.self_attn.k_proj.weight, layer.self_attn.v_proj.weight,
-        layer.self_attn.o_proj.weight, layer.mlp.gate_proj.weight, layer.mlp.up_proj.weight,
-        layer.mlp.down_proj.weight)] + [model.lm_head.weight]
-
-    def gemms(m: int) -> Callable[[], object]:
-        xs = {w.shape[1]: torch.randn(1, m, w.shape[1]) for w in weights}
-
-        def run():
-            for w in weights:
-                F.linear(xs[w.shape[1]], w)
-        return run
+    weights = [w for block in linear_blocks(model) for w in block] + [model.lm_head.weight]
 
     draft = random_transformer(ModelSpec(name="rewarm-draft", dtype="fp32", max_position=4 * PROBE_CONTEXT,
                                          **REWARM_DRAFT))
     with torch_threads(threads), torch.inference_mode():
         jobs = {"step1": _probe_step(model, False), "stepq": _probe_step(model, True, STREAM_MASKED_TOKENS),
-                "gemm1": gemms(1), "gemmq": gemms(STREAM_MASKED_TOKENS)}
+                "gemm1": gemm_pass(weights, 1), "gemmq": gemm_pass(weights, STREAM_MASKED_TOKENS)}
         for fn in jobs.values():
             median_time(fn, 1, warmup)
         # interleaved: the forward and its GEMMs alone see the same state of the machine

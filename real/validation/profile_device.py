@@ -46,6 +46,7 @@ import torch
 import torch.nn.functional as F
 
 from hwmodels.errors import HetSpecError
+from hwmodels.profile import linear_dims
 from real import openmp_label
 from real.run.repeats import interleaved, median
 
@@ -226,7 +227,7 @@ def last_level_cache_bytes(device: torch.device) -> int:
 
 def weight_ring(shape: str, device: torch.device, dtype: torch.dtype, cache_bytes: int) -> list[torch.Tensor]:
     """Distinct ``d_out x d_in`` weights totalling :data:`STREAM_CACHE_MULTIPLE` x ``cache_bytes`` (two at least)."""
-    d_in, d_out = (int(v) for v in shape.split("x"))
+    d_in, d_out = linear_dims(shape)
     nbytes = d_in * d_out * torch.finfo(dtype).bits // 8
     count = max(2, -(-STREAM_CACHE_MULTIPLE * cache_bytes // nbytes))
     g = torch.Generator(device="cpu").manual_seed(1)
@@ -251,7 +252,7 @@ def op_callable(table: str, shape: str, tokens: int, keys: int, vocab: int, devi
     if table == "linear_streamed":
         if len(ring) < 2:
             raise HetSpecError("linear_streamed: give a ring of at least two weights (weight_ring)")
-        x = rand(tokens, int(shape.split("x")[0]))
+        x = rand(tokens, linear_dims(shape)[0])
         turn = [0]
 
         def streamed():

@@ -7,7 +7,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 import torch
-import torch.nn.functional as F
 
 from real.validation import microbench
 from real.validation.microbench import PROBE_CONTEXT, REWARM_DRAFT, median_time, torch_threads
@@ -30,23 +29,13 @@ def weight_cache_curve(repeats: int, warmup: int) -> tuple[tuple[int, float], ..
     spec = ModelSpec(name="weight-curve", dtype="fp32", max_position=4 * PROBE_CONTEXT,
                      **{**REWARM_DRAFT, "n_layers": WEIGHT_CURVE_LAYERS})
     model = random_transformer(spec)
-    order = []
-    for layer in model.model.layers:
-        a, m = layer.self_attn, layer.mlp
-        order.append([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight, a.o_proj.weight])
-        order.append([m.gate_proj.weight, m.up_proj.weight, m.down_proj.weight])
-    head = model.lm_head.weight
-    xs = {w.shape[1]: torch.randn(1, 1, w.shape[1]) for part in order for w in part}
+    blocks = microbench.linear_blocks(model)
     out = []
     with torch.inference_mode():
-        for end in range(len(order) + 1):
-            ws = [w for part in order[:end] for w in part] + [head]
+        for end in range(len(blocks) + 1):
+            ws = [w for block in blocks[:end] for w in block] + [model.lm_head.weight]
             nbytes = sum(w.numel() * w.element_size() for w in ws)
-
-            def run():
-                for w in ws:
-                    F.linear(xs[w.shape[1]], w)
-            out.append((int(nbytes), nbytes / median_time(run, repeats, warmup, inner=3)))
+            out.append((int(nbytes), nbytes / median_time(microbench.gemm_pass(ws, 1), repeats, warmup, inner=3)))
     return tuple(out)
 
 

@@ -188,8 +188,8 @@ def test_streaming_needs_a_storage_link_and_a_sane_staging():
 
 
 # ---------------------------------------------------------------------- hcmp on two worker threads
-HCMP_COSTS = {"hcmp_step": 60.0, "hcmp_sync": 40.0, "hcmp_layer": 150.0, "hcmp_merge_layer": 20.0,
-              "hcmp_pair_layer": 272.0}
+HCMP_COSTS = {"hcmp_step": 60.0, "hcmp_sync": 40.0, "hcmp_bare_sync": 15.0, "hcmp_layer": 150.0,
+              "hcmp_merge_layer": 20.0, "hcmp_pair_layer": 272.0}
 
 
 def _hcmp(platform, ratios=(0.0, 0.3, 0.5, 1.0)):
@@ -211,8 +211,13 @@ def test_hcmp_prices_barriers_and_hand_offs_as_calibrated():
 
     _, problem, cfg, base = _hcmp(_with({}))
     n_syncs = build_split_step(problem, cfg).n_syncs
-    _, _, _, synced = _hcmp(_with({"hcmp_sync": 40.0}))
-    assert synced[1:3] - base[1:3] == pytest.approx(n_syncs * (40e-6 - 10e-6))     # instead of the link's 10 us
+    # a barrier whose bare round trip is all of it costs the same at every ratio, instead of the link's 10 us
+    _, _, _, synced = _hcmp(_with({"hcmp_sync": 40.0, "hcmp_bare_sync": 40.0}))
+    assert synced[1:3] - base[1:3] == pytest.approx(n_syncs * (40e-6 - 10e-6))
+    # beyond the bare round trip, a barrier is paid in the share of the time the sides spend in Python
+    _, _, _, part = _hcmp(_with({"hcmp_sync": 40.0, "hcmp_bare_sync": 15.0}))
+    assert (n_syncs * (15e-6 - 10e-6) < part[1:3] - base[1:3]).all()
+    assert (part[1:3] - base[1:3] < n_syncs * (40e-6 - 10e-6)).all()
     _, _, _, handed = _hcmp(_with({"hcmp_step": 60.0}))
     assert handed[1:3] - base[1:3] == pytest.approx(60e-6)
     # the ends are the unsplit step on one worker: none of this
@@ -237,8 +242,33 @@ def test_hcmp_prices_each_sides_split_layer_and_the_two_threads_python():
     assert paired.serial == pytest.approx(272.0 / 170.0 - 1.0)
     r = np.array([0.5])
     fixed = paired.arrays(r)[0][0]
-    extra = paired.serial * (fixed.min(axis=-1) * np.array([g.count for g in paired.groups])).sum()
-    assert paired.seconds(problem.platform, r)[0] - step.seconds(problem.platform, r)[0] == pytest.approx(extra)
+    added = paired.seconds(problem.platform, r)[0] - step.seconds(problem.platform, r)[0]
+    # the turns are paid, but only in the share of the time spent in Python: less than all of the fixed costs
+    every = paired.serial * (fixed.min(axis=-1) * np.array([g.count for g in paired.groups])).sum()
+    assert 0.0 < added < every
+
+
+def _one_group_step(fixed_us: float, compute_us: float):
+    from sim.strategies.hcmp import Group, Part, SplitStep
+
+    part = Part(op="op", compute_s=compute_us * 1e-6, fixed_s=fixed_us * 1e-6, act0_bytes=0.0, bytes1=0.0, flops=0.0,
+                split=False)
+    return SplitStep(primary="cpu0", secondary="cpu1", groups=(Group("op", part, part, count=1, syncs=1),),
+                     sync_s=80e-6, serial=2.0, bare_sync_s=20e-6)
+
+
+def test_hcmp_turns_and_barriers_are_paid_in_the_share_of_time_in_python():
+    platform = _with({})
+    # all Python (the split probe): the turns and the whole barrier as measured
+    python_only = _one_group_step(100.0, 0.0).seconds(platform, [0.5])[0]
+    assert python_only == pytest.approx((100.0 + 2.0 * 100.0 + 80.0) * 1e-6)
+    # 10 % of the time in Python: 10 % of the turns and of the barrier beyond its bare round trip
+    mostly_kernels = _one_group_step(100.0, 900.0).seconds(platform, [0.5])[0]
+    assert mostly_kernels == pytest.approx((1000.0 + 0.1 * 2.0 * 100.0 + 20.0 + 0.1 * 60.0) * 1e-6)
+    # the engine plays the same prices
+    from sim.strategies.hcmp_threads import python_share
+
+    assert python_share(np.array([[1.0, 0.0]]), np.array([[4.0, 0.0]]))[0] == pytest.approx(0.125)
 
 
 def test_hcmp_engine_equals_the_closed_form_with_the_calibrated_costs():
@@ -255,10 +285,10 @@ def test_split_probe_becomes_the_workers_loop_costs():
 
     probe = SplitProbe(layers=(1, 5), tokens=16, context=64, hidden=64, heads=3, unsplit_s=(1e-3, 1.4e-3),
                        side_s=((0.9e-3, 1.3e-3), (0.9e-3, 1.3e-3)), pair_s=(1.5e-3, 2.3e-3), full_s=(2e-3, 3.2e-3),
-                       handoff_s=25e-6, merge_s=15e-6, syncs_per_layer=5, workers=("cpu0", "cpu1"))
+                       handoff_s=25e-6, merge_s=15e-6, barrier_s=12e-6, syncs_per_layer=5, workers=("cpu0", "cpu1"))
     costs, sources = split_loop_costs(probe, "by test", "on a CPU")
-    assert costs == pytest.approx({"hcmp_step": 50.0, "hcmp_sync": 20.0, "hcmp_layer": 85.0, "hcmp_merge_layer": 15.0,
-                                   "hcmp_pair_layer": 200.0})
+    assert costs == pytest.approx({"hcmp_step": 50.0, "hcmp_sync": 20.0, "hcmp_bare_sync": 12.0, "hcmp_layer": 85.0,
+                                   "hcmp_merge_layer": 15.0, "hcmp_pair_layer": 200.0})
     assert set(sources) == set(costs) and all("measured" in s for s in sources.values())
     LoopCosts("cpu0", costs, sources)                     # the sync and layer terms are loop-cost terms
 

@@ -127,11 +127,17 @@ def summary_lines(doc: dict, heading: str = "##") -> list[str]:
 
 def _split_cost_text(h: dict) -> str:
     c = h["split_costs_us"]
+    parts = h.get("pred_parts_ms_at_half") or {}
+    turns = (f" At r = 0.5 the prediction pays {_f(parts['python_turns'], 2)} ms of turns and "
+             f"{_f(parts.get('sync'), 2)} ms of barriers per step." if "python_turns" in parts else "")
     return ("the split step's calibrated costs on two worker threads (hetspec calibrate's split probe): "
-            f"{_f(c.get('hcmp_sync'), 1)} us per barrier, {_f(c.get('hcmp_step'), 1)} us of hand-offs per step, one "
+            f"{_f(c.get('hcmp_sync'), 1)} us per barrier between threads running only Python "
+            f"({_f(c.get('hcmp_bare_sync'), 1)} us bare), {_f(c.get('hcmp_step'), 1)} us of hand-offs per step, one "
             f"side's split layer {_f(c.get('hcmp_layer'), 1)} + {_f(c.get('hcmp_merge_layer'), 1)} us (merge) of fixed "
-            f"costs, both sides' {_f(c.get('hcmp_pair_layer'), 1)} us per layer at once (in the cache; the "
-            f"barrier timed here for the record: {_f(1e6 * h['sync_s_barrier'], 1)} us).")
+            f"costs, both sides' {_f(c.get('hcmp_pair_layer'), 1)} us per layer at once (in the cache); the turns "
+            "on the interpreter lock and the barrier beyond its bare round trip are paid in the share of each "
+            "group's time its sides spend in Python (sim.strategies.hcmp_threads.python_share). The barrier timed "
+            f"here for the record: {_f(1e6 * h['sync_s_barrier'], 1)} us." + turns)
 
 
 def _tokens_check_text(h: dict) -> str:

@@ -27,6 +27,7 @@ def split_loop_costs(probe, by: str, on: str) -> tuple[dict[str, float], dict[st
     costs = {
         "hcmp_step": round(2 * probe.handoff_s * us, 3),
         "hcmp_sync": round(probe.sync_s * us, 3),
+        "hcmp_bare_sync": round(min(probe.barrier_s, probe.sync_s) * us, 3),
         "hcmp_layer": round(layer * us, 3),
         "hcmp_merge_layer": round(probe.merge_s * us, 3),
         "hcmp_pair_layer": round(probe.pair_layer_s * us, 3),
@@ -38,6 +39,9 @@ def split_loop_costs(probe, by: str, on: str) -> tuple[dict[str, float], dict[st
         "hcmp_sync": (f"measured: {probe.sync_s * us:.1f} us per PairBarrier as the split step meets it: the step's "
                       f"{probe.full_layer_s * us:.1f} us per layer with its {probe.syncs_per_layer} barriers minus "
                       f"{probe.pair_layer_s * us:.1f} us without them, per barrier {where}"),
+        "hcmp_bare_sync": (f"measured: {probe.barrier_s * us:.1f} us, one bare PairBarrier round between the two "
+                         f"workers doing nothing else (real.hetero.workers.barrier_round_trip_s, median; at most "
+                         f"hcmp_sync): the part of a barrier paid however little Python the other side runs {where}"),
         "hcmp_layer": (f"measured: {layer * us:.1f} us, one side of a split layer alone ({probe.side_layer_s * us:.1f} us: "
                        f"norms and RoPE whole, partial attention, column slices) minus its merge "
                        f"({probe.merge_s * us:.1f} us); {per_layer} {where}"),

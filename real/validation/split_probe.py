@@ -17,11 +17,16 @@ is told from a per-step one, with the tree of the validation (16 tokens) and Med
 - ``handoff``: an empty call handed to the other worker and back (the split forward and the split heads
   are each one such hand-off);
 - ``merge``: one side's copies of its partial attention into the shared buffers plus the merge of the two
-  partials (:func:`real.hetero.layer_ops.merge_partials`), timed alone.
+  partials (:func:`real.hetero.layer_ops.merge_partials`), timed alone;
+- ``barrier``: one bare round of the :class:`~real.hetero.workers.PairBarrier`, the two workers doing nothing
+  else (:func:`real.hetero.workers.barrier_round_trip_s`): what a barrier costs without the other side's Python.
 
 The costs the ``hcmp`` strategy reads (:func:`split_costs`, written as the single-thread workers' loop
 costs): per barrier ``(full - pair)`` per layer over its barriers; per split layer and side
-``side - unsplit - merge`` and the merge; per layer of both sides at once ``pair``; per step two hand-offs.
+``side - unsplit - merge`` and the merge; per layer of both sides at once ``pair``; per step two hand-offs;
+the bare barrier. The probe's threads run nothing but Python; the ``hcmp`` strategy pays the barrier beyond its
+bare round trip and the turn-taking only in the share of a real step's time spent in Python
+(:func:`sim.strategies.hcmp_threads.python_share`).
 """
 
 from __future__ import annotations
@@ -59,6 +64,7 @@ class SplitProbe:
     full_s: tuple[float, float]
     handoff_s: float
     merge_s: float
+    barrier_s: float
     syncs_per_layer: int
     workers: tuple[str, str]
 
@@ -171,7 +177,7 @@ def split_probe(workers: tuple[str, str], repeats: int, warmup: int) -> SplitPro
     Every round times every phase at both depths once, in turn, so a slow moment of the machine hits
     them all alike; each value is the median over the rounds of the mean of :data:`SPLIT_STEPS` steps."""
     from real.hetero.split_model import LAYER_GROUPS
-    from real.hetero.workers import WorkerSession, parse_workers
+    from real.hetero.workers import WorkerSession, barrier_round_trip_s, parse_workers
     from real.validation.microbench import PROBE_CONTEXT, PROBE_HIDDEN
 
     pair = parse_workers(workers, 2)
@@ -195,6 +201,7 @@ def split_probe(workers: tuple[str, str], repeats: int, warmup: int) -> SplitPro
             session.run(1, _nothing)
             handoff.append(time.perf_counter() - t)
     med = {k: statistics.median(v) for k, v in samples.items()}
+    barrier = barrier_round_trip_s(pair)
 
     def both(name: str) -> tuple[float, float]:
         return tuple(med[(name, n)] for n in SPLIT_LAYERS)
@@ -202,7 +209,7 @@ def split_probe(workers: tuple[str, str], repeats: int, warmup: int) -> SplitPro
     return SplitProbe(layers=SPLIT_LAYERS, tokens=SPLIT_TOKENS, context=PROBE_CONTEXT, hidden=PROBE_HIDDEN,
                       heads=SPLIT_HEADS, unsplit_s=both("unsplit"), side_s=(both("side0"), both("side1")),
                       pair_s=both("pair"), full_s=both("full"), handoff_s=statistics.median(handoff[warmup:]),
-                      merge_s=_merge_seconds(repeats), syncs_per_layer=len(LAYER_GROUPS), workers=tuple(workers))
+                      merge_s=_merge_seconds(repeats), barrier_s=barrier, syncs_per_layer=len(LAYER_GROUPS), workers=tuple(workers))
 
 
 def _nothing() -> None:

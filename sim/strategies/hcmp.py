@@ -63,7 +63,7 @@ from sim.closed_form import concurrent_seconds
 from sim.plan import StepPlan, Task, delay_task
 from sim.step_graph import Op, build_step_graph
 from sim.strategies.base import Estimate, EstimateArrays, Knob, Problem, Strategy, StrategyConfig, host_seconds
-from sim.strategies.hcmp_threads import calibrated_layer_fixed, serial_share, split_costs
+from sim.strategies.hcmp_threads import calibrated_layer_fixed, python_share, serial_share, split_costs
 from sim.strategies.medusa import DEFAULT_MAX_WIDTH, MedusaStrategy, head_ops, head_rows, heads_impl, heads_run
 
 SPLITS = ("hcmp", "megatron")
@@ -149,13 +149,19 @@ class Group:
 
 @dataclass(frozen=True)
 class SplitStep:
-    """The groups of one split step and what prices them (built once per configuration)."""
+    """The groups of one split step and what prices them (built once per configuration).
+
+    ``sync_s`` is a page sync's price; on a calibrated host it is a barrier as met between two threads that
+    run nothing but Python, of which ``bare_sync_s`` (the barrier's own round trip) is paid always and the rest,
+    like ``serial`` (the two sides' Python taking turns, in units of the smaller side's fixed costs), only in
+    the share of the time the sides spend in Python (:func:`sim.strategies.hcmp_threads.python_share`)."""
 
     primary: str
     secondary: str
     groups: tuple[Group, ...]
     sync_s: float
     serial: float = 0.0     # share of the smaller side's fixed costs the two sides cannot overlap (one interpreter)
+    bare_sync_s: float | None = None    # the barrier without interpreter-lock contention (None: sync_s)
 
     @property
     def n_syncs(self) -> int:
@@ -182,17 +188,23 @@ class SplitStep:
             out.append(np.stack(cols, axis=-1))
         return out
 
+    def priced(self, platform, ratios) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per group at each ratio: both sides' time (the longer side), what the two threads' Python taking turns
+        adds, and the page syncs after it: three ``[n_ratios, n_groups]`` arrays of seconds per instance
+        (syncs: per group, all its barriers)."""
+        fixed, compute, nbytes = self.arrays(np.atleast_1d(np.asarray(ratios, dtype=float)))
+        sides = concurrent_seconds(platform, (self.primary, self.secondary), fixed, compute, nbytes)
+        python = python_share(fixed, sides)
+        serial = self.serial * fixed.min(axis=-1) * python
+        bare = self.sync_s if self.bare_sync_s is None else self.bare_sync_s
+        syncs = np.array([g.syncs for g in self.groups], dtype=float)[None, :]
+        return sides.max(axis=-1), serial, syncs * (bare + (self.sync_s - bare) * python)
+
     def seconds(self, platform, ratios) -> np.ndarray:
         """Step seconds at each ratio in (0, 1) (the split path; endpoints are the caller's)."""
-        fixed, compute, nbytes = self.arrays(np.atleast_1d(ratios))
-        ends = concurrent_seconds(platform, (self.primary, self.secondary), fixed, compute, nbytes)
+        ends, serial, syncs = self.priced(platform, ratios)
         counts = np.array([g.count for g in self.groups], dtype=float)
-        serial = self.serial * fixed.min(axis=-1)
-        return ((ends.max(axis=-1) + serial) * counts).sum(axis=-1) + self.n_syncs * self.sync_s
-
-    def serial_s(self, group: Group) -> float:
-        """Seconds one instance of ``group`` loses to the two sides' Python taking turns."""
-        return self.serial * min(group.primary.fixed_s, group.secondary.fixed_s)
+        return ((ends + serial) * counts).sum(axis=-1) + syncs.sum(axis=-1)
 
 
 # ---------------------------------------------------------------------- pricing helpers
@@ -376,14 +388,16 @@ def build_split_step(problem: Problem, config: StrategyConfig) -> SplitStep:
             add(op.name, parts[0], parts[1], op.count, MEGATRON_SYNC_AFTER)
     else:
         raise UnknownNameError("hcmp split", split, SPLITS)
-    serial = 0.0
+    serial, bare_sync = 0.0, None
     costs = split_costs(problem.platform, primary) if split == "hcmp" else {}
     if costs:    # a host calibrated with the split probe (sim.strategies.hcmp_threads)
-        sync_s = costs.get("hcmp_sync", sync_s)
+        if "hcmp_sync" in costs:
+            sync_s, bare_sync = costs["hcmp_sync"], min(costs.get("hcmp_bare_sync", 0.0), costs["hcmp_sync"])
         layer_ops = {op.name for op in graph.section("layer")} | {"attention", "softmax_merge"}
         groups = calibrated_layer_fixed(problem, groups, layer_ops, costs, (primary, secondary))
         serial = serial_share(costs)
-    return SplitStep(primary=primary, secondary=secondary, groups=tuple(groups), sync_s=sync_s, serial=serial)
+    return SplitStep(primary=primary, secondary=secondary, groups=tuple(groups), sync_s=sync_s, serial=serial,
+                     bare_sync_s=bare_sync)
 
 
 def standalone_ratio(problem: Problem, config: StrategyConfig) -> float:
@@ -472,11 +486,13 @@ class HcmpStrategy(Strategy):
             single = self._single(problem, config, config.device if r == 1.0 else config.option("secondary"))
             return replace(single, breakdown={**single.breakdown, "sync": 0.0})
         step = build_split_step(problem, config)
-        total = float(step.seconds(problem.platform, np.array([r]))[0])
+        ends, serial, syncs = (a[0] for a in step.priced(problem.platform, [r]))
+        counts = np.array([g.count for g in step.groups], dtype=float)
+        split, turns, sync = float((ends * counts).sum()), float((serial * counts).sum()), float(syncs.sum())
         host = _split_host_seconds(problem, config)
-        return Estimate(step_s=total + host, tokens_per_step=tokens, proposed_per_step=config.tree.size - 1,
-                        breakdown={"split": total - step.n_syncs * step.sync_s, "sync": step.n_syncs * step.sync_s,
-                                   "host": host})
+        return Estimate(step_s=split + turns + sync + host, tokens_per_step=tokens,
+                        proposed_per_step=config.tree.size - 1,
+                        breakdown={"split": split, "python_turns": turns, "sync": sync, "host": host})
 
     def estimate_many(self, problem: Problem, configs: Sequence[StrategyConfig]) -> EstimateArrays:
         step = np.array([self.estimate_ratios(problem, c, np.array([c.partition_ratio]))[0] for c in configs])
@@ -497,13 +513,15 @@ class HcmpStrategy(Strategy):
                                        rng=None, per_layer=per_layer)
             return replace(single, tokens_accepted=accepted)
         step = build_split_step(problem, config)
+        _, serial_s, sync_s = (a[0] for a in step.priced(problem.platform, [r]))
         tasks: list[Task] = []
         last: tuple[str, ...] = ()
         L = problem.model.n_layers
 
-        def emit(group: Group, prefix: str, count: int) -> None:
+        def emit(i: int, prefix: str, count: int) -> None:
             nonlocal last
-            names = []
+            group = step.groups[i]
+            started = []
             for side, device, f in (("primary", step.primary, r), ("secondary", step.secondary, 1.0 - r)):
                 part: Part = getattr(group, side)
                 share = float(part.share(f))
@@ -512,31 +530,30 @@ class HcmpStrategy(Strategy):
                                   compute_s=share * part.compute_s * count,
                                   nbytes=(part.act0_bytes + share * part.bytes1) * count,
                                   fixed_s=part.fixed_s * count, deps=last, op=group.name, flops=share * part.flops * count))
-                names.append(name)
-            last = tuple(names)
-            serial = step.serial_s(group) * count
-            if serial > 0:     # the two sides' Python taking turns (calibrated hosts)
-                tasks.append(delay_task(f"{prefix}/serial", serial, "sync", deps=last))
+                started.append(name)
+            last = tuple(started)
+            if serial_s[i] > 0:     # the two sides' Python taking turns (calibrated hosts)
+                tasks.append(delay_task(f"{prefix}/serial", float(serial_s[i]) * count, "sync", deps=last))
                 last = (tasks[-1].name,)
             if group.syncs:
                 n_syncs = group.syncs if count == group.count else 1
-                tasks.append(delay_task(f"{prefix}/sync", step.sync_s * n_syncs, "sync", deps=last))
+                tasks.append(delay_task(f"{prefix}/sync", float(sync_s[i]) / group.syncs * n_syncs, "sync", deps=last))
                 last = (tasks[-1].name,)
 
-        layer_groups = [g for g in step.groups if g.count == L and g.count > 1]
+        layer_groups = [i for i, g in enumerate(step.groups) if g.count == L and g.count > 1]
+        names = [g.name for g in step.groups]
         if per_layer and layer_groups:
-            first = step.groups.index(layer_groups[0])
-            lastg = step.groups.index(layer_groups[-1])
-            for g in step.groups[:first]:
-                emit(g, g.name, g.count)
+            first, lastg = layer_groups[0], layer_groups[-1]
+            for i in range(first):
+                emit(i, names[i], step.groups[i].count)
             for layer in range(L):
-                for g in step.groups[first:lastg + 1]:
-                    emit(g, f"L{layer}/{g.name}", 1)
-            for g in step.groups[lastg + 1:]:
-                emit(g, g.name, g.count)
+                for i in range(first, lastg + 1):
+                    emit(i, f"L{layer}/{names[i]}", 1)
+            for i in range(lastg + 1, len(names)):
+                emit(i, names[i], step.groups[i].count)
         else:
-            for g in step.groups:
-                emit(g, g.name, g.count)
+            for i, g in enumerate(step.groups):
+                emit(i, g.name, g.count)
         host = _split_host_seconds(problem, config)
         if host > 0:
             tasks.append(delay_task("host", host, "accept", last, config.device))

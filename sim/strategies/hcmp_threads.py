@@ -4,8 +4,9 @@ HetSpec's real split step (:mod:`real.hetero.split_model`) runs its two sides on
 ``hetspec calibrate``'s split probe (:mod:`real.validation.split_probe`) measures what that costs beyond
 the operators, phase by phase, and writes it as the single-thread workers' loop costs (microseconds):
 
-- ``hcmp_sync``: one :class:`~real.hetero.workers.PairBarrier` as the split step meets it (replaces the
-  unified link's latency as the price of a page sync);
+- ``hcmp_sync``: one :class:`~real.hetero.workers.PairBarrier` as the split step of the probe meets it,
+  two threads that run nothing but Python (replaces the unified link's latency as the price of a page sync);
+  ``hcmp_bare_sync``: the same barrier's bare round trip, no other Python running;
 - ``hcmp_layer`` and ``hcmp_merge_layer``: one side's fixed costs of a split layer, the online-softmax
   merge apart (measured in the cache; a model read from DRAM pays ``op_overhead_us / cache_op_overhead_us``
   as much, as every operator does);
@@ -13,6 +14,13 @@ the operators, phase by phase, and writes it as the single-thread workers' loop 
   one thread's Python at a time, so in every group the two sides' fixed costs do not overlap as their
   compute does: the group takes :func:`serial_share` times the smaller side's fixed costs more;
 - ``hcmp_step``: the split forward and the split heads handed to the secondary worker and back.
+
+The probe runs a model too small to compute (hidden 64), so its two threads do nothing but Python and
+every hand-over of the interpreter lock is a wait. A real split layer spends most of its time in kernels,
+which run without the lock: a side that wants the lock back waits only if the other side is in Python at
+that moment. So the turn-taking (``hcmp_pair_layer`` beyond one side) and the barrier beyond its bare round
+trip (``hcmp_sync - hcmp_bare_sync``) are paid in proportion to :func:`python_share`, the share of a group's
+time its two sides spend in Python (their fixed costs); 1 on the probe, where they were measured.
 
 Platforms without them (every preset) price the split step as before.
 """
@@ -24,7 +32,7 @@ from dataclasses import replace
 import numpy as np
 
 #: Loop costs of the split step on two worker threads (microseconds; hetspec calibrate's split probe).
-SPLIT_COST_KEYS = ("hcmp_step", "hcmp_sync", "hcmp_layer", "hcmp_merge_layer", "hcmp_pair_layer")
+SPLIT_COST_KEYS = ("hcmp_step", "hcmp_sync", "hcmp_bare_sync", "hcmp_layer", "hcmp_merge_layer", "hcmp_pair_layer")
 
 
 def split_costs(platform, primary: str) -> dict[str, float]:
@@ -42,6 +50,13 @@ def serial_share(costs: dict) -> float:
     if "hcmp_pair_layer" not in costs or side <= 0:
         return 0.0
     return float(max(costs["hcmp_pair_layer"] / side - 1.0, 0.0))
+
+
+def python_share(fixed: np.ndarray, sides: np.ndarray) -> np.ndarray:
+    """The share of a group's time its two sides spend in Python: each side's fixed costs over its time in the
+    group (``fixed`` and ``sides``: ``[..., 2]``), the mean of the two sides (0 for a side with nothing to do)."""
+    share = np.divide(fixed, sides, out=np.zeros_like(fixed, dtype=float), where=sides > 0)
+    return np.clip(share, 0.0, 1.0).mean(axis=-1)
 
 
 def calibrated_layer_fixed(problem, groups: list, layer_ops: set, costs: dict, devices: tuple[str, str]) -> list:

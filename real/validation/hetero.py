@@ -23,6 +23,10 @@
    keep all, 3/4, half, 1/4 or none of its layers resident: tokens/s and the load / wait / compute split,
    predicted by the ``draft-tree`` strategy's staged pipeline on the calibrated storage link, and measured.
 
+Before and after the four parts, the one-thread step of the calibration's streaming decoder is re-timed on the
+primary worker and set against the calibration (:mod:`real.validation.worker_drift`); a move beyond 15 % is
+said at the top of ``hetero.md``.
+
 A summary (:mod:`real.validation.hetero_summary`) gives per method the median step-latency and tokens/s
 errors, the regret of the predicted best and the largest single error, against the section's targets.
 
@@ -55,6 +59,7 @@ from real.validation.hetero_setup import (
 )
 from real.validation.hetero_streaming import streaming_table
 from real.validation.hetero_summary import hetero_summary
+from real.validation.worker_drift import calibrated_step_s, drift_lines, drift_record, worker_step_s
 
 
 def validate_hetero(models, platform, ctx, out: str | Path, settings: HeteroSettings, progress: bool = True,
@@ -73,6 +78,8 @@ def validate_hetero(models, platform, ctx, out: str | Path, settings: HeteroSett
         if progress:
             print(f"\n== heterogeneous: {text}", file=sys.stderr, flush=True)
 
+    calibrated = calibrated_step_s(platform) if not pair[0].startswith("cuda") else None
+    before = worker_step_s(pair[0]) if calibrated else None
     announce(f"hcmp ratio sweep on {pair[0]} + {pair[1]}")
     doc["hcmp"] = hcmp_sweep(models, platform, ctx, settings, pair, progress)
     announce("dovetail placements")
@@ -81,6 +88,9 @@ def validate_hetero(models, platform, ctx, out: str | Path, settings: HeteroSett
     doc["alspec"] = alspec_table(models, settings, pair, progress, platform=platform, ctx=ctx)
     announce("LLMCad weight streaming")
     doc["streaming"] = streaming_table(models, settings, default_cpu_pair()[0], progress, platform=platform, ctx=ctx)
+    doc["worker_drift"] = drift_record(pair[0], calibrated, before, worker_step_s(pair[0]) if calibrated else None)
+    if progress and calibrated:
+        print("\n".join(drift_lines(doc["worker_drift"])).strip(), file=sys.stderr, flush=True)
     doc["summary"] = hetero_summary(doc)
     doc["seconds"] = round(time.perf_counter() - t0, 1)
     doc["plots"] = write_plots(doc, out)

@@ -10,6 +10,7 @@ import math
 from pathlib import Path
 
 from real.validation.metrics import REGRET_TARGET
+from real.validation.worker_drift import drift_lines
 from sim.plots import finish_axes, new_figure, save_figure
 
 PLOTS = {"ratio": "hetero_ratio.png", "placement": "hetero_placement.png", "alspec": "hetero_alspec.png",
@@ -40,6 +41,7 @@ def markdown(doc: dict, standalone: bool = False) -> list[str]:
         lines += ["## Heterogeneous execution", "",
                   f"Section run in {doc.get('seconds', 0):.0f} s; details in `hetero.md`, numbers in `hetero.json`.", ""]
     lines += summary_lines(doc, "##" if standalone else "###")
+    lines += drift_lines(doc.get("worker_drift"))
     s = doc["settings"]
     lines += [
         f"Workers `{h['workers'][0]}` (primary) and `{h['workers'][1]}` (secondary); {s['eval_prompts']} held-out "

@@ -543,17 +543,24 @@ def gemm_pass(weights, m: int) -> Callable[[], object]:
     return run
 
 
-def streaming_probe(threads: int, repeats: int, warmup: int, llc_bytes: int) -> StreamingProbe:
-    """Time one and two-token steps of a decoder several times larger than the last-level cache."""
-    from real.model.random_models import random_transformer
+def streaming_spec(llc_bytes: int):
+    """The streaming probe's decoder: :data:`STREAM_WEIGHTS_LLC` x the last-level cache of fp32 layer weights."""
     from sim.model_spec import ModelSpec
 
     h, i = STREAM_HIDDEN, STREAM_INTERMEDIATE
     kv = h // STREAM_HEADS[0] * STREAM_HEADS[1]
     per_layer = FP32_BYTES * (2 * h * h + 2 * h * kv + 3 * h * i)
     layers = min(max(1, -(-STREAM_WEIGHTS_LLC * llc_bytes // per_layer)), STREAM_MAX_LAYERS)
-    spec = ModelSpec(name="streaming-probe", n_layers=int(layers), hidden=h, intermediate=i, n_heads=STREAM_HEADS[0],
+    return ModelSpec(name="streaming-probe", n_layers=int(layers), hidden=h, intermediate=i, n_heads=STREAM_HEADS[0],
                      n_kv_heads=STREAM_HEADS[1], vocab=STREAM_VOCAB, dtype="fp32", max_position=4 * PROBE_CONTEXT)
+
+
+def streaming_probe(threads: int, repeats: int, warmup: int, llc_bytes: int) -> StreamingProbe:
+    """Time one and two-token steps of a decoder several times larger than the last-level cache."""
+    from real.model.random_models import random_transformer
+    from sim.model_spec import ModelSpec
+
+    spec = streaming_spec(llc_bytes)
     model = random_transformer(spec)
     # the step's GEMMs alone, in the forward's order: linear layers then the LM head
     weights = [w for block in linear_blocks(model) for w in block] + [model.lm_head.weight]

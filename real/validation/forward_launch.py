@@ -21,11 +21,13 @@ def forward_probe_s(calls: int, repeats: int) -> float:
         return median_time(_probe_step(model, False), max(repeats, 5), 1, inner=calls)
 
 
-def eager_launch_in_forward(device, forward) -> tuple[float, float, float]:
+def eager_launch_in_forward(device, forward, floor_s: float = 0.0) -> tuple[float, float, float]:
     """(seconds per launch, kernel seconds, launches) of the profiled ``device``'s pricing of ``forward``
     (model, measured seconds): the measured forward less the profile's kernel times of its operators,
     over the launches the pricing counts (each covered operator's call once, each fallback operator's
-    kernels; :func:`sim.op_timing.op_time`), at least 0."""
+    kernels; :func:`sim.op_timing.op_time`), at least ``floor_s`` (the bare dispatch of one operator: a
+    launch inside the forward cannot cost less; a smaller rest means the kernels were timed at a faster
+    moment of the machine than the forward)."""
     from sim.op_timing import PROFILE
     from sim.step_graph import build_step_graph
     from sim.step_timing import price_step
@@ -36,4 +38,4 @@ def eager_launch_in_forward(device, forward) -> tuple[float, float, float]:
     # a covered call launches once (its row's launch); a fallback operator its kernels at the device's launch
     launches = sum(p.op.count * (1.0 if p.source == PROFILE else p.timing.overhead_s / device.op_overhead_s)
                    for p in priced.ops)
-    return max(seconds - kernels, 0.0) / launches, kernels, launches
+    return max((seconds - kernels) / launches, floor_s, 0.0), kernels, launches

@@ -75,7 +75,6 @@ from real.validation.host_facts import (
     COLD_POOL_LLC,
     DRAM_WORKING_SET_LLC,
     HOST_NAME,
-    RAW_SUFFIX,
     WARM_WEIGHT_MAX_BYTES,
     Calibration,
     Settings,
@@ -85,6 +84,7 @@ from real.validation.host_facts import (
     cpu_model,
     llc_bytes,
     physical_memory_bytes,
+    raw_path,
     settings_for,
 )
 from real.validation.host_hetero import hetero_probes
@@ -298,11 +298,6 @@ def measure(settings: Settings, progress: bool = True, command: str = "hetspec c
 
 def default_out() -> Path:
     return user_platform_dir() / f"{HOST_NAME}.toml"
-
-
-def raw_path(platform_path: str | Path) -> Path:
-    p = Path(platform_path)
-    return p.with_name(p.stem + RAW_SUFFIX)
 
 
 def write_calibration(cal: Calibration, out: str | Path) -> tuple[Platform, Path]:

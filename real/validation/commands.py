@@ -61,7 +61,8 @@ def handle_calibrate(args: argparse.Namespace) -> int:
         return _profile_device(args)
     if args.models is not None or args.dtype is not None:
         raise HetSpecError("--models and --dtype go with --device (the operator profile of a torch device)")
-    from real.validation.calibrate import calibrate, raw_path, summary_lines
+    from real.validation.calibrate import calibrate, summary_lines
+    from real.validation.host_facts import raw_path
 
     platform, path, cal = calibrate(args.out, quick=args.quick, progress=True, force=args.force,
                                     attempts=args.attempts)

@@ -205,3 +205,23 @@ class Calibration:
         out = asdict(self)
         out["settings"] = asdict(self.settings)
         return out
+
+
+def raw_path(platform_path: str | Path) -> Path:
+    """The raw-measurement file ``hetspec calibrate`` writes next to the platform file ``platform_path``."""
+    p = Path(platform_path)
+    return p.with_name(p.stem + RAW_SUFFIX)
+
+
+def raw_record(platform) -> dict | None:
+    """The raw measurements of the calibration behind ``platform`` (read from next to its file), or None
+    where it has no file, no record or an unreadable one."""
+    import json
+
+    if not getattr(platform, "path", ""):
+        return None
+    try:
+        record = json.loads(raw_path(platform.path).read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None

@@ -123,19 +123,12 @@ def calibration_problems(robustness: dict) -> list[str]:
 def triad_bytes_of(platform) -> int:
     """The DRAM working set the calibration of ``platform`` streamed (its raw measurements, next to
     the platform file), else the calibration's default: :data:`DRAM_WORKING_SET_LLC` x the last-level cache."""
-    import json
-    from pathlib import Path
+    from real.validation.host_facts import DRAM_WORKING_SET_LLC, llc_bytes, raw_record
 
-    from real.validation.host_facts import DRAM_WORKING_SET_LLC, RAW_SUFFIX, llc_bytes
-
-    path = Path(platform.path) if getattr(platform, "path", "") else None
-    raw = path.with_name(path.stem + RAW_SUFFIX) if path is not None else None
-    if raw is not None and raw.exists():
-        try:
-            return int(json.loads(raw.read_text())["dram_working_set_bytes"])
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
-    return DRAM_WORKING_SET_LLC * llc_bytes()[0]
+    try:
+        return int((raw_record(platform) or {})["dram_working_set_bytes"])
+    except (KeyError, ValueError, TypeError):
+        return DRAM_WORKING_SET_LLC * llc_bytes()[0]
 
 
 def machine_drift(dev, threads: int, triad_bytes: int | None = None) -> dict:

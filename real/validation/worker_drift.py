@@ -15,9 +15,7 @@ errors then include that much of the machine's change.
 
 from __future__ import annotations
 
-import json
 import math
-from pathlib import Path
 
 #: A single-thread worker's step that moved more than this from its calibration is reported at the top.
 WORKER_DRIFT_WARNING = 0.15
@@ -28,15 +26,11 @@ WORKER_PROBE_REPEATS = 7
 def calibrated_step_s(platform) -> float | None:
     """The one-thread step of the streaming decoder as the calibration of ``platform`` measured it (seconds),
     from the raw record next to its file; None without one."""
-    from real.validation.host_facts import RAW_SUFFIX
+    from real.validation.host_facts import raw_record
 
-    path = Path(platform.path) if getattr(platform, "path", "") else None
-    raw = path.with_name(path.stem + RAW_SUFFIX) if path is not None else None
-    if raw is None or not raw.exists():
-        return None
     try:
-        value = float(json.loads(raw.read_text())["one_thread"]["streaming"]["unmasked_s"])
-    except (OSError, ValueError, KeyError, TypeError):
+        value = float((raw_record(platform) or {})["one_thread"]["streaming"]["unmasked_s"])
+    except (KeyError, ValueError, TypeError):
         return None
     return value if math.isfinite(value) and value > 0 else None
 

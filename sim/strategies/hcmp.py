@@ -167,6 +167,11 @@ class SplitStep:
     def n_syncs(self) -> int:
         return sum(g.syncs for g in self.groups)
 
+    @property
+    def counts(self) -> np.ndarray:
+        """Instances of every group in the step."""
+        return np.array([g.count for g in self.groups], dtype=float)
+
     def arrays(self, ratios: np.ndarray):
         """``fixed``, ``compute``, ``nbytes`` of every group at every ratio: ``[n_ratios, n_groups, 2]``."""
         r = np.asarray(ratios, dtype=float)[:, None]
@@ -203,8 +208,7 @@ class SplitStep:
     def seconds(self, platform, ratios) -> np.ndarray:
         """Step seconds at each ratio in (0, 1) (the split path; endpoints are the caller's)."""
         ends, serial, syncs = self.priced(platform, ratios)
-        counts = np.array([g.count for g in self.groups], dtype=float)
-        return ((ends + serial) * counts).sum(axis=-1) + syncs.sum(axis=-1)
+        return ((ends + serial) * self.counts).sum(axis=-1) + syncs.sum(axis=-1)
 
 
 # ---------------------------------------------------------------------- pricing helpers
@@ -487,8 +491,7 @@ class HcmpStrategy(Strategy):
             return replace(single, breakdown={**single.breakdown, "sync": 0.0})
         step = build_split_step(problem, config)
         ends, serial, syncs = (a[0] for a in step.priced(problem.platform, [r]))
-        counts = np.array([g.count for g in step.groups], dtype=float)
-        split, turns, sync = float((ends * counts).sum()), float((serial * counts).sum()), float(syncs.sum())
+        split, turns, sync = float((ends * step.counts).sum()), float((serial * step.counts).sum()), float(syncs.sum())
         host = _split_host_seconds(problem, config)
         return Estimate(step_s=split + turns + sync + host, tokens_per_step=tokens,
                         proposed_per_step=config.tree.size - 1,

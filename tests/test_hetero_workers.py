@@ -20,6 +20,7 @@ from real.hetero.workers import (
     get_worker,
     on_worker,
     parse_workers,
+    sequential_caller,
 )
 
 CORES = allowed_cores()
@@ -154,6 +155,45 @@ def test_session_runs_each_worker_on_its_executor():
         assert session.run(0, threading.get_ident) == caller
         assert session.run(1, threading.get_ident) != caller
         assert session.run(2, threading.get_ident) == caller     # the same worker twice: one executor
+
+
+@two_cores
+def test_a_session_runs_the_caller_it_is_given_on_the_calling_thread():
+    a, b = parse_workers(f"cpu{CORES[0]},cpu{CORES[1]}")
+    caller = threading.get_ident()
+    with WorkerSession((a, b), caller=1) as session:
+        assert session.on_caller(1) and not session.on_caller(0)
+        assert session.run(1, threading.get_ident) == caller
+        assert session.run(0, threading.get_ident) != caller
+        assert session.run(1, lambda: os.sched_getaffinity(0)) == ({CORES[1]} if hasattr(os, "sched_setaffinity")
+                                                                   else set(os.sched_getaffinity(0)))
+    with pytest.raises(HetSpecError, match="^a worker session of 2 workers has no worker 2$"):
+        WorkerSession((a, b), caller=2)
+
+
+def test_turn_taking_sessions_run_the_all_core_worker_on_the_calling_thread():
+    one = get_worker(f"cpu{CORES[0]}")
+    every = get_worker("cpu")
+    assert sequential_caller((one, every)) == (1 if len(CORES) > 1 else 0)
+    assert sequential_caller((every, one)) == 0
+    assert sequential_caller((one, one)) == 0
+    assert sequential_caller((Worker("cuda:0", "cuda:0", None), every)) == (1 if len(CORES) > 1 else 0)
+
+
+def test_dovetail_drafting_on_one_core_and_verifying_on_every_core_verifies_on_the_calling_thread():
+    from types import SimpleNamespace
+
+    from real.hetero.dovetail import DovetailConfig, DovetailRuntime
+    from real.model.random_models import random_transformer
+    from sim.model_spec import ModelSpec
+
+    spec = ModelSpec(name="t", n_layers=1, hidden=32, intermediate=64, n_heads=2, n_kv_heads=1, vocab=64,
+                     dtype="fp32", max_position=64)
+    models = SimpleNamespace(target=random_transformer(spec), draft=random_transformer(spec, seed=1))   # the runtime only places them
+
+    with DovetailRuntime(models, DovetailConfig(workers=(f"cpu{CORES[0]}", "cpu"))) as rt:
+        assert rt.session.on_caller(1) == (len(CORES) > 1)
+        assert rt.session.run(1, threading.get_ident) == threading.get_ident()
 
 
 @two_cores

@@ -50,6 +50,7 @@ from real.hetero.workers import (
     in_runtime,
     parse_workers,
     record,
+    sequential_caller,
     synchronize,
 )
 from sim.tree import TokenTree
@@ -231,7 +232,7 @@ class DovetailRuntime:
                 raise HetSpecError("dovetail needs a draft model, and none was given")
             self.drafter = TokenDrafter(_on(models.draft, self.draft_dev))
         self.target = _on(models.target, self.verify_dev)
-        self.session = WorkerSession(self.workers)
+        self.session = WorkerSession(self.workers, caller=sequential_caller(self.workers))   # they take turns
         self.link = "-".join(sorted({w.name for w in self.workers})) if not self.same else ""
         w, d = config.tree_width, models.target.spec.hidden
         # the verifier's and the drafter's receive buffers (filled by explicit copies)

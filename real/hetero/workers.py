@@ -301,20 +301,37 @@ class WorkerThread:
             self._thread.join(timeout=5.0)
 
 
+def sequential_caller(workers: Sequence[Worker]) -> int:
+    """Which of ``workers`` a session whose workers take turns (never two at once, as Dovetail's drafter
+    and verifier) runs on the calling thread: the all-core ``cpu`` worker where there is one, else the
+    first. Torch's multi-threaded operators run best from the process's own thread: measured here
+    (torch 2.13, 2 cores, OpenMP defaults of :mod:`real`), the demo target's 16-token step on the
+    ``cpu`` worker took 12-13 ms on the calling thread and 21-26 ms on a :class:`WorkerThread` beside a
+    ``cpu0`` caller, slower than on one pinned thread (16-19 ms); a lone large GEMM differs by 10-25 %
+    only, so the cost is per operator (the hand-over of each parallel region to the team)."""
+    for i, w in enumerate(workers):
+        if w.device == "cpu" and not w.cores and (w.threads or 1) > 1:
+            return i
+    return 0
+
+
 class WorkerSession:
-    """The workers of one run: the first distinct worker runs on the calling thread (configured for
-    it until :meth:`close`), every other distinct worker on a :class:`WorkerThread`.
+    """The workers of one run: one worker runs on the calling thread (configured for it until
+    :meth:`close`; ``caller``, default the first, see :func:`sequential_caller`), every other distinct
+    worker on a :class:`WorkerThread`.
 
     ``run(i, fn, *args)`` runs a call on worker i and waits; ``submit`` / ``result`` overlap a call
     on a thread worker with work on the caller. Giving the same worker twice (e.g. Dovetail's
     draft and verification on one CPU worker) maps both entries to one executor.
     """
 
-    def __init__(self, workers: Sequence[Worker]):
+    def __init__(self, workers: Sequence[Worker], caller: int = 0):
         if not workers:
             raise HetSpecError("a worker session needs at least one worker")
         self.workers = tuple(workers)
-        distinct: list[Worker] = []
+        if not 0 <= caller < len(self.workers):
+            raise HetSpecError(f"a worker session of {len(self.workers)} workers has no worker {caller}")
+        distinct: list[Worker] = [self.workers[caller]]
         for w in self.workers:
             if w not in distinct:
                 distinct.append(w)

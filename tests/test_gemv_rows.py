@@ -128,3 +128,13 @@ def test_the_weight_cache_is_the_largest_set_still_read_at_cache_speed():
     # a set read slower than the midpoint before a faster, larger one: the larger one counts
     assert _probe(curve[:2] + ((5_000_000, 12e9),) + curve[2:]).weight_cache == (6_700_000, 27e9)
     assert _probe(()).weight_cache is None
+
+
+def test_multi_token_passes_can_only_shrink_the_weight_cache():
+    one = ((1_000_000, 30e9), (3_000_000, 31e9), (6_700_000, 27e9), (8_900_000, 11e9), (12_000_000, 7e9))
+    # 16-token passes: the 6.7 MB set already at DRAM speed (midpoint of 40 and 10: 20)
+    multi = ((1_000_000, 40e9), (3_000_000, 35e9), (6_700_000, 14e9), (8_900_000, 11e9), (12_000_000, 10e9))
+    probe = replace(_probe(one), weight_curve_multi=multi, weight_curve_tokens=16)
+    assert probe.weight_cache == (3_000_000, 31e9)          # the smaller set; the rate is the one-token curve's
+    # a multi-token curve holding more than the one-token one does not grow it
+    assert replace(probe, weight_curve_multi=tuple((n, 40e9) for n, _ in one)).weight_cache == (6_700_000, 27e9)

@@ -43,9 +43,10 @@ How the measurements enter the roofline (:mod:`hwmodels.roofline`):
 - ``mem_bw_gbps`` is the triad bandwidth on a working set well beyond the last-level cache, and
   ``bw_efficiency`` 1 (the number is already achievable, not a datasheet peak); ``cache_bw_gbps``
   is the triad bandwidth in the last-level cache; ``cache_gb`` the largest working set still read
-  at cache speed: by the triad, and, where smaller, by one-token linears cycling over the layers and
-  LM head of growing draft-shaped models (:func:`real.validation.weight_cache.weight_cache_curve`;
-  weights read once per step keep less of the cache than a triad's arrays).
+  at cache speed: by the triad, and, where smaller, by linears cycling over the layers and LM head of
+  growing draft-shaped models in one-token and in 16-token passes, the smaller of the two
+  (:func:`real.validation.weight_cache.weight_cache_curve`; weights read once per step keep less of the
+  cache than a triad's arrays, and multi-token passes less than one-token ones).
 - ``op_overhead_us`` is the fixed cost per step-graph operator of the real path's own forward
   (:func:`real.validation.microbench.layer_overhead`): the real path issues several torch operators per
   step-graph operator (counted and reported), so a tiny ``torch.add`` alone would underestimate it.

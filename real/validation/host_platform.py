@@ -121,15 +121,22 @@ def _device(name: str, w: WorkerMeasurement, cal: Calibration, description: str)
         held = probe.weight_cache
         if held is not None and held[0] < w.cache_bytes:
             device = replace(device, cache_gb=round(held[0] / 1e9, 6), sources={**device.sources, "cache_gb": (
-                f"measured {by}: the largest set of model weights that one-token linears still read from the "
+                f"measured {by}: the largest set of model weights that linears still read from the "
                 f"cache in a loop of their own: the layers and LM head of growing draft-shaped models (hidden "
                 f"{REWARM_DRAFT['hidden']}, vocabulary {REWARM_DRAFT['vocab']}, in the forward's order) ran at "
-                + ", ".join(f"{n / 1e6:.1f} MB {bw / 1e9:.0f}" for n, bw in probe.weight_curve)
-                + f" GB/s; the largest above the geometric midpoint of the fastest and the slowest "
-                  f"({held[0] / 1e6:.2f} MB) is what a model's weights "
+                + _curve_text(probe.weight_curve) + " GB/s in one-token passes"
+                + (f" and at {_curve_text(probe.weight_curve_multi)} GB/s in {probe.weight_curve_tokens}-token passes"
+                   if probe.weight_curve_multi else "")
+                + f"; the largest above the geometric midpoint of the fastest and the slowest "
+                  + ("in both " if probe.weight_curve_multi else "")
+                  + f"({held[0] / 1e6:.2f} MB) is what a model's weights "
                   f"get, less than the stream triad's {_mib(w.cache_bytes)} ({thr}, median of "
                   f"{s.overhead_repeats}) {on}")})
     return device
+
+
+def _curve_text(curve) -> str:
+    return ", ".join(f"{n / 1e6:.1f} MB {bw / 1e9:.0f}" for n, bw in curve)
 
 
 def _loop_costs(device: Device, w: WorkerMeasurement, cal: Calibration) -> LoopCosts | None:

@@ -478,17 +478,23 @@ class StreamingProbe:
     #: (weight bytes, bytes/s): one-token GEMVs over the first layers and the LM head of a draft-shaped
     #: model, in the forward's order, in a loop of their own (:func:`real.validation.weight_cache.weight_cache_curve`)
     weight_curve: tuple = ()
+    #: the same sets in ``weight_curve_tokens``-token passes (bytes of weights per second)
+    weight_curve_multi: tuple = ()
+    weight_curve_tokens: int = 0
 
     @property
     def weight_cache(self) -> tuple[int, float] | None:
-        """(bytes, bytes/s) of the largest weight set of :attr:`weight_curve` its GEMVs still read from
-        the cache (rate above the geometric midpoint of the curve's fastest and slowest sets; the smallest
-        set if none is), or None without the measurement."""
+        """(bytes, bytes/s) of the largest weight set its linears still read from the cache in one-token
+        passes (:attr:`weight_curve`) and, where measured, in multi-token passes (:attr:`weight_curve_multi`):
+        per curve the largest set above the geometric midpoint of its fastest and slowest sets (the smallest
+        set if none is), then the smaller of the two; the rate is the one-token curve's. None without the
+        measurement."""
         from real.validation.host_facts import effective_cache
 
         if not self.weight_curve:
             return None
-        size, _ = effective_cache(sorted(self.weight_curve), min(bw for _, bw in self.weight_curve))
+        size = min(effective_cache(sorted(curve), min(bw for _, bw in curve))[0]
+                   for curve in (self.weight_curve, self.weight_curve_multi) if curve)
         return size, dict(self.weight_curve)[size]
 
     @property

@@ -13,14 +13,20 @@ from real.validation.microbench import PROBE_CONTEXT, REWARM_DRAFT, median_time,
 
 #: Layers of the draft-shaped model whose weight prefixes :func:`weight_cache_curve` cycles through.
 WEIGHT_CURVE_LAYERS = 6
+#: Tokens of the curve's second pass over every weight set: a tree pass (the default verified width of
+#: Medusa and Dovetail trees; a draft tree's passes feed 10-16 tokens). Multi-token passes keep less of the
+#: cache than one-token ones: the cache a model's weights get is the smaller of the two curves' sets
+#: (:attr:`real.validation.microbench.StreamingProbe.weight_cache`; a calibrated platform's ``cache_gb``
+#: source lists both curves).
+WEIGHT_CURVE_TOKENS = 16
 
 
-def weight_cache_curve(repeats: int, warmup: int) -> tuple[tuple[int, float], ...]:
-    """(bytes, bytes/s) of one-token GEMVs cycling over the weights of growing draft-shaped models
-    (:data:`REWARM_DRAFT`'s layer and LM head; the first k layers' weights, a prefix ending after each
-    layer's attention and after its MLP, up to :data:`WEIGHT_CURVE_LAYERS` layers, then the LM head,
-    in the forward's order), each in a loop of its own. Up to some size a model's weights stay in the
-    last-level cache from one pass to the next; that size, not the stream triad's, is what a model's
+def weight_cache_curve(repeats: int, warmup: int, tokens: int = 1) -> tuple[tuple[int, float], ...]:
+    """(bytes, bytes/s) of ``tokens``-token linears (one-token: GEMVs) cycling over the weights of growing
+    draft-shaped models (:data:`REWARM_DRAFT`'s layer and LM head; the first k layers' weights, a prefix
+    ending after each layer's attention and after its MLP, up to :data:`WEIGHT_CURVE_LAYERS` layers, then
+    the LM head, in the forward's order), each in a loop of its own. Up to some size a model's weights stay
+    in the last-level cache from one pass to the next; that size, not the stream triad's, is what a model's
     weights get: measured here, the demo draft's 10 MB of weights stream from DRAM in a loop of their
     own on one thread while 7 MB stay resident, and a triad still runs at cache speed on 12 MiB."""
     from real.model.random_models import random_transformer
@@ -35,13 +41,16 @@ def weight_cache_curve(repeats: int, warmup: int) -> tuple[tuple[int, float], ..
         for end in range(len(blocks) + 1):
             ws = [w for block in blocks[:end] for w in block] + [model.lm_head.weight]
             nbytes = sum(w.numel() * w.element_size() for w in ws)
-            out.append((int(nbytes), nbytes / median_time(microbench.gemm_pass(ws, 1), repeats, warmup, inner=3)))
+            out.append((int(nbytes), nbytes / median_time(microbench.gemm_pass(ws, tokens), repeats, warmup, inner=3)))
     return tuple(out)
 
 
 def streaming_probe(threads: int, repeats: int, warmup: int, llc_bytes: int):
     """:func:`real.validation.microbench.streaming_probe` and then, in the same process and with the same
-    threads, the :func:`weight_cache_curve` (its ``weight_curve``)."""
+    threads, the :func:`weight_cache_curve` in one-token and in :data:`WEIGHT_CURVE_TOKENS`-token passes
+    (its ``weight_curve`` and ``weight_curve_multi``)."""
     probe = microbench.streaming_probe(threads, repeats, warmup, llc_bytes)
     with torch_threads(threads):
-        return replace(probe, weight_curve=weight_cache_curve(repeats, warmup))
+        return replace(probe, weight_curve=weight_cache_curve(repeats, warmup),
+                       weight_curve_multi=weight_cache_curve(repeats, warmup, WEIGHT_CURVE_TOKENS),
+                       weight_curve_tokens=WEIGHT_CURVE_TOKENS)

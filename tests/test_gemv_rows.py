@@ -136,5 +136,16 @@ def test_multi_token_passes_can_only_shrink_the_weight_cache():
     multi = ((1_000_000, 40e9), (3_000_000, 35e9), (6_700_000, 14e9), (8_900_000, 11e9), (12_000_000, 10e9))
     probe = replace(_probe(one), weight_curve_multi=multi, weight_curve_tokens=16)
     assert probe.weight_cache == (3_000_000, 31e9)          # the smaller set; the rate is the one-token curve's
+    # measured (hetspec calibrate, one thread, 16-token passes, GB/s of weights): after the 4.2 MB set the
+    # curve is flat within noise; its single slowest point (5.0 MB) must not pull the midpoint down so far
+    # that a later, noisily faster set (10.9 MB) counts as held
+    measured = ((4.2e6, 6.76e9), (5.0e6, 3.23e9), (7.1e6, 3.96e9), (7.9e6, 3.61e9), (10.1e6, 3.61e9), (10.9e6, 4.84e9),
+                (13.0e6, 4.5e9), (13.8e6, 4.53e9), (16.0e6, 3.71e9), (16.8e6, 3.99e9), (18.9e6, 4.05e9),
+                (19.7e6, 3.95e9), (21.9e6, 3.86e9))
+    one_thread = tuple((n, bw) for n, bw in zip((m for m, _ in measured), (38.71e9, 36.21e9, 34.94e9, 27.68e9, 26.77e9,
+                                                                          23.03e9, 7.31e9, 5.57e9, 5.71e9, 5.84e9,
+                                                                          5.35e9, 5.35e9, 5.45e9)))
+    assert _probe(one_thread).weight_cache == (10.9e6, 23.03e9)
+    assert replace(_probe(one_thread), weight_curve_multi=measured).weight_cache == (4.2e6, 38.71e9)
     # a multi-token curve holding more than the one-token one does not grow it
     assert replace(probe, weight_curve_multi=tuple((n, 40e9) for n, _ in one)).weight_cache == (6_700_000, 27e9)

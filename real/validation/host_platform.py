@@ -127,8 +127,8 @@ def _device(name: str, w: WorkerMeasurement, cal: Calibration, description: str)
                 + _curve_text(probe.weight_curve) + " GB/s in one-token passes"
                 + (f" and at {_curve_text(probe.weight_curve_multi)} GB/s in {probe.weight_curve_tokens}-token passes"
                    if probe.weight_curve_multi else "")
-                + f"; the largest above the geometric midpoint of the fastest and the slowest "
-                  + ("in both " if probe.weight_curve_multi else "")
+                + "; the largest above the geometric midpoint of the fastest and the slow end (the median of the "
+                  "largest third of sets) " + ("in both " if probe.weight_curve_multi else "")
                   + f"({held[0] / 1e6:.2f} MB) is what a model's weights "
                   f"get, less than the stream triad's {_mib(w.cache_bytes)} ({thr}, median of "
                   f"{s.overhead_repeats}) {on}")})

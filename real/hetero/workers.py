@@ -304,11 +304,12 @@ class WorkerThread:
 def sequential_caller(workers: Sequence[Worker]) -> int:
     """Which of ``workers`` a session whose workers take turns (never two at once, as Dovetail's drafter
     and verifier) runs on the calling thread: the all-core ``cpu`` worker where there is one, else the
-    first. Torch's multi-threaded operators run best from the process's own thread: measured here
-    (torch 2.13, 2 cores, OpenMP defaults of :mod:`real`), the demo target's 16-token step on the
-    ``cpu`` worker took 12-13 ms on the calling thread and 21-26 ms on a :class:`WorkerThread` beside a
-    ``cpu0`` caller, slower than on one pinned thread (16-19 ms); a lone large GEMM differs by 10-25 %
-    only, so the cost is per operator (the hand-over of each parallel region to the team)."""
+    first. A multi-threaded step driven from a :class:`WorkerThread` beside a pinned caller ran at
+    single-thread speed or slower, with every core in the thread's mask: in ``hetspec validate --hetero``
+    (run of 2026-11-23 21:58) Dovetail's verification on ``cpu`` took 25.83 ms after drafting on ``cpu0``
+    and 15.13 ms after drafting on ``cpu`` (one worker, the calling thread); with the ``cpu`` worker on the
+    calling thread, 19.50 and 17.05 ms (run of 23:42). Sessions whose workers compute at once (hcmp,
+    alspec) keep their first worker on the calling thread."""
     for i, w in enumerate(workers):
         if w.device == "cpu" and not w.cores and (w.threads or 1) > 1:
             return i

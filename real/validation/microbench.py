@@ -484,26 +484,11 @@ class StreamingProbe:
 
     @property
     def weight_cache(self) -> tuple[int, float] | None:
-        """(bytes, bytes/s) of the largest weight set its linears still read from the cache in one-token
-        passes (:attr:`weight_curve`) and, where measured, in multi-token passes (:attr:`weight_curve_multi`):
-        per curve the largest set above the geometric midpoint of its fastest set and its slow end (the
-        median rate of its largest third of sets, all well beyond the cache: a multi-token curve falls by
-        2x only, so one noisy slow point would move the midpoint), the smallest set if none is; then the
-        smaller of the two; the rate is the one-token curve's. None without the measurement."""
-        import statistics
+        """(bytes, bytes/s) of the largest weight set its linears still read from the cache
+        (:func:`real.validation.host_facts.held_weight_set`), or None without the measurement."""
+        from real.validation.host_facts import held_weight_set
 
-        from real.validation.host_facts import effective_cache
-
-        if not self.weight_curve:
-            return None
-
-        def held(curve) -> int:
-            curve = sorted(curve)
-            tail = curve[len(curve) - max(1, len(curve) // 3):]
-            return effective_cache(curve, statistics.median(bw for _, bw in tail))[0]
-
-        size = min(held(curve) for curve in (self.weight_curve, self.weight_curve_multi) if curve)
-        return size, dict(self.weight_curve)[size]
+        return held_weight_set(self.weight_curve, self.weight_curve_multi)
 
     @property
     def rewarm(self) -> float:

@@ -189,7 +189,8 @@ def test_dovetail_drafting_on_one_core_and_verifying_on_every_core_verifies_on_t
 
     spec = ModelSpec(name="t", n_layers=1, hidden=32, intermediate=64, n_heads=2, n_kv_heads=1, vocab=64,
                      dtype="fp32", max_position=64)
-    models = SimpleNamespace(target=random_transformer(spec), draft=random_transformer(spec, seed=1))   # the runtime only places them
+    # the runtime only places the models
+    models = SimpleNamespace(target=random_transformer(spec), draft=random_transformer(spec, seed=1))
 
     with DovetailRuntime(models, DovetailConfig(workers=(f"cpu{CORES[0]}", "cpu"))) as rt:
         assert rt.session.on_caller(1) == (len(CORES) > 1)

@@ -143,10 +143,11 @@ def effective_cache(curve, dram_bw: float) -> tuple[int, float]:
 def held_weight_set(one_token, multi_token=()) -> tuple[int, float] | None:
     """(bytes, bytes/s) of the largest weight set linears still read from the cache in one-token passes
     (``one_token``: :func:`real.validation.weight_cache.weight_cache_curve` points) and, where measured,
-    in multi-token passes (``multi_token``): per curve the largest set above the geometric midpoint of its fastest set and its
-    slow end (the median rate of its largest third of sets, all well beyond the cache: a multi-token curve
-    falls by 2x only, so one noisy slow point would move the midpoint), the smallest set if none is; then
-    the smaller of the two; the rate is the one-token curve's. None without a one-token curve."""
+    in multi-token passes (``multi_token``): per curve the largest set above the geometric midpoint of its
+    fastest set and its slow end (the median rate of its largest third of sets, all well beyond the cache:
+    a multi-token curve falls by 2x only, so one noisy slow point would move the midpoint), the smallest
+    set if none is; then the smaller of the two; the rate is the one-token curve's. None without a
+    one-token curve."""
     if not one_token:
         return None
 

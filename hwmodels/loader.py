@@ -41,6 +41,7 @@ dst = "gpu"
 bw_gbps = { value = 31.5, source = "..." }
 latency_us = { value = 10.0, source = "..." }
 efficiency = { value = 0.8, source = "..." }
+host_share = { value = 0.0, source = "..." }    # optional: share of the receiver's compute a transfer takes
 
 [[memory_domains]]
 name = "dram"
@@ -110,7 +111,8 @@ _DEVICE_NUMBERS = {
 _DEVICE_CURVES = ("gemm_efficiency_curve", "cache_gemm_efficiency_curve", "gemm_row_ns_curve")
 #: Those of them whose values are costs (>= 0), not efficiencies.
 _DEVICE_COST_CURVES = ("gemm_row_ns_curve",)
-_LINK_NUMBERS = {"bw_gbps": (True, "pos"), "latency_us": (True, "nonneg"), "efficiency": (True, "frac")}
+_LINK_NUMBERS = {"bw_gbps": (True, "pos"), "latency_us": (True, "nonneg"), "efficiency": (True, "frac"),
+                 "host_share": (False, "unit")}
 _DOMAIN_NUMBERS = {"bw_gbps": (True, "pos"), "capacity_gb": (True, "pos"), "contention_efficiency": (True, "frac")}
 
 
@@ -285,6 +287,9 @@ class _Reader:
             ends[end] = value
         sources: dict[str, str] = {}
         numbers = {k: self.number(table, k, where, check, req, sources) for k, (req, check) in _LINK_NUMBERS.items()}
+        numbers = {k: v for k, v in numbers.items() if v is not None}
+        if numbers.get("host_share", 0.0) >= 1.0:
+            raise self.fail(f"{where}host_share", f"must be below 1 (got {numbers['host_share']})")
         return Link(name=self.text(table, "name", where), kind=kind, description=self.text(table, "description", where, False),
                     sources=sources, **ends, **numbers)
 
@@ -465,7 +470,8 @@ def platform_to_dict(platform: Platform) -> dict:
         doc["links"] = [
             {"name": l.name, "kind": l.kind, "src": l.src, "dst": l.dst,
              **({"description": l.description} if l.description else {}),
-             **{k: _sourced(getattr(l, k), l.sources, k) for k in _LINK_NUMBERS}}
+             **{k: _sourced(getattr(l, k), l.sources, k) for k in _LINK_NUMBERS
+                if k != "host_share" or l.host_share}}
             for l in platform.links
         ]
     if platform.loop_costs:

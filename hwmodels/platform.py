@@ -178,7 +178,12 @@ class Device:
 
 @dataclass(frozen=True)
 class Link:
-    """A path that moves bytes: PCIe, unified-memory page sync, storage read, Ethernet, NVLink."""
+    """A path that moves bytes: PCIe, unified-memory page sync, storage read, Ethernet, NVLink.
+
+    Optional ``host_share`` (in [0, 1), default 0): the share of the receiving device's compute that a
+    transfer in flight takes away (a CPU reading from a disk through the kernel loses part of every core
+    to the read; a DMA engine takes none). Compute beside a transfer runs at ``1 - host_share`` of its speed.
+    """
 
     name: str
     kind: str
@@ -188,6 +193,7 @@ class Link:
     latency_us: float
     efficiency: float
     description: str = ""
+    host_share: float = 0.0
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     @property

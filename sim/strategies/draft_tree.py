@@ -403,13 +403,16 @@ class DraftTreeStrategy(Strategy):
         cumulative = np.concatenate([[0.0], np.cumsum(passes)])
         host = np.asarray(host_seconds(problem, self.name, config.device, passes=sizes - 1, nodes=sizes), float) \
             * np.ones(len(rounds))
-        load = 0.0
+        load, share = 0.0, 0.0
         if lp.streamed_layers:
             link = storage_link(platform, config.device)
             load = READS_PER_LAYER * link.latency_s + lp.layer_bytes / (link.bw_bytes_per_s * link.efficiency)
+            share = link.host_share
         # the loader and the forward hand the buffer back and forth: a calibrated host's wake-up of a waiting
-        # worker thread (the split probe's barrier, sim.strategies.hcmp_threads); 0 elsewhere
+        # worker thread (the split probe's barrier, sim.strategies.hcmp_threads); 0 elsewhere. A streamed layer
+        # computed after the forward waited for it: the device's calibrated ``stream_layer`` (0 elsewhere).
         wake = split_costs(platform, config.device).get("hcmp_sync", 0.0)
+        resume = 1e-6 * platform.loop_costs_us(config.device).get("stream_layer", 0.0)
         out = []
         for i, r in enumerate(rounds):
             poly, per_op = op_seconds(model, platform, config.device, r.tree.size, problem.context, problem.batch,
@@ -418,7 +421,8 @@ class DraftTreeStrategy(Strategy):
             layer = float(per_op[sections == "layer"].sum()) / model.n_layers
             embed, tail = float(per_op[sections == "pre"].sum()), float(per_op[sections == "post"].sum())
             out.append(pipeline_round(float(cumulative[r.tree.size - 1]), embed, lp.resident_layers * layer, layer,
-                                      tail, float(host[i]), load, lp.streamed_layers, lp.staging, wake_s=wake))
+                                      tail, float(host[i]), load, lp.streamed_layers, lp.staging, wake_s=wake,
+                                      resume_s=resume, host_share=share))
         return lp, out
 
     def estimate(self, problem: Problem, config: StrategyConfig) -> Estimate:
@@ -452,7 +456,8 @@ class DraftTreeStrategy(Strategy):
             return float(weight @ np.asarray(values, dtype=float))
         return Estimate(step_s=mean([p.time_s for p in staged]), tokens_per_step=mean([r.tokens for r in rounds]),
                         proposed_per_step=mean([r.tree.size - 1 for r in rounds]),
-                        breakdown={"draft": mean([p.draft_s for p in staged]), "load": mean([p.load_s for p in staged]),
+                        breakdown={"draft": mean([p.draft_wall_s for p in staged]),
+                                   "load": mean([p.load_s for p in staged]),
                                    "wait": mean([p.wait_s for p in staged]),
                                    "compute": mean([p.compute_s for p in staged]),
                                    "verify": mean([p.verify_s for p in staged]), "host": mean([p.host_s for p in staged]),
@@ -510,12 +515,15 @@ class DraftTreeStrategy(Strategy):
         _, (staged,) = self.staged_rounds(problem, config, [chosen])
         tree, device = chosen.tree, config.device
         tasks = draft_pass_tasks(problem, self._draft(problem, config), config.draft_device, tree.size - 1, per_layer)
+        if staged.draft_wall_s > staged.draft_s:     # the draft slowed by a read in flight beside it
+            tasks.append(delay_task("draft/beside_read", staged.draft_wall_s - staged.draft_s, "draft",
+                                    (tasks[-1].name,), config.draft_device))
         tasks.append(Task(name="verify/embed_resident", kind="compute", resource=device, phase="verify",
-                          fixed_s=staged.embed_s + staged.resident_s, deps=(tasks[-1].name,), op="resident_layers"))
+                          fixed_s=staged.pre_wall_s, deps=(tasks[-1].name,), op="resident_layers"))
         before = tasks[-1].name
         link = storage_link(problem.platform, device) if staged.schedule else None
         k, wake = config.option("staging"), staged.wake_s
-        for j, (l0, l1, c0, _) in enumerate(staged.schedule):
+        for j, (l0, l1, c0, c1) in enumerate(staged.schedule):
             deps = (f"load{j - 1}",) if j else ()
             if j >= k:          # the buffer of layer j - k, freed by its compute this round; the loader woken
                 tasks.append(delay_task(f"load{j}/wake", wake, "load", (f"verify/layer{j - k}",)))
@@ -530,12 +538,12 @@ class DraftTreeStrategy(Strategy):
                 tasks.append(delay_task(f"load{j}/ready", c0 - l1, "load", (ready,)))
                 ready = tasks[-1].name
             tasks.append(Task(name=f"verify/layer{j}", kind="compute", resource=device, phase="verify",
-                              fixed_s=staged.layer_s, deps=(ready, before), op="streamed_layer"))
+                              fixed_s=c1 - c0, deps=(ready, before), op="streamed_layer"))
             before = tasks[-1].name
         tasks.append(Task(name="verify/tail", kind="compute", resource=device, phase="verify", fixed_s=staged.tail_s,
                           deps=(before,), op="lm_head"))
-        if staged.host_s > 0:
-            tasks.append(delay_task("host", staged.host_s, "accept", (tasks[-1].name,), device))
+        if staged.post_wall_s > staged.tail_s:       # the host-side work (and a read in flight beside the tail)
+            tasks.append(delay_task("host", staged.post_wall_s - staged.tail_s, "accept", (tasks[-1].name,), device))
         return StepPlan(tasks=tuple(tasks), tokens_accepted=accepted, tokens_proposed=tree.size - 1,
                         count_phase="verify", count_device=device)
 

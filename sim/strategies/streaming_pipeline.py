@@ -92,7 +92,7 @@ class PipelineRound:
     time_s: float
     load_s: float        # the loader's reads of this round's streamed layers
     wait_s: float        # the verification waiting for a layer not loaded yet
-    compute_s: float     # the verification's layers computing (resident and streamed)
+    compute_s: float     # the verification's layer loop computing (resident and streamed layers, waits excluded)
     draft_s: float = 0.0
     embed_s: float = 0.0
     resident_s: float = 0.0
@@ -100,6 +100,13 @@ class PipelineRound:
     tail_s: float = 0.0
     host_s: float = 0.0
     wake_s: float = 0.0
+    resume_s: float = 0.0    # a streamed layer's compute beyond ``layer_s`` when the forward waited for it
+    host_share: float = 0.0  # the share of the compute a read in flight takes away
+    #: the draft, the embedding with the resident layers, and the tail with the host-side work as they ran
+    #: (slowed where a read was in flight beside them)
+    draft_wall_s: float = 0.0
+    pre_wall_s: float = 0.0
+    post_wall_s: float = 0.0
     #: per streamed layer (load start, load end, compute start, compute end), seconds from the round's start
     #: (a read begun during the previous round starts below 0)
     schedule: tuple[tuple[float, float, float, float], ...] = ()
@@ -110,43 +117,87 @@ class PipelineRound:
         return self.embed_s + self.compute_s + self.wait_s + self.tail_s
 
 
+def beside_reads(t: float, work: float, reads, share: float) -> float:
+    """When ``work`` seconds of compute begun at ``t`` end, running at ``1 - share`` of its speed while a read
+    of ``reads`` (``(begin, end)`` intervals, in order, not overlapping) is in flight."""
+    if share <= 0.0 or work <= 0.0:
+        return t + max(work, 0.0)
+    speed = 1.0 - share
+    for begin, end in reads:
+        if end <= t:
+            continue
+        if begin > t:
+            if work <= begin - t:
+                return t + work
+            work -= begin - t
+            t = begin
+        done = (end - t) * speed
+        if work <= done:
+            return t + work / speed
+        work -= done
+        t = end
+    return t + work
+
+
 def pipeline_round(draft_s: float, embed_s: float, resident_s: float, layer_s: float, tail_s: float, host_s: float,
                    load_s: float, streamed: int, staging: int, rounds: int = PIPELINE_ROUNDS,
-                   wake_s: float = 0.0) -> PipelineRound:
+                   wake_s: float = 0.0, resume_s: float = 0.0, host_share: float = 0.0) -> PipelineRound:
     """Play ``rounds`` identical rounds of the staged pipeline (see the module docstring) and return the last.
 
     ``draft_s``: the round's drafting; ``embed_s``: the verification before its layers; ``resident_s``:
     its resident layers; ``layer_s``: one streamed layer's compute; ``tail_s``: after its layers;
     ``host_s``: the round's host-side work; ``load_s``: one streamed layer's read; ``wake_s``: a thread
-    that waited for the other (the loader for a free buffer, the forward for a layer) woken."""
+    that waited for the other (the loader for a free buffer, the forward for a layer) woken; ``resume_s``:
+    what a streamed layer's compute costs beyond ``layer_s`` after the forward waited for its read;
+    ``host_share``: the share of the compute a read in flight takes away (:func:`beside_reads`)."""
     parts = dict(draft_s=draft_s, embed_s=embed_s, resident_s=resident_s, layer_s=layer_s, tail_s=tail_s,
-                 host_s=host_s, wake_s=wake_s)
+                 host_s=host_s, wake_s=wake_s, resume_s=resume_s, host_share=host_share)
     if streamed == 0:
         t = draft_s + embed_s + resident_s + tail_s + host_s
-        return PipelineRound(t, 0.0, 0.0, resident_s, **parts)
-    load_end: list[float] = []      # of every load so far (all rounds, in order)
+        return PipelineRound(t, 0.0, 0.0, resident_s, **parts, draft_wall_s=draft_s, pre_wall_s=embed_s + resident_s,
+                             post_wall_s=tail_s + host_s)
+    reads: list[tuple[float, float]] = []      # every load so far (all rounds, in order)
     compute_end: list[float] = []
-    start = 0.0
-    last = None
-    for _ in range(rounds):
-        ready = start + draft_s + embed_s + resident_s      # the layer loop reaches the first streamed layer
-        wait = 0.0
-        first = len(load_end)
-        schedule = []
-        for j in range(streamed):
-            g = first + j
-            prev = load_end[-1] if load_end else 0.0
+
+    def schedule_reads(limit: int) -> None:
+        """Start every read whose buffer is free (its layer ``staging`` reads back has been computed)."""
+        while len(reads) < limit:
+            g = len(reads)
+            if g >= staging and g - staging >= len(compute_end):
+                return
+            prev = reads[-1][1] if reads else 0.0
             freed = compute_end[g - staging] + wake_s if g >= staging else 0.0
             begin = max(prev, freed)                 # the loader waited for the buffer: woken when it is freed
-            load_end.append(begin + load_s)
-            arrive = load_end[g] + wake_s if load_end[g] > ready else load_end[g]   # the forward waited: woken
+            reads.append((begin, begin + load_s))
+
+    def run(t: float, work: float) -> float:
+        return beside_reads(t, work, reads, host_share)
+
+    start = 0.0
+    last = None
+    for r in range(rounds):
+        limit = (r + 2) * streamed                   # the loader may run into the next round, buffers allowing
+        schedule_reads(limit)
+        drafted = run(start, draft_s)
+        embedded = run(drafted, embed_s)
+        ready = reach = run(embedded, resident_s)    # the layer loop reaches the first streamed layer
+        wait = 0.0
+        schedule = []
+        for j in range(streamed):
+            g = r * streamed + j
+            schedule_reads(limit)
+            begin, loaded = reads[g]
+            arrive = loaded + wake_s if loaded > ready else loaded   # the forward waited: woken
+            waited = arrive > ready
             wait += max(arrive - ready, 0.0)
             c0 = max(ready, arrive)
-            ready = c0 + layer_s
+            ready = run(c0, layer_s + (resume_s if waited else 0.0))
             compute_end.append(ready)
-            schedule.append((begin - start, load_end[g] - start, c0 - start, ready - start))
-        end = ready + tail_s + host_s
-        last = PipelineRound(end - start, streamed * load_s, wait, resident_s + streamed * layer_s, **parts,
+            schedule.append((begin - start, loaded - start, c0 - start, ready - start))
+        schedule_reads(limit)
+        end = run(ready, tail_s + host_s)
+        last = PipelineRound(end - start, streamed * load_s, wait, ready - embedded - wait, **parts,
+                             draft_wall_s=drafted - start, pre_wall_s=reach - drafted, post_wall_s=end - ready,
                              schedule=tuple(schedule))
         start = end
     return last

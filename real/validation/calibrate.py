@@ -55,6 +55,10 @@ How the measurements enter the roofline (:mod:`hwmodels.roofline`):
   method, per step / draft pass / verified token (:func:`fit_host_costs` on
   :func:`real.validation.microbench.decode_loop_samples`; the dovetail loop runs drafter and verifier on the
   one worker the device stands for).
+- the ``storage`` link (:mod:`real.validation.host_hetero`): its latency from single tensor reads with the
+  page cache dropped (:mod:`real.validation.storage_probe`), its bandwidth from the real loader's
+  whole-layer reads and its ``host_share`` from a forward timed beside such reads
+  (:mod:`real.validation.stream_probe`), which also gives the workers' ``stream_layer`` loop cost.
 """
 
 from __future__ import annotations
@@ -275,7 +279,7 @@ def measure(settings: Settings, progress: bool = True, command: str = "hetspec c
         tick()
         handoff = mb.handoff_latency_s(20 * settings.repeats, 10)
         tick()
-        bar.set_postfix_str("split step, storage")
+        bar.set_postfix_str("split step, storage, streaming loop")
         extra = hetero_probes(settings)
         bar.set_postfix_str("reference probe")
         end = {}
@@ -419,6 +423,12 @@ def summary_lines(platform: Platform, cal: Calibration) -> list[str]:
         lines.append(f"        {held}{rows}")
     lines.append(f"  contention: two single-thread workers streaming together get "
                  f"{dom.contention_efficiency:.2f} of {dom.bw_gbps:.1f} GB/s")
+    disk = next((l for l in platform.links if l.kind == "storage"), None)
+    if disk is not None:
+        resume = platform.loop_costs_us("cpu0").get("stream_layer") if w0 is not None else None
+        lines.append(f"  storage: {disk.bw_gbps:.3f} GB/s, {disk.latency_us:.0f} us per read, a read in flight takes "
+                     f"{100 * disk.host_share:.0f} % of the compute beside it"
+                     + (f"; a streamed layer after its wait costs {resume:.0f} us more" if resume is not None else ""))
     return lines + robustness_lines(cal) + busy_warnings(cal)
 
 

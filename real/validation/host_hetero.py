@@ -1,7 +1,9 @@
 """The heterogeneous parts of the calibrated ``host`` platform: what the split step costs on two worker
-threads (the single-thread workers' ``hcmp_*`` loop costs) and the disk the streamed weights come from
-(the ``storage`` link). :func:`real.validation.host_platform.build_platform` adds them from the probes of
-:mod:`real.validation.split_probe` and :mod:`real.validation.storage_probe`."""
+threads (the single-thread workers' ``hcmp_*`` loop costs), the disk the streamed weights come from
+(the ``storage`` link) and what streaming costs the compute beside it (the link's ``host_share``, the
+workers' ``stream_layer``). :func:`real.validation.host_platform.build_platform` adds them from the probes
+of :mod:`real.validation.split_probe`, :mod:`real.validation.storage_probe` and
+:mod:`real.validation.stream_probe`."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from hwmodels.platform import STORAGE, Link
 #: Keys of the calibration's ``extra`` record that hold the probes.
 SPLIT_KEY = "split_probe"
 STORAGE_KEY = "storage_probe"
+STREAM_KEY = "stream_probe"
 
 
 def split_loop_costs(probe, by: str, on: str) -> tuple[dict[str, float], dict[str, str]]:
@@ -55,8 +58,10 @@ def split_loop_costs(probe, by: str, on: str) -> tuple[dict[str, float], dict[st
     return costs, sources
 
 
-def storage_link(probe, by: str, on: str, device: str = "cpu") -> Link:
-    """The ``storage`` link of the host: the cold safetensors reads of the real loader, fitted."""
+def storage_link(probe, by: str, on: str, device: str = "cpu", stream=None) -> Link:
+    """The ``storage`` link of the host: the cold safetensors reads of the real loader, fitted. With the
+    streaming-loop probe (``stream``), the bandwidth is that of the loader's whole-layer reads (their time
+    less one latency per tensor), and ``host_share`` what a read takes from the compute beside it."""
     sizes = ", ".join(f"{s // 1024} KiB {c * 1e6:.0f} us" for s, c in zip(probe.sizes, probe.cold_s))
     warm = ", ".join(f"{w * 1e6:.0f}" for w in probe.warm_s)
     evict = ("the drop evicts: the same reads from the page cache took " + warm + " us"
@@ -66,15 +71,30 @@ def storage_link(probe, by: str, on: str, device: str = "cpu") -> Link:
     how = (f"{by} (storage probe, real.validation.storage_probe: tensors read as the real loader reads them, "
            f"os.preadv into the buffer after posix_fadvise(DONTNEED) of their range, from a synced safetensors file "
            f"in {probe.folder}; median of {probe.reads} cold reads per size: {sizes}; {evict}) {on}")
+    bw = probe.bw_bytes_per_s
+    bw_source = (f"measured: {bw / 1e9:.3f} GB/s, the slope of latency + bytes / bandwidth through the smallest "
+                 f"and the largest cold read {how}")
+    sources = {"latency_us": f"measured: {probe.latency_s * 1e6:.1f} us per read request, the intercept of the "
+                             f"same line {how}",
+               "efficiency": "1: bw_gbps is the measured bandwidth of these reads"}
+    share = 0.0
+    if stream is not None:
+        data_s = stream.layer_load_s - stream.reads_per_layer * probe.latency_s
+        if data_s > 0:
+            bw = stream.layer_bytes / data_s
+            bw_source = (f"measured: {bw / 1e9:.3f} GB/s, the loader's whole-layer reads: {stream.layer_bytes / 1e6:.2f} "
+                         f"MB in {stream.layer_load_s * 1e3:.2f} ms less {stream.reads_per_layer} x the per-read "
+                         f"latency (the single tensor reads alone gave {probe.bw_bytes_per_s / 1e9:.3f} GB/s) "
+                         f"{_stream_where(stream, by, on)}")
+        share = round(stream.host_share, 4)
+        sources["host_share"] = (f"measured: {stream.host_share:.3f}, 1 - alone / beside for a one-token forward of "
+                                 f"the probe's resident model, {stream.alone_s * 1e3:.2f} ms alone and "
+                                 f"{stream.beside_s * 1e3:.2f} ms while a thread reads its layers as the loader does "
+                                 f"{_stream_where(stream, by, on)}")
     return Link(name="disk", kind="storage", src=STORAGE, dst=device,
                 description="this machine's disk under the demo models, read with the page cache dropped",
-                bw_gbps=round(probe.bw_bytes_per_s / 1e9, 4), latency_us=round(probe.latency_s * 1e6, 3),
-                efficiency=1.0,
-                sources={"bw_gbps": f"measured: {probe.bw_bytes_per_s / 1e9:.3f} GB/s, the slope of latency + bytes / "
-                                    f"bandwidth through the smallest and the largest cold read {how}",
-                         "latency_us": f"measured: {probe.latency_s * 1e6:.1f} us per read request, the intercept of the "
-                                       f"same line {how}",
-                         "efficiency": "1: bw_gbps is the measured bandwidth of these reads"})
+                bw_gbps=round(bw / 1e9, 4), latency_us=round(probe.latency_s * 1e6, 3),
+                efficiency=1.0, host_share=share, sources={"bw_gbps": bw_source, **sources})
 
 
 def hetero_probes(settings) -> dict:
@@ -83,6 +103,7 @@ def hetero_probes(settings) -> dict:
     from real.hetero.workers import allowed_cores
     from real.validation.split_probe import split_probe
     from real.validation.storage_probe import storage_probe
+    from real.validation.stream_probe import stream_loop_probe
 
     out = {}
     cores = allowed_cores()
@@ -92,6 +113,10 @@ def hetero_probes(settings) -> dict:
     storage = storage_probe()
     if storage is not None:
         out[STORAGE_KEY] = storage
+        stream = stream_loop_probe(f"cpu{cores[0]}", settings.overhead_repeats,
+                                   settings.warmup + 1)
+        if stream is not None:
+            out[STREAM_KEY] = stream
     return out
 
 
@@ -108,6 +133,31 @@ def add_hetero(cal, loops: dict, links: tuple, workers) -> tuple[dict, tuple]:
             old = loops.get(w)
             loops[w] = LoopCosts(device=w, costs_us={**(old.costs_us if old else {}), **costs},
                                  sources={**(old.sources if old else {}), **sources})
+    stream = extra.get(STREAM_KEY)
     if extra.get(STORAGE_KEY) is not None:
-        links = tuple(links) + (storage_link(extra[STORAGE_KEY], by, on),)
+        links = tuple(links) + (storage_link(extra[STORAGE_KEY], by, on, stream=stream),)
+    if stream is not None:
+        costs, sources = stream_loop_costs(stream, by, on)
+        for w in workers:
+            old = loops.get(w)
+            loops[w] = LoopCosts(device=w, costs_us={**(old.costs_us if old else {}), **costs},
+                                 sources={**(old.sources if old else {}), **sources})
     return loops, links
+
+
+def _stream_where(probe, by: str, on: str) -> str:
+    return (f"{by} (streaming-loop probe, real.validation.stream_probe: the real loader on a random-weight checkpoint "
+            f"of {probe.layers} layers of the demo target's shape ({probe.layer_bytes / 1e6:.2f} MB per layer, "
+            f"{probe.reads_per_layer} tensors) next to the demo models, page cache dropped, on worker {probe.worker}; "
+            f"medians of {probe.rounds} interleaved rounds) {on}")
+
+
+def stream_loop_costs(probe, by: str, on: str) -> tuple[dict[str, float], dict[str, str]]:
+    """The ``stream_layer`` loop cost (microseconds): a streamed layer's compute beyond a resident one's."""
+    us = 1e6
+    return ({"stream_layer": round(probe.resume_s * us, 3)},
+            {"stream_layer": (f"measured: {probe.resume_s * us:.1f} us, a layer's compute in a {probe.tokens}-token "
+                              f"forward with every layer streamed through one staging buffer "
+                              f"({probe.streamed_layer_s * us:.1f} us per layer, the layer loop minus its waits: each "
+                              f"layer computed right after the forward waited for its read) minus the same with every "
+                              f"layer resident ({probe.resident_layer_s * us:.1f} us) {_stream_where(probe, by, on)}")})

@@ -1,0 +1,191 @@
+"""What LLMCad's weight streaming costs the compute beside it: ``hetspec calibrate``'s streaming-loop probe.
+
+The storage probe (:mod:`real.validation.storage_probe`) times single tensor reads. This probe runs the
+real loader (:mod:`real.hetero.streaming`) on a random-weight checkpoint of its own, written next to the
+demo models (the disk the streamed weights come from), on one single-thread worker, and measures what
+the pipeline of the ``draft-tree`` strategy (:mod:`sim.strategies.streaming_pipeline`) needs beyond the
+link's latency and bandwidth:
+
+- ``layer_load_s`` / ``layer_bytes``: the loader's whole-layer reads (all of a layer's tensors dropped
+  from the page cache, then read one after the other: ``StreamingLayers._read_layer``) while the forward
+  waits for them, the median over every read of every streamed forward;
+- ``resident_layer_s`` / ``streamed_layer_s``: a layer's compute in a :data:`STREAM_TOKENS`-token forward
+  of the same model, every layer resident vs every layer streamed through one staging buffer (the
+  layer loop's time minus its waits, per layer): a streamed layer is computed right after the forward
+  waited for its read, and costs more than a resident one that follows another layer at once;
+- ``alone_s`` / ``beside_s``: a one-token forward of the resident model (a drafter-like pass) timed
+  alone and while a thread reads the checkpoint's layers as the loader does, page cache dropped: the
+  share of the worker a read in flight takes away (``1 - alone / beside``).
+
+Rounds interleave every kind of sample, so a slow moment of the machine hits them all alike; values are
+medians. The model has the demo target's layer shape (:data:`STREAM_PROBE_SPEC`), the shape the demo's
+streamed target has, with random weights and fewer layers.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from sim.model_spec import ModelSpec
+
+#: The probe's model: the demo target's layer shape (hidden 384, intermediate 1024, 6 heads, 2 KV heads,
+#: vocabulary 4096; ``hetspec demo``'s default preset), 4 layers, random weights, fp32.
+STREAM_PROBE_SPEC = ModelSpec(name="stream-probe", n_layers=4, hidden=384, intermediate=1024, n_heads=6,
+                              n_kv_heads=2, vocab=4096, dtype="fp32", max_position=512,
+                              source="the demo target's layer shape; random weights (timing only)")
+#: Tokens of the probe's verification-like forward (the validation's 16-token trees).
+STREAM_TOKENS = 16
+#: One-token forwards per sample of the alone / beside timing.
+BESIDE_PASSES = 8
+
+
+@dataclass(frozen=True)
+class StreamLoopProbe:
+    worker: str
+    layers: int
+    tokens: int
+    layer_bytes: int
+    layer_load_s: float           # one streamed layer's read by the real loader (median)
+    reads_per_layer: int
+    resident_layer_s: float       # a resident layer's compute in a STREAM_TOKENS-token forward
+    streamed_layer_s: float       # a streamed layer's compute, after the forward waited for it
+    alone_s: float                # a one-token forward of the resident model alone
+    beside_s: float               # the same while the checkpoint's layers are read beside it
+    rounds: int
+
+    @property
+    def resume_s(self) -> float:
+        """Seconds a streamed layer's compute costs beyond a resident one's (>= 0)."""
+        return max(self.streamed_layer_s - self.resident_layer_s, 0.0)
+
+    @property
+    def host_share(self) -> float:
+        """The share of the worker's compute a read in flight beside it takes away (in [0, 0.9])."""
+        return min(max(1.0 - self.alone_s / self.beside_s, 0.0), 0.9) if self.beside_s > 0 else 0.0
+
+    @property
+    def layer_bw_bytes_per_s(self) -> float:
+        return self.layer_bytes / self.layer_load_s if self.layer_load_s > 0 else float("nan")
+
+
+def _wait_loader_idle(layers, timeout_s: float = 5.0) -> None:
+    """Wait until the loader has read the next forward's first streamed layer and blocks on the buffer."""
+    end = time.perf_counter() + timeout_s
+    while time.perf_counter() < end:
+        with layers._cond:
+            if all(s is not None for s in layers._slot_layer) or layers._error is not None:
+                return
+        time.sleep(0.001)
+
+
+def _layer_loop_s(model, tokens: torch.Tensor) -> tuple[float, list]:
+    """The layer loop's compute (minus waits) of one forward, per layer, and the loads it consumed."""
+    from real.hetero.streaming import StreamStats
+
+    layers = model.model.layers
+    layers.stats = StreamStats()
+    cache = model.new_cache(tokens.shape[1] + 8)
+    model(tokens, cache=cache)
+    s = layers.stats.summary()
+    return s["compute_s"] / layers.n_layers, list(layers.stats.loads)
+
+
+def _reader(locations: list, stop: threading.Event) -> None:
+    """Read the checkpoint's layers cold, one after the other, until ``stop`` (as the loader reads)."""
+    from real.hetero.streaming import read_into
+
+    fds: dict = {}
+    bufs = [torch.empty(loc.shape, dtype=loc.dtype) for loc in locations[0]]
+    try:
+        while not stop.is_set():
+            for layer in locations:
+                for loc in layer:
+                    fd = fds.setdefault(loc.path, os.open(loc.path, os.O_RDONLY))
+                    os.posix_fadvise(fd, loc.offset, loc.nbytes, os.POSIX_FADV_DONTNEED)
+                for loc, buf in zip(layer, bufs):
+                    read_into(fds[loc.path], loc, buf)
+                if stop.is_set():
+                    break
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+
+
+def _one_token_s(model, passes: int) -> float:
+    cache = model.new_cache(passes + 8)
+    tok = torch.zeros(1, 1, dtype=torch.long)
+    t = time.perf_counter()
+    for _ in range(passes):
+        model(tok, cache=cache)
+    return (time.perf_counter() - t) / passes
+
+
+def stream_loop_probe(worker: str, rounds: int, warmup: int = 1, folder: str | Path | None = None) -> StreamLoopProbe | None:
+    """Run the probe on ``worker`` (a single-thread worker name); None where ``posix_fadvise`` is missing."""
+    from real.hetero.streaming import close_streamed, plan_memory, streamed_target, tensor_locations
+    from real.hetero.workers import get_worker, on_worker
+    from real.model.checkpoint import check_shapes, save_model
+    from real.model.random_models import random_transformer
+    from real.validation.storage_probe import probe_folder
+
+    if not hasattr(os, "posix_fadvise"):
+        return None
+    spec = STREAM_PROBE_SPEC
+    root = Path(folder) if folder is not None else probe_folder()
+    ckpt = Path(tempfile.mkdtemp(prefix="hetspec-stream-probe-", dir=root))
+    resident = streamed = None
+    try:
+        save_model(random_transformer(spec, seed=0), ckpt)
+        for f in ckpt.iterdir():                       # clean pages: the loader's drop can evict them
+            with open(f, "rb+") as fh:
+                os.fsync(fh.fileno())
+        locs = tensor_locations(check_shapes(ckpt, spec))
+        per_layer = [[loc for n, loc in locs.items() if n.startswith(f"model.layers.{i}.")] for i in range(spec.n_layers)]
+        layer_bytes = max(sum(l.nbytes for l in layer) for layer in per_layer)
+        fixed = sum(l.nbytes for n, l in locs.items() if not n.startswith("model.layers."))
+        none_resident = plan_memory(spec.n_layers, layer_bytes, fixed, 0, 0, fixed + layer_bytes).budget
+        resident, _ = streamed_target(ckpt, 1 << 40)
+        streamed, plan = streamed_target(ckpt, none_resident)
+        assert plan.resident_layers == 0
+        tokens = torch.arange(STREAM_TOKENS).unsqueeze(0)
+        samples: dict[str, list[float]] = {"resident": [], "streamed": [], "alone": [], "beside": [], "load": []}
+        with on_worker(get_worker(worker)), torch.inference_mode():
+            for r in range(warmup + rounds):
+                keep = r >= warmup
+                _wait_loader_idle(streamed.model.layers)
+                res_s, _ = _layer_loop_s(resident, tokens)
+                str_s, loads = _layer_loop_s(streamed, tokens)
+                _wait_loader_idle(streamed.model.layers)
+                alone = _one_token_s(resident, BESIDE_PASSES)
+                stop = threading.Event()
+                reader = threading.Thread(target=_reader, args=(per_layer, stop), daemon=True)
+                reader.start()
+                time.sleep(0.002)                      # the reader's first read is in flight
+                beside = _one_token_s(resident, BESIDE_PASSES)
+                stop.set()
+                reader.join()
+                if keep:
+                    samples["resident"].append(res_s)
+                    samples["streamed"].append(str_s)
+                    samples["alone"].append(alone)
+                    samples["beside"].append(beside)
+                    samples["load"] += [t1 - t0 for _, t0, t1, _ in loads]
+    finally:
+        for m in (resident, streamed):
+            if m is not None:
+                close_streamed(m)
+        shutil.rmtree(ckpt, ignore_errors=True)
+    med = {k: statistics.median(v) for k, v in samples.items()}
+    return StreamLoopProbe(worker=worker, layers=spec.n_layers, tokens=STREAM_TOKENS, layer_bytes=layer_bytes,
+                           layer_load_s=med["load"], reads_per_layer=len(per_layer[0]),
+                           resident_layer_s=med["resident"], streamed_layer_s=med["streamed"], alone_s=med["alone"],
+                           beside_s=med["beside"], rounds=rounds)

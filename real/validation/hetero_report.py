@@ -192,21 +192,30 @@ def streaming_lines(st: dict) -> list[str]:
              f"repeats (medians); one layer is {_f(st['layer_mb'])} MB. Prediction: the `draft-tree` strategy, option "
              "staging=1 (the loader's layer-by-layer pipeline)"
              + (f", storage link `{link['name']}` {_f(link['bw_gbps'], 3)} GB/s, {_f(link['latency_us'], 1)} us per "
-                "read (hetspec calibrate)" if link else "")
-             + ". Load / wait / compute are per verification forward (ms).", ""]
+                f"read, a read in flight taking {_f(100 * link.get('host_share', 0.0), 0)} % of the compute beside it, "
+                f"a streamed layer's compute after its wait {_f(link.get('stream_layer_us', 0.0), 0)} us beyond a "
+                "resident one's (hetspec calibrate: storage and streaming-loop probes)" if link else "")
+             + ". Load / wait / compute are per verification forward (ms); draft is the drafting per round (ms, the "
+               "measured one with the drafter's host-side work).", ""]
     if st.get("missing"):
         lines += [f"No prediction: {st['missing']}.", ""]
     lines += ["| resident layers | budget (MB) | streamed | predicted step (ms) | measured step (ms) | predicted "
-              "tokens/s | measured tokens/s | load pred / meas | wait pred / meas | compute pred / meas | read GB/s "
-              "| tokens = resident |",
-              "|---|---:|---:|---:|---:|---:|---:|---|---|---|---:|---|"]
+              "tokens/s | measured tokens/s | draft pred / meas | load pred / meas | wait pred / meas | compute pred / "
+              "meas | read GB/s | tokens = resident |",
+              "|---|---:|---:|---:|---:|---:|---:|---|---|---|---|---:|---|"]
     for r in st["rows"]:
         lines.append(f"| {r['resident']} ({r['resident_layers']}) | {_f(r['budget_mb'])} | {r['streamed_layers']} | "
                      f"{_f(r.get('pred_step_ms'))} | {_f(r['meas_step_ms'])} | {_f(r.get('pred_tokens_per_s'), 1)} | "
-                     f"{_f(r['meas_tokens_per_s'], 1)} | {_f(r.get('pred_load_ms'))} / {_f(r['load_ms'])} | "
+                     f"{_f(r['meas_tokens_per_s'], 1)} | {_f(r.get('pred_draft_ms'))} / {_f(r.get('draft_ms'))} | "
+                     f"{_f(r.get('pred_load_ms'))} / {_f(r['load_ms'])} | "
                      f"{_f(r.get('pred_wait_ms'))} / {_f(r['wait_ms'])} | {_f(r.get('pred_compute_ms'))} / "
                      f"{_f(r['compute_ms'])} | {_f(r['load_gb_per_s'])} | "
                      f"{'yes' if r['same_tokens_as_resident'] else '**no**'} |")
+    first = st["rows"][0] if st["rows"] else {}
+    if first.get("pred_tokens_per_step") is not None:
+        lines += ["", f"- Tokens per round: measured {_f(first['meas_tokens_per_step'])}, predicted "
+                      f"{_f(first['pred_tokens_per_step'])} (the acceptance profile of the calibration prompts; the "
+                      f"same at every budget: streaming changes no token)."]
     return lines
 
 

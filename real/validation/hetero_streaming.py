@@ -6,8 +6,9 @@ half, 1/4, none); the rest stream through one staging buffer. Measured (interlea
 tokens/s and, per verification forward, the loader's reading time, the time the forward waited for a
 layer and the layers' compute. Predicted: the ``draft-tree`` strategy with option ``staging=1`` (the real
 loader's layer-by-layer pipeline, :mod:`sim.strategies.streaming_pipeline`) on the platform's storage link
-(``hetspec calibrate`` measures it), the same tree budget and acceptance profile as the single-device
-validation.
+(``hetspec calibrate`` measures it: the loader's whole-layer reads, and the share of the compute a read in
+flight takes away), the worker's ``stream_layer`` (a streamed layer's compute after the forward waited for it,
+beyond a resident one's), the same tree budget and acceptance profile as the single-device validation.
 
 The streamed target is read from a private copy of its checkpoint next to the demo models (same disk),
 not from the file the resident models were loaded from: that file stays mapped in this process, and the
@@ -132,7 +133,8 @@ def streaming_table(models, settings: HeteroSettings, worker: str, progress: boo
     if not missing:
         link = next(l for l in platform.links if l.kind == "storage")
         doc["storage_link"] = {"name": link.name, "bw_gbps": link.bw_gbps, "latency_us": link.latency_us,
-                               "source": link.sources.get("bw_gbps", "")}
+                               "host_share": link.host_share, "source": link.sources.get("bw_gbps", ""),
+                               "stream_layer_us": platform.loop_costs_us(dev).get("stream_layer", 0.0)}
     return doc
 
 

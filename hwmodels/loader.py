@@ -92,7 +92,8 @@ from hwmodels.profile import check_profiled_device, read_timing, timing_to_dict
 #: ``host.toml`` there by default).
 PLATFORMS_DIR_ENV = "HETSPEC_PLATFORMS_DIR"
 
-# field -> (required, check); checks: "pos" > 0, "frac" in (0, 1], "unit" in [0, 1], "nonneg" >= 0, "int" integer >= 1
+# field -> (required, check); checks: "pos" > 0, "frac" in (0, 1], "unit" in [0, 1], "share" in [0, 1), "nonneg" >= 0,
+# "int" integer >= 1
 _DEVICE_NUMBERS = {
     "mem_bw_gbps": (True, "pos"),
     "mem_capacity_gb": (True, "pos"),
@@ -112,7 +113,7 @@ _DEVICE_CURVES = ("gemm_efficiency_curve", "cache_gemm_efficiency_curve", "gemm_
 #: Those of them whose values are costs (>= 0), not efficiencies.
 _DEVICE_COST_CURVES = ("gemm_row_ns_curve",)
 _LINK_NUMBERS = {"bw_gbps": (True, "pos"), "latency_us": (True, "nonneg"), "efficiency": (True, "frac"),
-                 "host_share": (False, "unit")}
+                 "host_share": (False, "share")}
 _DOMAIN_NUMBERS = {"bw_gbps": (True, "pos"), "capacity_gb": (True, "pos"), "contention_efficiency": (True, "frac")}
 
 
@@ -166,6 +167,8 @@ class _Reader:
             raise self.fail(field, f"must be a fraction in (0, 1] (got {value})")
         if check == "unit" and not 0 <= value <= 1:
             raise self.fail(field, f"must be in [0, 1] (got {value})")
+        if check == "share" and not 0 <= value < 1:
+            raise self.fail(field, f"must be in [0, 1), below 1 (got {value})")
         if check == "int":
             if value != int(value) or value < 1:
                 raise self.fail(field, f"must be an integer >= 1 (got {value})")
@@ -288,8 +291,6 @@ class _Reader:
         sources: dict[str, str] = {}
         numbers = {k: self.number(table, k, where, check, req, sources) for k, (req, check) in _LINK_NUMBERS.items()}
         numbers = {k: v for k, v in numbers.items() if v is not None}
-        if numbers.get("host_share", 0.0) >= 1.0:
-            raise self.fail(f"{where}host_share", f"must be below 1 (got {numbers['host_share']})")
         return Link(name=self.text(table, "name", where), kind=kind, description=self.text(table, "description", where, False),
                     sources=sources, **ends, **numbers)
 

@@ -99,6 +99,18 @@ def read_into(fd: int, loc: TensorLocation, dst: torch.Tensor) -> None:
         done += got
 
 
+def read_layer_tensors(fd_of, locs, dsts, drop_page_cache: bool) -> int:
+    """Read one layer's tensors as the loader does: every range dropped from the page cache first (when
+    ``drop_page_cache``), then each tensor in turn into its buffer. ``fd_of(path)``: an open file's fd.
+    Returns the bytes read."""
+    if drop_page_cache:
+        for loc in locs:
+            os.posix_fadvise(fd_of(loc.path), loc.offset, loc.nbytes, os.POSIX_FADV_DONTNEED)
+    for loc, dst in zip(locs, dsts):
+        read_into(fd_of(loc.path), loc, dst)
+    return sum(loc.nbytes for loc in locs)
+
+
 # ---------------------------------------------------------------------------- memory plan
 @dataclass(frozen=True)
 class MemoryPlan:
@@ -248,17 +260,17 @@ class StreamingLayers(nn.Module):
 
     def _read_layer(self, layer: int, module: DecoderLayer) -> int:
         prefix = f"model.layers.{layer}."
-        nbytes = 0
         params = dict(module.named_parameters())
-        locs = [(name, self.locations[prefix + name]) for name in params]
-        if self.drop_page_cache:
-            for _, loc in locs:
-                os.posix_fadvise(self._fd(loc.path), loc.offset, loc.nbytes, os.POSIX_FADV_DONTNEED)
         with torch.no_grad():
-            for name, loc in locs:
-                read_into(self._fd(loc.path), loc, params[name].data)
-                nbytes += loc.nbytes
-        return nbytes
+            return read_layer_tensors(self._fd, [self.locations[prefix + name] for name in params],
+                                      [p.data for p in params.values()], self.drop_page_cache)
+
+    def wait_preloaded(self, timeout_s: float = 5.0) -> None:
+        """Block until the loader has filled every staging buffer for the next forward (it then waits for a
+        forward to free one), or ``timeout_s`` passed, or it failed."""
+        with self._cond:
+            self._cond.wait_for(lambda: all(s is not None for s in self._slot_layer) or self._error is not None,
+                                timeout=timeout_s)
 
     def _trace(self, device: str, phase: str, t0: float, t1: float, op: str) -> None:
         clock = self.clock

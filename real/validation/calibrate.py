@@ -425,7 +425,7 @@ def summary_lines(platform: Platform, cal: Calibration) -> list[str]:
                  f"{dom.contention_efficiency:.2f} of {dom.bw_gbps:.1f} GB/s")
     disk = next((l for l in platform.links if l.kind == "storage"), None)
     if disk is not None:
-        resume = platform.loop_costs_us("cpu0").get("stream_layer") if w0 is not None else None
+        resume = platform.loop_costs_us(w0.name).get("stream_layer") if w0 is not None else None
         lines.append(f"  storage: {disk.bw_gbps:.3f} GB/s, {disk.latency_us:.0f} us per read, a read in flight takes "
                      f"{100 * disk.host_share:.0f} % of the compute beside it"
                      + (f"; a streamed layer after its wait costs {resume:.0f} us more" if resume is not None else ""))

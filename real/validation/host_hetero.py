@@ -127,21 +127,20 @@ def add_hetero(cal, loops: dict, links: tuple, workers) -> tuple[dict, tuple]:
 
     by, on = f"by {cal.command}", f"on {cal.cpu}, {cal.date}"
     extra = cal.extra or {}
-    if extra.get(SPLIT_KEY) is not None:
-        costs, sources = split_loop_costs(extra[SPLIT_KEY], by, on)
+
+    def add_costs(costs: dict, sources: dict) -> None:
         for w in workers:
             old = loops.get(w)
             loops[w] = LoopCosts(device=w, costs_us={**(old.costs_us if old else {}), **costs},
                                  sources={**(old.sources if old else {}), **sources})
+
+    if extra.get(SPLIT_KEY) is not None:
+        add_costs(*split_loop_costs(extra[SPLIT_KEY], by, on))
     stream = extra.get(STREAM_KEY)
     if extra.get(STORAGE_KEY) is not None:
         links = tuple(links) + (storage_link(extra[STORAGE_KEY], by, on, stream=stream),)
     if stream is not None:
-        costs, sources = stream_loop_costs(stream, by, on)
-        for w in workers:
-            old = loops.get(w)
-            loops[w] = LoopCosts(device=w, costs_us={**(old.costs_us if old else {}), **costs},
-                                 sources={**(old.sources if old else {}), **sources})
+        add_costs(*stream_loop_costs(stream, by, on))
     return loops, links
 
 

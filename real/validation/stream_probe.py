@@ -77,16 +77,6 @@ class StreamLoopProbe:
         return self.layer_bytes / self.layer_load_s if self.layer_load_s > 0 else float("nan")
 
 
-def _wait_loader_idle(layers, timeout_s: float = 5.0) -> None:
-    """Wait until the loader has read the next forward's first streamed layer and blocks on the buffer."""
-    end = time.perf_counter() + timeout_s
-    while time.perf_counter() < end:
-        with layers._cond:
-            if all(s is not None for s in layers._slot_layer) or layers._error is not None:
-                return
-        time.sleep(0.001)
-
-
 def _layer_loop_s(model, tokens: torch.Tensor) -> tuple[float, list]:
     """The layer loop's compute (minus waits) of one forward, per layer, and the loads it consumed."""
     from real.hetero.streaming import StreamStats
@@ -101,18 +91,20 @@ def _layer_loop_s(model, tokens: torch.Tensor) -> tuple[float, list]:
 
 def _reader(locations: list, stop: threading.Event) -> None:
     """Read the checkpoint's layers cold, one after the other, until ``stop`` (as the loader reads)."""
-    from real.hetero.streaming import read_into
+    from real.hetero.streaming import read_layer_tensors
 
     fds: dict = {}
+
+    def fd_of(path) -> int:
+        if path not in fds:
+            fds[path] = os.open(path, os.O_RDONLY)
+        return fds[path]
+
     bufs = [torch.empty(loc.shape, dtype=loc.dtype) for loc in locations[0]]
     try:
         while not stop.is_set():
             for layer in locations:
-                for loc in layer:
-                    fd = fds.setdefault(loc.path, os.open(loc.path, os.O_RDONLY))
-                    os.posix_fadvise(fd, loc.offset, loc.nbytes, os.POSIX_FADV_DONTNEED)
-                for loc, buf in zip(layer, bufs):
-                    read_into(fds[loc.path], loc, buf)
+                read_layer_tensors(fd_of, layer, bufs, drop_page_cache=True)
                 if stop.is_set():
                     break
     finally:
@@ -131,7 +123,7 @@ def _one_token_s(model, passes: int) -> float:
 
 def stream_loop_probe(worker: str, rounds: int, warmup: int = 1, folder: str | Path | None = None) -> StreamLoopProbe | None:
     """Run the probe on ``worker`` (a single-thread worker name); None where ``posix_fadvise`` is missing."""
-    from real.hetero.streaming import close_streamed, plan_memory, streamed_target, tensor_locations
+    from real.hetero.streaming import close_streamed, streamed_target, tensor_locations
     from real.hetero.workers import get_worker, on_worker
     from real.model.checkpoint import check_shapes, save_model
     from real.model.random_models import random_transformer
@@ -152,19 +144,17 @@ def stream_loop_probe(worker: str, rounds: int, warmup: int = 1, folder: str | P
         per_layer = [[loc for n, loc in locs.items() if n.startswith(f"model.layers.{i}.")] for i in range(spec.n_layers)]
         layer_bytes = max(sum(l.nbytes for l in layer) for layer in per_layer)
         fixed = sum(l.nbytes for n, l in locs.items() if not n.startswith("model.layers."))
-        none_resident = plan_memory(spec.n_layers, layer_bytes, fixed, 0, 0, fixed + layer_bytes).budget
         resident, _ = streamed_target(ckpt, 1 << 40)
-        streamed, plan = streamed_target(ckpt, none_resident)
-        assert plan.resident_layers == 0
+        streamed, _ = streamed_target(ckpt, fixed + layer_bytes)     # room for one staging layer: none resident
         tokens = torch.arange(STREAM_TOKENS).unsqueeze(0)
         samples: dict[str, list[float]] = {"resident": [], "streamed": [], "alone": [], "beside": [], "load": []}
         with on_worker(get_worker(worker)), torch.inference_mode():
             for r in range(warmup + rounds):
                 keep = r >= warmup
-                _wait_loader_idle(streamed.model.layers)
+                streamed.model.layers.wait_preloaded()
                 res_s, _ = _layer_loop_s(resident, tokens)
                 str_s, loads = _layer_loop_s(streamed, tokens)
-                _wait_loader_idle(streamed.model.layers)
+                streamed.model.layers.wait_preloaded()
                 alone = _one_token_s(resident, BESIDE_PASSES)
                 stop = threading.Event()
                 reader = threading.Thread(target=_reader, args=(per_layer, stop), daemon=True)

@@ -221,6 +221,13 @@ class TokenTree:
     def leaves(self) -> tuple[int, ...]:
         return tuple(i for i, k in enumerate(self.children) if not k)
 
+    @property
+    def n_internal(self) -> int:
+        """Nodes with at least one child: the one-token passes a tree decoder runs to grow the tree
+        (each such node is fed once, and all its children come from that one distribution; the
+        leaves are verified without ever being fed to the draft)."""
+        return self.size - len(self.leaves)
+
     def ancestors(self, node: int) -> tuple[int, ...]:
         """Nodes from the root to ``node`` inclusive."""
         path = []

@@ -115,3 +115,13 @@ def test_tree_is_a_valid_token_tree_with_fed_nodes_first():
     assert set(tree.branches) | set(calls) == set(range(tree.size))      # every node fed or a branch tip
     assert not set(tree.branches) & set(calls)
     assert all(not shape.children[b] for b in tree.branches)           # branch tips are leaves
+
+
+def test_the_draft_runs_once_per_internal_node_of_its_tree():
+    # a pass takes all of a node's children from one distribution, and the leaves are never fed: the
+    # passes the simulator prices for a draft tree (TokenTree.n_internal), not one per drafted token
+    run_draft, calls = _scripted({0: [0.4, 0.35, 0.25], 1: [0.6, 0.4]}, default=[0.7, 0.3])
+    tree = grow_tree(1, run_draft, budget=12, config=DraftTreeConfig(tree_width=12, branch_threshold=0.3),
+                     alpha=0.0)
+    shape = tree.to_token_tree()
+    assert len(calls) == shape.n_internal < shape.size - 1

@@ -143,6 +143,22 @@ def test_rank_statistics_make_a_branching_tree():
     assert STRATEGY.estimate(p, tree_cfg).tokens_per_step > 1 + sum(0.7 ** d for d in range(1, 9))
 
 
+def test_a_branching_tree_costs_one_draft_pass_per_internal_node():
+    # the tree decoder feeds a node once and takes all its children from that pass: a tree of 17
+    # tokens with branches costs fewer passes than its 16 drafted tokens (one pass each for a chain)
+    from sim.strategies.chain import draft_seconds
+
+    profile = AcceptanceModel(name="prof", source="test", draft_alpha=0.7, meta={"draft_rank_accuracy": [0.7, 0.12, 0.05]})
+    p = problem(acceptance=profile)
+    cfg = STRATEGY.resolve(p, config(17, 8, fallback="budget"))
+    assert cfg.tree.n_internal < cfg.tree.size - 1
+    draft = STRATEGY._draft(p, cfg)
+    sim = simulate(p, "draft-tree", config(17, 8, fallback="budget"), steps=1)
+    drafted = sum(r.end_s - r.start_s for r in sim.run.task_runs if r.task.phase == "draft")
+    assert drafted == pytest.approx(draft_seconds(p, draft, cfg.draft_device, cfg.tree.n_internal), rel=1e-9)
+    assert drafted < draft_seconds(p, draft, cfg.draft_device, cfg.tree.size - 1)
+
+
 # ---------------------------------------------------------------------- engine
 @pytest.mark.parametrize("options", [
     {"fallback": "budget", "memory_budget_gb": SWAP_ALL},

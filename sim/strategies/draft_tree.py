@@ -5,8 +5,10 @@ tree (confidence branching, the branch pacer of Eq. 1-2) until the self-adaptive
 (``T_c < alpha``, Eq. 3) triggers; the target, whose weights exceed the memory budget, verifies
 the whole tree in one non-autoregressive pass. One step (a *round*) here:
 
-1. **Draft**: ``n`` one-token passes of the draft model (the tree decoder: the input stays
-   autoregressive, only the mask changes, so a pass costs a one-token forward over the cache).
+1. **Draft**: one one-token pass of the draft model per internal node of the tree
+   (:attr:`sim.tree.TokenTree.n_internal`: the tree decoder feeds a node once and takes all its
+   children from that one distribution; the leaves are never fed. The input stays autoregressive,
+   only the mask changes, so a pass costs a one-token forward over the cache).
 2. **Load**: the target's weights that do not stay resident stream from the platform's storage
    link. Memory: the budget holds the draft's weights, both KV caches and a one-layer staging
    buffer; what is left holds the first ``R`` bytes of the target, which stay resident; the other
@@ -360,14 +362,15 @@ class DraftTreeStrategy(Strategy):
         """Seconds of drafting, loading and verifying each tree (arrays over ``trees``)."""
         platform = problem.platform
         sizes = np.array([t.size for t in trees])
-        passes = _draft_pass_seconds(problem, self._draft(problem, config), config.draft_device, int(sizes.max()) - 1)
+        fed = np.array([t.n_internal for t in trees])
+        passes = _draft_pass_seconds(problem, self._draft(problem, config), config.draft_device, int(fed.max()))
         cumulative = np.concatenate([[0.0], np.cumsum(passes)])
         load = load_seconds(platform, config.device, plan.streamed) if plan.streamed > 0 else 0.0
         verify = step_seconds(problem.model, platform, config.device, sizes, problem.context, problem.batch,
                               np.array([t.mask_density for t in trees]),
                               resident=self._target_resident(problem, config))
-        host = host_seconds(problem, self.name, config.device, passes=sizes - 1, nodes=sizes)
-        return {"draft": cumulative[sizes - 1], "load": np.full(len(trees), load), "verify": np.asarray(verify, float),
+        host = host_seconds(problem, self.name, config.device, passes=fed, nodes=sizes)
+        return {"draft": cumulative[fed], "load": np.full(len(trees), load), "verify": np.asarray(verify, float),
                 "host": np.asarray(host, float) * np.ones(len(trees))}
 
     def _target_resident(self, problem: Problem, config: StrategyConfig) -> bool | None:
@@ -399,9 +402,10 @@ class DraftTreeStrategy(Strategy):
         lp = self.layer_memory(problem, config)
         model, platform = problem.model, problem.platform
         sizes = np.array([r.tree.size for r in rounds])
-        passes = _draft_pass_seconds(problem, self._draft(problem, config), config.draft_device, int(sizes.max()) - 1)
+        fed = np.array([r.tree.n_internal for r in rounds])
+        passes = _draft_pass_seconds(problem, self._draft(problem, config), config.draft_device, int(fed.max()))
         cumulative = np.concatenate([[0.0], np.cumsum(passes)])
-        host = np.asarray(host_seconds(problem, self.name, config.device, passes=sizes - 1, nodes=sizes), float) \
+        host = np.asarray(host_seconds(problem, self.name, config.device, passes=fed, nodes=sizes), float) \
             * np.ones(len(rounds))
         load, share = 0.0, 0.0
         if lp.streamed_layers:
@@ -420,7 +424,7 @@ class DraftTreeStrategy(Strategy):
             sections = np.asarray(poly.sections)
             layer = float(per_op[sections == "layer"].sum()) / model.n_layers
             embed, tail = float(per_op[sections == "pre"].sum()), float(per_op[sections == "post"].sum())
-            out.append(pipeline_round(float(cumulative[r.tree.size - 1]), embed, lp.resident_layers * layer, layer,
+            out.append(pipeline_round(float(cumulative[r.tree.n_internal]), embed, lp.resident_layers * layer, layer,
                                       tail, float(host[i]), load, lp.streamed_layers, lp.staging, wake_s=wake,
                                       resume_s=resume, host_share=share))
         return lp, out
@@ -486,7 +490,7 @@ class DraftTreeStrategy(Strategy):
             accepted = chosen.tokens if rng is None else _sample_tokens(tree, rank_probs(problem.acceptance), rng)
             return self._staged_plan(problem, config, chosen, accepted, per_layer)
         pipeline = bool(config.option("pipeline"))
-        tasks = draft_pass_tasks(problem, self._draft(problem, config), config.draft_device, tree.size - 1, per_layer)
+        tasks = draft_pass_tasks(problem, self._draft(problem, config), config.draft_device, tree.n_internal, per_layer)
         last_draft = tasks[-1].name
         deps_verify = [last_draft]
         if link is not None:
@@ -497,7 +501,7 @@ class DraftTreeStrategy(Strategy):
         graph = build_step_graph(problem.model, tree.size, problem.context, problem.batch, tree=tree)
         tasks += graph_tasks(graph, platform, config.device, "verify", "verify", tuple(deps_verify), per_layer,
                              resident=self._target_resident(problem, config))
-        host = float(host_seconds(problem, self.name, config.device, passes=tree.size - 1, nodes=tree.size))
+        host = float(host_seconds(problem, self.name, config.device, passes=tree.n_internal, nodes=tree.size))
         if host > 0:
             tasks.append(delay_task("host", host, "accept", (tasks[-1].name,), config.device))
         if rng is None:
@@ -514,7 +518,7 @@ class DraftTreeStrategy(Strategy):
         what is left of it), the tail and the host-side work; the same schedule as the closed form."""
         _, (staged,) = self.staged_rounds(problem, config, [chosen])
         tree, device = chosen.tree, config.device
-        tasks = draft_pass_tasks(problem, self._draft(problem, config), config.draft_device, tree.size - 1, per_layer)
+        tasks = draft_pass_tasks(problem, self._draft(problem, config), config.draft_device, tree.n_internal, per_layer)
         if staged.draft_wall_s > staged.draft_s:     # the draft slowed by a read in flight beside it
             tasks.append(delay_task("draft/beside_read", staged.draft_wall_s - staged.draft_s, "draft",
                                     (tasks[-1].name,), config.draft_device))

@@ -149,3 +149,16 @@ def test_multi_token_passes_can_only_shrink_the_weight_cache():
     assert replace(_probe(one_thread), weight_curve_multi=measured).weight_cache == (4.2e6, 38.71e9)
     # a multi-token curve holding more than the one-token one does not grow it
     assert replace(probe, weight_curve_multi=tuple((n, 40e9) for n, _ in one)).weight_cache == (6_700_000, 27e9)
+
+
+def test_the_weight_curve_counts_the_bytes_the_working_set_counts():
+    # a curve set of a model's shape is that model's working set, norms included: a draft measured as held
+    # by the cache is priced as held (one repeat, no warm-up: only the byte counts are checked)
+    from real.validation.microbench import REWARM_DRAFT
+    from real.validation.weight_cache import weight_cache_curve
+    from sim.step_graph import weight_working_set
+
+    sizes = [n for n, _ in weight_cache_curve(1, 0)]
+    for layers in (1, 2):
+        spec = ModelSpec(name="d", dtype="fp32", max_position=256, **{**REWARM_DRAFT, "n_layers": layers})
+        assert sizes[2 * layers] == weight_working_set(spec)

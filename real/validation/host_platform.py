@@ -120,9 +120,9 @@ def _device(name: str, w: WorkerMeasurement, cal: Calibration, description: str)
 
         held = probe.weight_cache
         if held is not None and held[0] < w.cache_bytes:
-            device = replace(device, cache_gb=round(held[0] / 1e9, 6), sources={**device.sources, "cache_gb": (
+            device = replace(device, cache_gb=held[0] / 1e9, sources={**device.sources, "cache_gb": (
                 f"measured {by}: the largest set of model weights that linears still read from the "
-                f"cache in a loop of their own: the layers and LM head of growing draft-shaped models (hidden "
+                f"cache in a loop of their own: the layers (norms included) and LM head of growing draft-shaped models (hidden "
                 f"{REWARM_DRAFT['hidden']}, vocabulary {REWARM_DRAFT['vocab']}, in the forward's order) ran at "
                 + _curve_text(probe.weight_curve) + " GB/s in one-token passes"
                 + (f" and at {_curve_text(probe.weight_curve_multi)} GB/s in {probe.weight_curve_tokens}-token passes"

@@ -36,11 +36,15 @@ def weight_cache_curve(repeats: int, warmup: int, tokens: int = 1) -> tuple[tupl
                      **{**REWARM_DRAFT, "n_layers": WEIGHT_CURVE_LAYERS})
     model = random_transformer(spec)
     blocks = microbench.linear_blocks(model)
+    # each block's norm and the final one: read by the forward too, and counted in the working set the
+    # prediction compares with the cache (sim.step_graph.weight_working_set), so a set of a model's shape
+    # is measured at exactly that model's working set
+    norms = [n.weight for layer in model.model.layers for n in (layer.input_layernorm, layer.post_attention_layernorm)]
     out = []
     with torch.inference_mode():
         for end in range(len(blocks) + 1):
             ws = [w for block in blocks[:end] for w in block] + [model.lm_head.weight]
-            nbytes = sum(w.numel() * w.element_size() for w in ws)
+            nbytes = sum(w.numel() * w.element_size() for w in ws + norms[:end] + [model.model.norm.weight])
             out.append((int(nbytes), nbytes / median_time(microbench.gemm_pass(ws, tokens), repeats, warmup, inner=3)))
     return tuple(out)
 

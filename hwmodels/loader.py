@@ -20,6 +20,7 @@ sparse_attn_efficiency = { value = 0.0, source = "..." }
 cores = { value = 82, source = "..." }                        # optional
 gemm_efficiency_curve = { value = [[1, 0.1], [16, 0.5]], source = "..." }   # optional
 cache_gb = { value = 0.032, source = "..." }                  # optional: last-level cache
+gemv_cache_gb = { value = 0.04, source = "..." }              # optional: what one-token passes keep (>= cache_gb)
 cache_bw_gbps = { value = 90.0, source = "..." }              # optional: streaming from it
 cache_gemm_efficiency_curve = { value = [[1, 0.4]], source = "..." }  # optional: weights in cache
 cache_op_overhead_us = { value = 7.0, source = "..." }        # optional: per launch, model in cache
@@ -104,6 +105,7 @@ _DEVICE_NUMBERS = {
     "sparse_attn_efficiency": (True, "unit"),
     "cores": (False, "int"),
     "cache_gb": (False, "pos"),
+    "gemv_cache_gb": (False, "pos"),
     "cache_bw_gbps": (False, "pos"),
     "cache_op_overhead_us": (False, "nonneg"),
     "cache_rewarm": (False, "unit"),
@@ -206,6 +208,10 @@ class _Reader:
             raise self.fail(f"{where}kind", f"unknown kind {kind!r}; valid: {', '.join(DEVICE_KINDS)}")
         sources: dict[str, str] = {}
         numbers = {k: self.number(table, k, where, check, req, sources) for k, (req, check) in _DEVICE_NUMBERS.items()}
+        if numbers["gemv_cache_gb"] is not None and (numbers["cache_gb"] is None
+                                                     or numbers["gemv_cache_gb"] < numbers["cache_gb"]):
+            raise self.fail(f"{where}gemv_cache_gb", "needs cache_gb and must be >= it (one-token passes keep "
+                                                     "at least what passes of more tokens keep)")
         peaks_table = table.get("peak_tflops")
         if not isinstance(peaks_table, dict) or not peaks_table:
             raise self.fail(f"{where}peak_tflops", "missing field (a table of dtype = { value, source })")

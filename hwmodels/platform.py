@@ -55,6 +55,10 @@ class Device:
     ``cache_rewarm`` (fraction in [0, 1], default 1): how much of the cold-to-warm gap a small model
     recovers on each pass after a larger one evicted it from the cache (1 = fully warm from its second
     pass, as an LRU cache would; a cache shared with busy neighbours re-warms more slowly).
+    ``gemv_cache_gb`` (optional, at least ``cache_gb``): the larger set one-token passes (GEMVs) keep in
+    the cache; a pass that feeds more tokens keeps less (host calibration measures both: a one-token pass
+    reads each weight row once and moves on, a many-token pass holds rows and activations longer), so
+    ``cache_gb`` is the multi-token passes' set and :meth:`holds` takes the token count.
     Without these fields nothing is resident (every preset taken from datasheets and papers).
 
     Optional ``gemm_row_ns_curve`` (``[[tokens, ns], ...]``, a step function like the efficiency
@@ -85,6 +89,7 @@ class Device:
     cores: int | None = None
     gemm_efficiency_curve: tuple[tuple[int, float], ...] | None = None
     cache_gb: float | None = None
+    gemv_cache_gb: float | None = None
     cache_bw_gbps: float | None = None
     cache_gemm_efficiency_curve: tuple[tuple[int, float], ...] | None = None
     cache_op_overhead_us: float | None = None
@@ -144,9 +149,14 @@ class Device:
             )
         return self.peak_tflops[dtype] * TERA
 
-    def holds(self, nbytes: float) -> bool:
-        """Whether a working set of ``nbytes`` stays resident in the device's last-level cache."""
-        return self.cache_gb is not None and nbytes <= self.cache_gb * GB
+    def holds(self, nbytes: float, tokens: int | None = None) -> bool:
+        """Whether a working set of ``nbytes`` stays resident in the device's last-level cache from one pass
+        to the next: in one-token passes (``tokens`` 1) up to ``gemv_cache_gb`` where given, else (passes of
+        more tokens, or ``tokens`` unknown) up to ``cache_gb``."""
+        if self.cache_gb is None:
+            return False
+        limit = self.gemv_cache_gb if tokens == 1 and self.gemv_cache_gb is not None else self.cache_gb
+        return nbytes <= limit * GB
 
     def overhead_s(self, resident: bool = False) -> float:
         """Fixed seconds per operator launch (resident: ``cache_op_overhead_us`` when given)."""

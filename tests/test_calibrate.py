@@ -196,6 +196,36 @@ def test_preset_with_a_bad_cache_curve_names_the_field(tmp_path):
         parse_platform(doc, "bad.toml")
 
 
+def test_one_token_passes_keep_the_larger_gemv_cache_and_a_bad_one_names_the_field():
+    one = replace(_cached_cpu(0.001).device("cpu"), gemv_cache_gb=0.002)
+    assert one.holds(1.5e6, tokens=1) and not one.holds(1.5e6, tokens=16) and not one.holds(1.5e6)
+    assert not one.holds(2.5e6, tokens=1)
+    # without the field every pass keeps cache_gb
+    assert not _cached_cpu(0.001).device("cpu").holds(1.5e6, tokens=1)
+    plat = replace(_cached_cpu(0.001), devices={"cpu": replace(one, sources={"gemv_cache_gb": "measured"})})
+    assert parse_platform(platform_to_dict(plat), "ok.toml").device("cpu").gemv_cache_gb == 0.002
+    doc = platform_to_dict(plat)
+    doc["devices"]["cpu"]["gemv_cache_gb"] = {"value": 0.0005, "source": "x"}
+    with pytest.raises(PresetError, match="gemv_cache_gb: needs cache_gb and must be >= it"):
+        parse_platform(doc, "bad.toml")
+
+
+def test_a_draft_between_the_two_caches_is_resident_in_its_one_token_passes():
+    # the draft's later passes (one token each) find it in the cache the one-token passes keep, though the
+    # smaller multi-token cache would not hold it; the target (larger than both) evicts it every round
+    from sim.strategies.base import Problem
+    from sim.strategies.chain import draft_pass_resident, draft_pass_seconds
+
+    ws = weight_working_set(SMALL)
+    base = _cached_cpu(0.5 * ws / 1e9)
+    wide = replace(base, devices={"cpu": replace(base.device("cpu"), gemv_cache_gb=2 * ws / 1e9)})
+    narrow, gemv = Problem(model=LARGE, platform=base, context=64), Problem(model=LARGE, platform=wide, context=64)
+    assert [draft_pass_resident(narrow, SMALL, "cpu", j) for j in range(3)] == [False, False, False]
+    assert [draft_pass_resident(gemv, SMALL, "cpu", j) for j in range(3)] == [False, True, True]
+    cold, warm = draft_pass_seconds(narrow, SMALL, "cpu", 3), draft_pass_seconds(gemv, SMALL, "cpu", 3)
+    assert warm[0] == pytest.approx(cold[0]) and warm[1] < cold[1] and warm[2] < cold[2]
+
+
 # ---------------------------------------------------------------------------- host-side decode-loop costs
 def test_loop_costs_round_trip_and_bad_keys_name_the_field():
     from hwmodels.platform import LoopCosts

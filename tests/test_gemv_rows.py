@@ -149,6 +149,9 @@ def test_multi_token_passes_can_only_shrink_the_weight_cache():
     assert replace(_probe(one_thread), weight_curve_multi=measured).weight_cache == (4.2e6, 38.71e9)
     # a multi-token curve holding more than the one-token one does not grow it
     assert replace(probe, weight_curve_multi=tuple((n, 40e9) for n, _ in one)).weight_cache == (6_700_000, 27e9)
+    # what one-token passes keep is the one-token curve's set, whatever the multi-token curve says
+    assert probe.gemv_weight_cache == (6_700_000, 27e9)
+    assert replace(_probe(one_thread), weight_curve_multi=measured).gemv_weight_cache == (10.9e6, 23.03e9)
 
 
 def test_the_weight_curve_counts_the_bytes_the_working_set_counts():

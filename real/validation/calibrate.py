@@ -417,6 +417,8 @@ def summary_lines(platform: Platform, cal: Calibration) -> list[str]:
                      f"{dev.op_overhead_us:.1f} us per operator")
         lines.append(f"        GEMM efficiency by M: {curve}")
         held = f"weights held in the cache up to {dev.cache_gb * 1e3:.1f} MB" if dev.cache_gb else "no cache"
+        if dev.gemv_cache_gb:
+            held += f" ({dev.gemv_cache_gb * 1e3:.1f} MB in one-token passes)"
         rows = (", start-up per streamed weight row by M: " + ", ".join(f"{m}: {ns:.0f} ns" for m, ns in
                                                                      dev.gemm_row_ns_curve if ns > 0)
                 if dev.gemm_row_ns_curve else "")

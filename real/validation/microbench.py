@@ -491,6 +491,13 @@ class StreamingProbe:
         return held_weight_set(self.weight_curve, self.weight_curve_multi)
 
     @property
+    def gemv_weight_cache(self) -> tuple[int, float] | None:
+        """The same from the one-token passes alone: what a one-token pass keeps in the cache."""
+        from real.validation.host_facts import held_weight_set
+
+        return held_weight_set(self.weight_curve)
+
+    @property
     def rewarm(self) -> float:
         """Share of the cold-to-warm gap the draft recovers on its later passes (0..1)."""
         gap = self.draft_cold_s - self.draft_warm_s

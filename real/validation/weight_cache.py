@@ -14,10 +14,11 @@ from real.validation.microbench import PROBE_CONTEXT, REWARM_DRAFT, median_time,
 #: Layers of the draft-shaped model whose weight prefixes :func:`weight_cache_curve` cycles through.
 WEIGHT_CURVE_LAYERS = 6
 #: Tokens of the curve's second pass over every weight set: a tree pass (the default verified width of
-#: Medusa and Dovetail trees; a draft tree's passes feed 10-16 tokens). Multi-token passes keep less of the
-#: cache than one-token ones: the cache a model's weights get is the smaller of the two curves' sets
-#: (:attr:`real.validation.microbench.StreamingProbe.weight_cache`; a calibrated platform's ``cache_gb``
-#: source lists both curves).
+#: Medusa and Dovetail trees; a Dovetail drafter's passes feed 10 tokens). Multi-token passes keep less of
+#: the cache than one-token ones: a calibrated platform's ``cache_gb`` is the smaller of the two curves'
+#: sets (:attr:`real.validation.microbench.StreamingProbe.weight_cache`), its ``gemv_cache_gb`` the
+#: one-token curve's (:attr:`~real.validation.microbench.StreamingProbe.gemv_weight_cache`; what a chain's
+#: or a draft tree's one-token draft passes keep); ``cache_gb``'s source lists both curves.
 WEIGHT_CURVE_TOKENS = 16
 
 

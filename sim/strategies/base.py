@@ -338,16 +338,18 @@ def require_fit(problem: Problem, model: ModelSpec, device: str, what: str = "mo
                            f"{problem.platform.name} has {dev.mem_capacity_gb:g} GB (try --method offload)")
 
 
-def co_resident(problem: Problem, device: str, *models: ModelSpec, extra_bytes: float = 0.0) -> bool:
+def co_resident(problem: Problem, device: str, *models: ModelSpec, extra_bytes: float = 0.0,
+                tokens: int | None = None) -> bool:
     """Whether ``models`` (and ``extra_bytes`` of other weights) stay in ``device``'s last-level cache
     together: a step that runs a draft and a target (or a target and Medusa heads) keeps either one
-    resident only if all of them fit, since each evicts the other every round."""
+    resident only if all of them fit, since each evicts the other every round. ``tokens``: the tokens
+    each of their passes feeds, where all feed the same (:meth:`hwmodels.platform.Device.holds`)."""
     from sim.step_graph import weight_working_set
 
     dev = problem.platform.device(device)
     if dev.cache_gb is None:
         return False
-    return dev.holds(sum(weight_working_set(m) for m in models) + extra_bytes)
+    return dev.holds(sum(weight_working_set(m) for m in models) + extra_bytes, tokens)
 
 
 def host_seconds(problem: Problem, method: str, device: str, passes=0.0, nodes=0.0):

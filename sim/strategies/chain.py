@@ -39,11 +39,12 @@ def draft_pass_resident(problem: Problem, draft: ModelSpec, device: str, j: int)
     Both models fit the cache together: every pass. The draft fits alone but not with the target:
     the target's verification streams its weights through the cache and evicts the draft, so the
     round's first pass reads the draft from DRAM and the following ones find it in the cache (LRU).
-    Otherwise no pass.
+    Otherwise no pass. A draft pass feeds one token: the cache one-token passes keep decides
+    (``gemv_cache_gb`` where the device has it).
     """
     if co_resident(problem, device, problem.model, draft):
         return True
-    return j > 0 and co_resident(problem, device, draft)
+    return j > 0 and co_resident(problem, device, draft, tokens=1)
 
 
 def rewarm_seconds(problem: Problem, draft: ModelSpec, device: str, j: int) -> float:

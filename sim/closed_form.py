@@ -268,7 +268,7 @@ def op_seconds(model: ModelSpec, platform: Platform, device: str, q, s, b=1, den
     dens = chain_density(q) if density is None else np.asarray(density, dtype=float)
     nbytes = arr["weight_bytes"] + arr["act_bytes"] + arr["kv_bytes"]
     if resident is None:
-        resident = dev.cache_gb is not None and dev.holds(weight_working_set(model, poly.dtype))
+        resident = dev.holds(weight_working_set(model, poly.dtype))
     if is_profiled(dev):    # measured operator latencies (sim.op_timing); the roofline below is untouched
         return _profiled_op_seconds(poly, arr, model, dev, b, q, s, dens, standalone_bw(platform, device), resident)
     t = roofline_arrays(dev, poly.dtype, arr["flops"], nbytes, arr["tokens"], np.asarray(dens)[..., None],

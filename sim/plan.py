@@ -221,7 +221,7 @@ def graph_tasks(graph: StepGraph, platform: Platform, device: str, prefix: str, 
     last: tuple[str, ...] = tuple(deps)
     dev = platform.device(device)
     if resident is None:
-        resident = dev.cache_gb is not None and dev.holds(weight_working_set(graph.model, graph.dtype))
+        resident = dev.holds(weight_working_set(graph.model, graph.dtype))
 
     def add(op: Op, name: str, instances: int | None) -> None:
         nonlocal last

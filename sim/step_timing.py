@@ -70,6 +70,6 @@ def price_op(op: Op, device: Device, dtype: str, bw_bytes_per_s: float | None = 
 def price_step(graph: StepGraph, device: Device, bw_bytes_per_s: float | None = None) -> StepPrice:
     """Every operator of ``graph`` timed on ``device`` (bandwidth: the device alone by default;
     cache-resident when the model's weights fit in the device's last-level cache)."""
-    resident = device.cache_gb is not None and device.holds(weight_working_set(graph.model, graph.dtype))
+    resident = device.holds(weight_working_set(graph.model, graph.dtype))
     return StepPrice(graph, device, tuple(price_op(op, device, graph.dtype, bw_bytes_per_s, resident)
                                           for op in priced_ops(graph, device)))

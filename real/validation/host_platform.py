@@ -132,9 +132,9 @@ def _device(name: str, w: WorkerMeasurement, cal: Calibration, description: str)
                   + f"({held[0] / 1e6:.2f} MB) is what a model's weights "
                   f"get, less than the stream triad's {_mib(w.cache_bytes)} ({thr}, median of "
                   f"{s.overhead_repeats}) {on}")})
-        gemv = probe.gemv_weight_cache
-        if held is not None and gemv is not None and held[0] < min(gemv[0], w.cache_bytes):
-            size = min(gemv[0], w.cache_bytes)
+        gemv = probe.gemv_weight_cache       # None exactly when held is: both read the one-token curve
+        size = min(gemv[0], w.cache_bytes) if gemv is not None else 0
+        if held is not None and held[0] < size:
             device = replace(device, gemv_cache_gb=size / 1e9, sources={**device.sources, "gemv_cache_gb": (
                 f"measured {by}: the largest set of model weights that one-token linears still read from the "
                 f"cache in a loop of their own ({size / 1e6:.2f} MB; the one-token curve of cache_gb's source, "

@@ -346,10 +346,7 @@ def co_resident(problem: Problem, device: str, *models: ModelSpec, extra_bytes: 
     each of their passes feeds, where all feed the same (:meth:`hwmodels.platform.Device.holds`)."""
     from sim.step_graph import weight_working_set
 
-    dev = problem.platform.device(device)
-    if dev.cache_gb is None:
-        return False
-    return dev.holds(sum(weight_working_set(m) for m in models) + extra_bytes, tokens)
+    return problem.platform.device(device).holds(sum(weight_working_set(m) for m in models) + extra_bytes, tokens)
 
 
 def host_seconds(problem: Problem, method: str, device: str, passes=0.0, nodes=0.0):

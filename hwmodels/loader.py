@@ -24,6 +24,7 @@ gemv_cache_gb = { value = 0.04, source = "..." }              # optional: what o
 cache_bw_gbps = { value = 90.0, source = "..." }              # optional: streaming from it
 cache_gemm_efficiency_curve = { value = [[1, 0.4]], source = "..." }  # optional: weights in cache
 cache_op_overhead_us = { value = 7.0, source = "..." }        # optional: per launch, model in cache
+cache_loop_op_overhead_us = { value = 9.0, source = "..." }   # optional: the same, passes in a decode loop
 gemm_row_ns_curve = { value = [[1, 140.0], [8, 40.0]], source = "..." }  # optional: ns per streamed weight row
 [devices.gpu.peak_tflops]
 fp16 = { value = 142.0, source = "..." }
@@ -108,6 +109,7 @@ _DEVICE_NUMBERS = {
     "gemv_cache_gb": (False, "pos"),
     "cache_bw_gbps": (False, "pos"),
     "cache_op_overhead_us": (False, "nonneg"),
+    "cache_loop_op_overhead_us": (False, "nonneg"),
     "cache_rewarm": (False, "unit"),
 }
 #: Optional ``[[tokens, efficiency], ...]`` fields of a device.

@@ -52,6 +52,12 @@ class Device:
     ``cache_gemm_efficiency_curve`` (GEMM rates measured with the weights in the cache) when given,
     and with ``cache_op_overhead_us`` per operator launch when given (small operators of a resident
     model find their data in the cache; a model streaming its weights evicts it between them).
+    ``cache_loop_op_overhead_us`` (optional) replaces it for a resident model's passes when given: the
+    fixed cost per operator of a cache-resident model of a draft's width run pass after pass, as a
+    decode loop runs it (host calibration measures both: the bare ``cache_op_overhead_us`` on a forward
+    too narrow to compute, this one on a draft-sized model, where the threads of multi-threaded operators
+    sleep between them and the model's data leaves the cache between its passes); the bare one stays the
+    reference of costs measured on the narrow forward (``hcmp``'s split step, the drift check).
     ``cache_rewarm`` (fraction in [0, 1], default 1): how much of the cold-to-warm gap a small model
     recovers on each pass after a larger one evicted it from the cache (1 = fully warm from its second
     pass, as an LRU cache would; a cache shared with busy neighbours re-warms more slowly).
@@ -93,6 +99,7 @@ class Device:
     cache_bw_gbps: float | None = None
     cache_gemm_efficiency_curve: tuple[tuple[int, float], ...] | None = None
     cache_op_overhead_us: float | None = None
+    cache_loop_op_overhead_us: float | None = None
     cache_rewarm: float | None = None
     gemm_row_ns_curve: tuple[tuple[int, float], ...] | None = None
     derived_peaks: Mapping[str, tuple[str, float]] = field(default_factory=dict)
@@ -159,10 +166,19 @@ class Device:
         return nbytes <= limit * GB
 
     def overhead_s(self, resident: bool = False) -> float:
-        """Fixed seconds per operator launch (resident: ``cache_op_overhead_us`` when given)."""
+        """Fixed seconds per operator launch (resident: ``cache_loop_op_overhead_us``, else
+        ``cache_op_overhead_us``, when given)."""
+        if resident and self.cache_loop_op_overhead_us is not None:
+            return self.cache_loop_op_overhead_us * US
         if resident and self.cache_op_overhead_us is not None:
             return self.cache_op_overhead_us * US
         return self.op_overhead_s
+
+    @property
+    def bare_cache_overhead_s(self) -> float:
+        """Fixed seconds per operator of a resident forward too narrow to compute (``cache_op_overhead_us``;
+        ``op_overhead_us`` without it): the reference of costs measured on such a forward."""
+        return self.cache_op_overhead_us * US if self.cache_op_overhead_us is not None else self.op_overhead_s
 
     def row_start_s(self, tokens: int | None, rows: int, resident: bool = False) -> float:
         """Start-up seconds of the ``rows`` weight rows of a linear at ``tokens`` tokens whose weight streams

@@ -185,6 +185,24 @@ def test_resident_models_pay_the_in_cache_fixed_cost_per_launch():
     assert float(step_seconds(LARGE, plat, "cpu", 1, 64)) == pytest.approx(float(step_seconds(LARGE, cheap, "cpu", 1, 64)))
 
 
+def test_resident_passes_pay_the_loop_fixed_cost_and_the_bare_one_stays_the_reference():
+    plat = _cached_cpu(0.032)
+    bare = replace(plat.device("cpu"), cache_op_overhead_us=1.0)
+    looped = replace(bare, cache_loop_op_overhead_us=12.0, sources={"cache_loop_op_overhead_us": "measured"})
+    one, loop = (replace(plat, devices={"cpu": d}) for d in (bare, looped))
+    launches = sum(op.launches * op.count for op in build_step_graph(SMALL, 1, 64).ops)
+    diff = float(step_seconds(SMALL, loop, "cpu", 1, 64)) - float(step_seconds(SMALL, one, "cpu", 1, 64))
+    assert diff == pytest.approx(launches * (12.0 - 1.0) * 1e-6, rel=1e-9)
+    assert float(step_seconds(LARGE, loop, "cpu", 1, 64)) == pytest.approx(float(step_seconds(LARGE, one, "cpu", 1, 64)))
+    assert (looped.overhead_s(True), looped.overhead_s(False)) == pytest.approx((12e-6, 5e-6))
+    assert (looped.bare_cache_overhead_s, plat.device("cpu").bare_cache_overhead_s) == pytest.approx((1e-6, 5e-6))
+    assert parse_platform(platform_to_dict(loop), "ok.toml").device("cpu").cache_loop_op_overhead_us == 12.0
+    doc = platform_to_dict(loop)
+    doc["devices"]["cpu"]["cache_loop_op_overhead_us"] = {"value": -3.0, "source": "x"}
+    with pytest.raises(PresetError, match="cache_loop_op_overhead_us: must be >= 0"):
+        parse_platform(doc, "bad.toml")
+
+
 def test_preset_with_a_bad_cache_curve_names_the_field(tmp_path):
     doc = platform_to_dict(_cached_cpu(0.032))
     doc["devices"]["cpu"]["cache_gemm_efficiency_curve"] = {"value": [[1, 1.5]], "source": "x"}

@@ -13,7 +13,8 @@ from hwmodels.loader import load_platform_file, write_platform_file
 from hwmodels.platform import Device, MemoryDomain, Platform
 from hwmodels.roofline import roofline_time
 from real.validation.gemm_rows import fit_rows, row_curve, row_free
-from real.validation.microbench import GemmPoint, StreamingProbe
+from real.validation.microbench import GemmPoint
+from real.validation.stream_step_probe import StreamingProbe
 from sim.closed_form import roofline_arrays, step_seconds
 from sim.engine import run_plans
 from sim.model_spec import ModelSpec
@@ -157,7 +158,7 @@ def test_multi_token_passes_can_only_shrink_the_weight_cache():
 def test_the_weight_curve_counts_the_bytes_the_working_set_counts():
     # a curve set of a model's shape is that model's working set, norms included: a draft measured as held
     # by the cache is priced as held (one repeat, no warm-up: only the byte counts are checked)
-    from real.validation.microbench import REWARM_DRAFT
+    from real.validation.stream_step_probe import REWARM_DRAFT
     from real.validation.weight_cache import weight_cache_curve
     from sim.step_graph import weight_working_set
 
@@ -165,3 +166,24 @@ def test_the_weight_curve_counts_the_bytes_the_working_set_counts():
     for layers in (1, 2):
         spec = ModelSpec(name="d", dtype="fp32", max_position=256, **{**REWARM_DRAFT, "n_layers": layers})
         assert sizes[2 * layers] == weight_working_set(spec)
+
+
+def test_the_resident_loop_cost_is_the_draft_pass_beyond_its_gemms_per_operator():
+    # the cache-resident draft-sized model's pass in a loop of its own minus its GEMMs alone, over the
+    # pass's step-graph launches, as the streaming probe's DRAM cost is derived
+    from real.validation.host_platform import resident_loop_overhead
+    from real.validation.host_facts import FULL
+    from real.validation.stream_step_probe import REWARM_DRAFT
+    from sim.step_graph import build_step_graph
+
+    spec = ModelSpec(name="d", dtype="fp32", max_position=256, **REWARM_DRAFT)
+    launches = sum(op.launches * op.count for op in build_step_graph(spec, 1, 64).ops)
+    probe = replace(_probe(()), draft_warm_s=1.2e-3, draft_gemm_s=0.3e-3, draft_spec=spec)
+    dev = Device(name="cpu", kind="cpu", peak_tflops={"fp32": 0.1}, mem_bw_gbps=20.0, mem_capacity_gb=16.0,
+                 bw_efficiency=1.0, compute_efficiency=1.0, op_overhead_us=18.0, token_tile=1,
+                 sparse_attn_efficiency=0.0, cache_op_overhead_us=14.7)
+    per_op, source = resident_loop_overhead(probe, dev, "2 threads", FULL, "by hetspec calibrate", "on x")
+    assert per_op == pytest.approx(0.9e-3 / launches)
+    assert f"over its {launches} operators" in source and "14.70 us" in source
+    # a pass faster than its GEMMs (noise) costs nothing beyond them, never a negative cost
+    assert resident_loop_overhead(replace(probe, draft_gemm_s=2e-3), dev, "", FULL, "", "")[0] == 0.0

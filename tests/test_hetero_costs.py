@@ -237,6 +237,12 @@ def test_hcmp_prices_each_sides_split_layer_and_the_two_threads_python():
         merge = next(g for g in layer_groups if g.name == "softmax_merge")
         assert getattr(merge, side).fixed_s == pytest.approx(20e-6 * scale)
     assert step.serial == 0.0
+    # the split layer's costs were measured on the bare narrow forward: a resident model's loop cost
+    # (cache_loop_op_overhead_us) does not rescale them
+    _, problem, cfg, _ = _hcmp(host({"hcmp_layer": 150.0, "hcmp_merge_layer": 20.0}, cache_op_overhead_us=5.0,
+                                    cache_loop_op_overhead_us=40.0))
+    looped = [g for g in build_split_step(problem, cfg).groups if g.count == 8]
+    assert sum(g.primary.fixed_s for g in looped) == pytest.approx(170e-6 * scale)
     _, problem, cfg, _ = _hcmp(_with({"hcmp_layer": 150.0, "hcmp_merge_layer": 20.0, "hcmp_pair_layer": 272.0}))
     paired = build_split_step(problem, cfg)
     assert paired.serial == pytest.approx(272.0 / 170.0 - 1.0)

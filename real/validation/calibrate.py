@@ -414,7 +414,9 @@ def summary_lines(platform: Platform, cal: Calibration) -> list[str]:
         curve = ", ".join(f"{m}: {e:.2f}" for m, e in dev.gemm_efficiency_curve)
         lines.append(f"  {dev.name:<5} ({dev.cores} thr)  GEMM peak {dev.peak_tflops['fp32'] * 1e3:.1f} GFLOP/s, "
                      f"DRAM {dev.mem_bw_gbps:.1f} GB/s, cache {dev.cache_bw_gbps:.1f} GB/s, "
-                     f"{dev.op_overhead_us:.1f} us per operator")
+                     f"{dev.op_overhead_us:.1f} us per operator"
+                     + (f" ({dev.cache_loop_op_overhead_us:.1f} us in the cache, passes in a loop)"
+                        if dev.cache_loop_op_overhead_us is not None else ""))
         lines.append(f"        GEMM efficiency by M: {curve}")
         held = f"weights held in the cache up to {dev.cache_gb * 1e3:.1f} MB" if dev.cache_gb else "no cache"
         if dev.gemv_cache_gb:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from hwmodels.platform import Device, Platform
 from real.validation.host_facts import Settings
@@ -21,6 +22,9 @@ def _model_price(device: Device, sample, context: int) -> float:
     from sim.pricing import dovetail_draft_passes, forward_seconds, medusa_heads_seconds
 
     spec, draft = probe_specs()
+    # the probe models are the narrow forward the bare fixed cost (cache_op_overhead_us) was measured on,
+    # not a draft-wide model's passes (cache_loop_op_overhead_us)
+    device = replace(device, cache_loop_op_overhead_us=None)
     platform = Platform(name="probe", description="", devices={device.name: device})
     q = max(int(round(sample.nodes)), 1)
     price = float(forward_seconds(spec, platform, device.name, q, context))

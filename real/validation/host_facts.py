@@ -178,7 +178,7 @@ class WorkerMeasurement:
     dispatch_s: float
     overhead: object              # real.validation.microbench.LayerOverhead
     loops: tuple = ()             # real.validation.microbench.LoopSample rows: the real decode loops on the probe
-    streaming: object = None      # real.validation.microbench.StreamingProbe: a step of a model larger than the cache
+    streaming: object = None      # real.validation.stream_step_probe.StreamingProbe: a step of a model larger than the cache
     spread: dict = field(default_factory=dict)   # machine.SPREAD_KEYS -> max / min - 1 over the rounds
     dtype_rates: tuple = ()       # real.validation.microbench.DtypeRate rows: bf16 / fp16 GEMMs at the fp32 peak's shape
     row_fits: tuple = ()          # RowFit per token count: streamed linears' row-free rate and row start-up

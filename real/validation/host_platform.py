@@ -116,7 +116,11 @@ def _device(name: str, w: WorkerMeasurement, cal: Calibration, description: str)
         device = replace(device, op_overhead_us=round(per_op * 1e6, 3), cache_rewarm=round(probe.rewarm, 4),
                          sources={**device.sources, "op_overhead_us": source,
                                   "cache_op_overhead_us": sources["op_overhead_us"], "cache_rewarm": rewarm_source})
-        from real.validation.microbench import REWARM_DRAFT
+        if probe.draft_gemm_s > 0 and probe.draft_spec is not None:
+            loop_op, loop_source = resident_loop_overhead(probe, device, thr, s, by, on)
+            device = replace(device, cache_loop_op_overhead_us=round(loop_op * 1e6, 3),
+                             sources={**device.sources, "cache_loop_op_overhead_us": loop_source})
+        from real.validation.stream_step_probe import REWARM_DRAFT
 
         held = probe.weight_cache
         if held is not None and held[0] < w.cache_bytes:
@@ -204,6 +208,29 @@ def streaming_overhead(device: Device, probe, thr: str, settings: Settings, by: 
               f"for {probe.masked_tokens} under a tree mask, its GEMMs alone {probe.gemm_unmasked_s * 1e3:.2f} and "
               f"{probe.gemm_masked_s * 1e3:.2f} ms; the rest over its {launches} operators ({thr}, median of {settings.overhead_repeats}) {on}. "
               f"Models that fit the cache use cache_op_overhead_us")
+    return per_op, source
+
+
+def resident_loop_overhead(probe, device: Device, thr: str, settings: Settings, by: str,
+                           on: str) -> tuple[float, str]:
+    """Fixed seconds per operator launch of a cache-resident model's passes in a decode loop: the
+    draft-sized model's pass in a loop of its own minus its GEMMs run alone (interleaved with it), over
+    the pass's launches, as :func:`streaming_overhead` does for a model read from DRAM. It is more than
+    the bare forward's (``cache_op_overhead_us``, hidden 64): at a draft's width the threads of its
+    multi-threaded operators (attention) sleep between them and must be woken, and its data leaves the
+    cache while its other operators run."""
+    from sim.step_graph import build_step_graph, weight_working_set
+
+    spec = probe.draft_spec
+    launches = sum(op.launches * op.count for op in build_step_graph(spec, 1, probe.context).ops)
+    per_op = max((probe.draft_warm_s - probe.draft_gemm_s) / launches, 0.0)
+    source = (f"measured: {per_op * 1e6:.2f} us per step-graph operator {by}: a cache-resident random-weight "
+              f"model of a draft's shape ({spec.n_layers} layers, hidden {spec.hidden}, "
+              f"{weight_working_set(spec) / 1e6:.0f} MB of fp32 weights read per pass) takes {probe.draft_warm_s * 1e3:.3f} ms per "
+              f"one-token pass in a loop of its own, its GEMMs alone {probe.draft_gemm_s * 1e3:.3f} ms; the rest "
+              f"over its {launches} operators ({thr}, median of {settings.overhead_repeats}) {on}. Prices the passes "
+              f"of a resident model; the bare forward's {device.bare_cache_overhead_s * 1e6:.2f} us "
+              f"(cache_op_overhead_us) is the reference of costs measured on that forward")
     return per_op, source
 
 

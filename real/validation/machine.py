@@ -137,7 +137,7 @@ def machine_drift(dev, threads: int, triad_bytes: int | None = None) -> dict:
     from real.validation.host_facts import DRAM_WORKING_SET_LLC, llc_bytes
 
     probe = reference_probe(threads, triad_bytes or DRAM_WORKING_SET_LLC * llc_bytes()[0])
-    then = dev.cache_op_overhead_us if dev.cache_op_overhead_us is not None else dev.op_overhead_us
+    then = dev.bare_cache_overhead_s * 1e6
     return {"now_us": probe["op_us"], "calibrated_us": then, "change": change(probe["op_us"], then),
             "triad_now_gbps": probe["triad_gbps"], "triad_calibrated_gbps": dev.mem_bw_gbps,
             "triad_change": change(probe["triad_gbps"], dev.mem_bw_gbps), "warning": DRIFT_WARNING,

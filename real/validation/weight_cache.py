@@ -8,16 +8,17 @@ from dataclasses import replace
 
 import torch
 
-from real.validation import microbench
-from real.validation.microbench import PROBE_CONTEXT, REWARM_DRAFT, median_time, torch_threads
+from real.validation import stream_step_probe
+from real.validation.microbench import PROBE_CONTEXT, median_time, torch_threads
+from real.validation.stream_step_probe import REWARM_DRAFT
 
 #: Layers of the draft-shaped model whose weight prefixes :func:`weight_cache_curve` cycles through.
 WEIGHT_CURVE_LAYERS = 6
 #: Tokens of the curve's second pass over every weight set: a tree pass (the default verified width of
 #: Medusa and Dovetail trees; a Dovetail drafter's passes feed 10 tokens). Multi-token passes keep less of
 #: the cache than one-token ones: a calibrated platform's ``cache_gb`` is the smaller of the two curves'
-#: sets (:attr:`real.validation.microbench.StreamingProbe.weight_cache`), its ``gemv_cache_gb`` the
-#: one-token curve's (:attr:`~real.validation.microbench.StreamingProbe.gemv_weight_cache`; what a chain's
+#: sets (:attr:`real.validation.stream_step_probe.StreamingProbe.weight_cache`), its ``gemv_cache_gb`` the
+#: one-token curve's (:attr:`~real.validation.stream_step_probe.StreamingProbe.gemv_weight_cache`; what a chain's
 #: or a draft tree's one-token draft passes keep); ``cache_gb``'s source lists both curves.
 WEIGHT_CURVE_TOKENS = 16
 
@@ -36,7 +37,7 @@ def weight_cache_curve(repeats: int, warmup: int, tokens: int = 1) -> tuple[tupl
     spec = ModelSpec(name="weight-curve", dtype="fp32", max_position=4 * PROBE_CONTEXT,
                      **{**REWARM_DRAFT, "n_layers": WEIGHT_CURVE_LAYERS})
     model = random_transformer(spec)
-    blocks = microbench.linear_blocks(model)
+    blocks = stream_step_probe.linear_blocks(model)
     # each block's norm and the final one: read by the forward too, and counted in the working set the
     # prediction compares with the cache (sim.step_graph.weight_working_set), so a set of a model's shape
     # is measured at exactly that model's working set
@@ -46,15 +47,15 @@ def weight_cache_curve(repeats: int, warmup: int, tokens: int = 1) -> tuple[tupl
         for end in range(len(blocks) + 1):
             ws = [w for block in blocks[:end] for w in block] + [model.lm_head.weight]
             nbytes = sum(w.numel() * w.element_size() for w in ws + norms[:end] + [model.model.norm.weight])
-            out.append((int(nbytes), nbytes / median_time(microbench.gemm_pass(ws, tokens), repeats, warmup, inner=3)))
+            out.append((int(nbytes), nbytes / median_time(stream_step_probe.gemm_pass(ws, tokens), repeats, warmup, inner=3)))
     return tuple(out)
 
 
 def streaming_probe(threads: int, repeats: int, warmup: int, llc_bytes: int):
-    """:func:`real.validation.microbench.streaming_probe` and then, in the same process and with the same
+    """:func:`real.validation.stream_step_probe.streaming_probe` and then, in the same process and with the same
     threads, the :func:`weight_cache_curve` in one-token and in :data:`WEIGHT_CURVE_TOKENS`-token passes
     (its ``weight_curve`` and ``weight_curve_multi``)."""
-    probe = microbench.streaming_probe(threads, repeats, warmup, llc_bytes)
+    probe = stream_step_probe.streaming_probe(threads, repeats, warmup, llc_bytes)
     with torch_threads(threads):
         return replace(probe, weight_curve=weight_cache_curve(repeats, warmup),
                        weight_curve_multi=weight_cache_curve(repeats, warmup, WEIGHT_CURVE_TOKENS),

@@ -4,7 +4,7 @@ heterogeneous section of ``hetspec validate``.
 The validation's reference probe (:mod:`real.validation.machine`) re-times the fixed cost per operator and
 the DRAM triad with all threads. On this kind of shared virtual machine a single thread's speed at streaming
 weights can move on its own: the one-token step of the calibration's streaming decoder (a random-weight
-decoder of four times the last-level cache, :func:`real.validation.microbench.streaming_spec`) took 19.9 ms
+decoder of four times the last-level cache, :func:`real.validation.stream_step_probe.streaming_spec`) took 19.9 ms
 on one thread in a calibration, 23.4 ms in a ``hetspec calibrate --quick`` an hour later and 20.7 ms three
 minutes after that, while the two-thread probe of the validation in between moved by 3-7 %. Every
 prediction of the heterogeneous section prices single-thread workers, so the section re-times that step on
@@ -42,7 +42,8 @@ def worker_step_s(worker: str, llc_bytes: int | None = None, repeats: int = WORK
     from real.hetero.workers import get_worker, on_worker
     from real.model.random_models import random_transformer
     from real.validation.host_facts import llc_bytes as machine_llc
-    from real.validation.microbench import _probe_step, median_time, streaming_spec
+    from real.validation.microbench import _probe_step, median_time
+    from real.validation.stream_step_probe import streaming_spec
 
     model = random_transformer(streaming_spec(llc_bytes or machine_llc()[0]))
     with on_worker(get_worker(worker)), torch.inference_mode():

@@ -69,7 +69,7 @@ def calibrated_layer_fixed(problem, groups: list, layer_ops: set, costs: dict, d
     out = list(groups)
     for side, name in zip(("primary", "secondary"), devices):
         dev = problem.platform.device(name)
-        scale = dev.op_overhead_s / dev.overhead_s(True)
+        scale = dev.op_overhead_s / dev.bare_cache_overhead_s
         rest = [i for i, g in enumerate(out) if g.name in layer_ops and g.name != "softmax_merge"]
         priced = sum(getattr(out[i], side).fixed_s for i in rest)
         factor = costs["hcmp_layer"] * scale / priced if priced > 0 else 0.0

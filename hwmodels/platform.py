@@ -168,11 +168,11 @@ class Device:
     def overhead_s(self, resident: bool = False) -> float:
         """Fixed seconds per operator launch (resident: ``cache_loop_op_overhead_us``, else
         ``cache_op_overhead_us``, when given)."""
-        if resident and self.cache_loop_op_overhead_us is not None:
+        if not resident:
+            return self.op_overhead_s
+        if self.cache_loop_op_overhead_us is not None:
             return self.cache_loop_op_overhead_us * US
-        if resident and self.cache_op_overhead_us is not None:
-            return self.cache_op_overhead_us * US
-        return self.op_overhead_s
+        return self.bare_cache_overhead_s
 
     @property
     def bare_cache_overhead_s(self) -> float:

@@ -189,16 +189,21 @@ def _low_precision_peaks(w: WorkerMeasurement, sources: dict, thr: str, s: Setti
     return peaks, derived
 
 
+def step_launches(spec, context: int) -> int:
+    """Operator launches of ``spec``'s one-token step at ``context`` cached tokens (the step graph's)."""
+    from sim.step_graph import build_step_graph
+
+    return sum(op.launches * op.count for op in build_step_graph(spec, 1, context).ops)
+
+
 def streaming_overhead(device: Device, probe, thr: str, settings: Settings, by: str, on: str) -> tuple[float, str]:
     """Fixed seconds per operator launch of a model whose weights stream from DRAM: the streaming
     probe's step minus the same step's GEMMs run alone (interleaved with it, so both see the same
     state of the machine), over the step's launches (mean of the one-token and the masked
     verification step). Small operators between weight streams find their data evicted, so they cost
     more than in the cache-resident probe; the GEMMs themselves are priced by the DRAM GEMM curve."""
-    from sim.step_graph import build_step_graph
-
     spec = probe.spec
-    launches = sum(op.launches * op.count for op in build_step_graph(spec, 1, probe.context).ops)
+    launches = step_launches(spec, probe.context)
     rest = [(t - g) / launches for t, g in ((probe.unmasked_s, probe.gemm_unmasked_s),
                                              (probe.masked_s, probe.gemm_masked_s))]
     per_op = max(sum(rest) / len(rest), 0.0)
@@ -219,10 +224,10 @@ def resident_loop_overhead(probe, device: Device, thr: str, settings: Settings, 
     the bare forward's (``cache_op_overhead_us``, hidden 64): at a draft's width the threads of its
     multi-threaded operators (attention) sleep between them and must be woken, and its data leaves the
     cache while its other operators run."""
-    from sim.step_graph import build_step_graph, weight_working_set
+    from sim.step_graph import weight_working_set
 
     spec = probe.draft_spec
-    launches = sum(op.launches * op.count for op in build_step_graph(spec, 1, probe.context).ops)
+    launches = step_launches(spec, probe.context)
     per_op = max((probe.draft_warm_s - probe.draft_gemm_s) / launches, 0.0)
     source = (f"measured: {per_op * 1e6:.2f} us per step-graph operator {by}: a cache-resident random-weight "
               f"model of a draft's shape ({spec.n_layers} layers, hidden {spec.hidden}, "

@@ -59,14 +59,14 @@ def median_time(fn: Callable[[], object], repeats: int, warmup: int, inner: int 
 
 def interleaved_medians(jobs: dict[str, Callable[[], object]], repeats: int, warmup: int) -> dict[str, float]:
     """Median seconds of one call of each job, the jobs timed in turn (batches of 3 calls) ``repeats``
-    times so that all see the same state of the machine."""
-    for fn in jobs.values():
+    times (:func:`real.run.repeats.interleaved`) so that all see the same state of the machine."""
+    from real.run.repeats import interleaved
+
+    fns = list(jobs.values())
+    for fn in fns:
         median_time(fn, 1, warmup)
-    samples: dict[str, list[float]] = {k: [] for k in jobs}
-    for _ in range(repeats):
-        for k, fn in jobs.items():
-            samples[k].append(median_time(fn, 1, 0, inner=3))
-    return {k: statistics.median(v) for k, v in samples.items()}
+    runs = interleaved(len(fns), repeats, lambda i, _rep, _round: median_time(fns[i], 1, 0, inner=3))
+    return {k: statistics.median(r[0] for r in runs[i]) for i, k in enumerate(jobs)}
 
 
 # ---------------------------------------------------------------------------- GEMM

@@ -26,6 +26,8 @@ cache_gemm_efficiency_curve = { value = [[1, 0.4]], source = "..." }  # optional
 cache_op_overhead_us = { value = 7.0, source = "..." }        # optional: per launch, model in cache
 cache_loop_op_overhead_us = { value = 9.0, source = "..." }   # optional: the same, passes in a decode loop
 gemm_row_ns_curve = { value = [[1, 140.0], [8, 40.0]], source = "..." }  # optional: ns per streamed weight row
+batched_gemm_efficiency_curve = { value = [[1, 0.2]], source = "..." }  # optional: batched GEMMs (stacked weights)
+batched_gemm_row_ns_curve = { value = [[1, 35.0]], source = "..." }     # optional: their ns per streamed row
 [devices.gpu.peak_tflops]
 fp16 = { value = 142.0, source = "..." }
 [devices.gpu.timing]             # optional: measured operator latencies instead of the roofline (hwmodels.profile)
@@ -78,6 +80,8 @@ from hwmodels.datafile import output_path, read_data_file, writing
 from hwmodels.dtypes import DTYPE_BYTES
 from hwmodels.errors import HetSpecError, PresetError, UnknownNameError
 from hwmodels.platform import (
+    COST_CURVE_FIELDS,
+    CURVE_FIELDS,
     DEVICE_KINDS,
     LINK_KINDS,
     LOOP_COST_TERMS,
@@ -113,9 +117,9 @@ _DEVICE_NUMBERS = {
     "cache_rewarm": (False, "unit"),
 }
 #: Optional ``[[tokens, efficiency], ...]`` fields of a device.
-_DEVICE_CURVES = ("gemm_efficiency_curve", "cache_gemm_efficiency_curve", "gemm_row_ns_curve")
+_DEVICE_CURVES = CURVE_FIELDS
 #: Those of them whose values are costs (>= 0), not efficiencies.
-_DEVICE_COST_CURVES = ("gemm_row_ns_curve",)
+_DEVICE_COST_CURVES = COST_CURVE_FIELDS
 _LINK_NUMBERS = {"bw_gbps": (True, "pos"), "latency_us": (True, "nonneg"), "efficiency": (True, "frac"),
                  "host_share": (False, "share")}
 _DOMAIN_NUMBERS = {"bw_gbps": (True, "pos"), "capacity_gb": (True, "pos"), "contention_efficiency": (True, "frac")}

@@ -22,6 +22,11 @@ STORAGE = "storage"
 GB = 1e9     # datasheets quote decimal gigabytes
 TERA = 1e12
 US = 1e-6
+#: The ``[[tokens, value], ...]`` fields of a device (efficiencies, and the row costs among them).
+CURVE_FIELDS = ("gemm_efficiency_curve", "cache_gemm_efficiency_curve", "gemm_row_ns_curve",
+                "batched_gemm_efficiency_curve", "batched_gemm_row_ns_curve")
+#: Those of them whose values are costs (ns >= 0), not efficiencies.
+COST_CURVE_FIELDS = ("gemm_row_ns_curve", "batched_gemm_row_ns_curve")
 
 
 def curve_at(curve: tuple[tuple[int, float], ...], tokens: int) -> float:
@@ -76,6 +81,14 @@ class Device:
     each M over weight shapes of several widths (:mod:`real.validation.calibrate`); the streamed
     ``gemm_efficiency_curve`` is then that row-free rate. Datasheet presets leave it out.
 
+    Optional ``batched_gemm_efficiency_curve`` and ``batched_gemm_row_ns_curve``: the same two curves for
+    a batched GEMM over stacked weights (``torch.matmul`` of ``[1, M, K]`` by ``[H, K, N/H]``, one launch
+    for H weight matrices, as HetSpec's Medusa heads run), with the weight streamed from memory. Such a
+    kernel walks its weight differently from a linear layer's (measured on this project's calibration
+    host: ~35 ns per row at M = 1 where ``F.linear`` pays ~100), so operators marked ``batched``
+    (:attr:`sim.step_graph.Op.batched`) are priced with these curves where they are given, else with the
+    linear ones. Cache-resident batched GEMMs use ``cache_gemm_efficiency_curve``.
+
     Optional ``derived_peaks`` (dtype -> (source dtype, factor)): peaks that were not measured but are
     derived from a measured one, ``peak_tflops[dtype] = factor * peak_tflops[source]`` (host calibration
     measures fp32 GEMMs only, and prices fp16/bf16 from them). ``peak_tflops`` holds the derived values
@@ -102,6 +115,8 @@ class Device:
     cache_loop_op_overhead_us: float | None = None
     cache_rewarm: float | None = None
     gemm_row_ns_curve: tuple[tuple[int, float], ...] | None = None
+    batched_gemm_efficiency_curve: tuple[tuple[int, float], ...] | None = None
+    batched_gemm_row_ns_curve: tuple[tuple[int, float], ...] | None = None
     derived_peaks: Mapping[str, tuple[str, float]] = field(default_factory=dict)
     #: How operators are timed: None = the roofline; a :class:`hwmodels.profile.DeviceTiming` (backend
     #: ``profiled``: a measured operator profile and an execution mode, priced by :mod:`sim.op_timing`).
@@ -122,7 +137,7 @@ class Device:
                     raise HetSpecError(f"device {self.name}: derived peak factor for {dtype} must be > 0 (got {factor})")
                 peaks[dtype] = float(factor) * peaks[source]
             object.__setattr__(self, "peak_tflops", peaks)
-        for name in ("gemm_efficiency_curve", "cache_gemm_efficiency_curve", "gemm_row_ns_curve"):
+        for name in CURVE_FIELDS:
             if getattr(self, name) is not None:
                 curve = tuple(sorted((int(t), float(e)) for t, e in getattr(self, name)))
                 object.__setattr__(self, name, curve)
@@ -180,10 +195,26 @@ class Device:
         ``op_overhead_us`` without it): the reference of costs measured on such a forward."""
         return self.cache_op_overhead_us * US if self.cache_op_overhead_us is not None else self.op_overhead_s
 
-    def row_start_s(self, tokens: int | None, rows: int, resident: bool = False) -> float:
+    def row_curve(self, batched: bool = False) -> tuple[tuple[int, float], ...] | None:
+        """The row start-up curve of a streamed linear (``batched``: of a batched GEMM, where measured)."""
+        if batched and self.batched_gemm_row_ns_curve is not None:
+            return self.batched_gemm_row_ns_curve
+        return self.gemm_row_ns_curve
+
+    def efficiency_curve(self, resident: bool = False, batched: bool = False) -> tuple[tuple[int, float], ...] | None:
+        """The GEMM efficiency curve by token count: in the cache where ``resident`` (and measured there),
+        else streamed, of a batched GEMM where ``batched`` (and measured)."""
+        if resident and self.cache_gemm_efficiency_curve:
+            return self.cache_gemm_efficiency_curve
+        if batched and self.batched_gemm_efficiency_curve:
+            return self.batched_gemm_efficiency_curve
+        return self.gemm_efficiency_curve
+
+    def row_start_s(self, tokens: int | None, rows: int, resident: bool = False, batched: bool = False) -> float:
         """Start-up seconds of the ``rows`` weight rows of a linear at ``tokens`` tokens whose weight streams
-        from memory (``gemm_row_ns_curve``); 0 without the curve, in the cache, or without a token count."""
-        curve = self.gemm_row_ns_curve
+        from memory (``gemm_row_ns_curve``; ``batched_gemm_row_ns_curve`` for a batched GEMM where given); 0
+        without the curve, in the cache, or without a token count."""
+        curve = self.row_curve(batched)
         if not curve or resident or not tokens or not rows:
             return 0.0
         return rows * curve_at(curve, tokens) * 1e-9
@@ -192,11 +223,10 @@ class Device:
         """Bytes/s of a cache-resident working set (None without a measured cache bandwidth)."""
         return self.cache_bw_gbps * GB if self.cache_bw_gbps is not None else None
 
-    def compute_efficiency_at(self, tokens: int, resident: bool = False) -> float:
-        """Achievable fraction of peak for a GEMM with ``tokens`` rows (weights in the cache if ``resident``)."""
-        curve = self.gemm_efficiency_curve
-        if resident and self.cache_gemm_efficiency_curve:
-            curve = self.cache_gemm_efficiency_curve
+    def compute_efficiency_at(self, tokens: int, resident: bool = False, batched: bool = False) -> float:
+        """Achievable fraction of peak for a GEMM with ``tokens`` rows (weights in the cache if ``resident``;
+        a batched GEMM over stacked weights if ``batched``)."""
+        curve = self.efficiency_curve(resident, batched)
         if not curve:
             return self.compute_efficiency
         return curve_at(curve, max(int(tokens), 1))

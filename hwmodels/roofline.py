@@ -64,7 +64,7 @@ def achievable_bw(device: Device) -> float:
 
 def roofline_time(device: Device, flops: float, nbytes: float, dtype: str, tokens: int | None = None,
                   density: float = 1.0, launches: int = 1, bw_bytes_per_s: float | None = None,
-                  resident: bool = False, rows: int = 0) -> OpTiming:
+                  resident: bool = False, rows: int = 0, batched: bool = False) -> OpTiming:
     """Time of one operator: ``flops`` FLOPs and ``nbytes`` bytes on ``device`` at ``dtype``.
 
     ``tokens`` is the GEMM M dimension (for tile quantization and the efficiency curve),
@@ -72,7 +72,9 @@ def roofline_time(device: Device, flops: float, nbytes: float, dtype: str, token
     launches / dispatches the operator costs, ``bw_bytes_per_s`` the bandwidth available to it
     (default: the device alone), ``resident`` whether the weights sit in the last-level cache
     (then the cache bandwidth replaces ``bw_bytes_per_s``: cache hits do not contend for DRAM),
-    ``rows`` the weight rows of a linear layer (:attr:`sim.step_graph.Op.weight_rows`; 0 otherwise).
+    ``rows`` the weight rows of a linear layer (:attr:`sim.step_graph.Op.weight_rows`; 0 otherwise),
+    ``batched`` whether it is a batched GEMM over stacked weights (:attr:`sim.step_graph.Op.batched`:
+    the device's batched curves price it where it has them).
     """
     if flops < 0 or nbytes < 0:
         raise HetSpecError(f"operator FLOPs and bytes must be >= 0 (got {flops}, {nbytes})")
@@ -84,8 +86,9 @@ def roofline_time(device: Device, flops: float, nbytes: float, dtype: str, token
     if bw <= 0:
         raise HetSpecError(f"bandwidth must be > 0 (got {bw})")
     eff_flops = effective_flops(device, flops, tokens, density)
-    compute_s = eff_flops / (device.peak_flops_per_s(dtype) * device.compute_efficiency_at(tokens or 1, resident))
-    compute_s += device.row_start_s(tokens, rows, resident)
+    compute_s = eff_flops / (device.peak_flops_per_s(dtype)
+                             * device.compute_efficiency_at(tokens or 1, resident, batched))
+    compute_s += device.row_start_s(tokens, rows, resident, batched)
     memory_s = nbytes / bw
     overhead_s = launches * device.overhead_s(resident)
     return OpTiming(overhead_s + max(compute_s, memory_s), compute_s, memory_s, overhead_s, eff_flops)

@@ -68,6 +68,9 @@ class Op:
     batch: int = 1
     eager_launches: int | None = None
     profile_tokens: int = 0   # token count a profile looks the operator up at (0: ``tokens``)
+    #: a linear run as one batched GEMM over stacked weights (torch.matmul, HetSpec's Medusa heads), which
+    #: a calibrated device prices with its batched curves (hwmodels.platform.Device)
+    batched: bool = False
 
     @property
     def bytes(self) -> float:
@@ -116,11 +119,12 @@ class StepGraph:
 
 
 def linear_op(name: str, tokens: int, d_in: int, d_out: int, dt: float, count: int,
-              kind: str = "linear", section: str = "layer") -> Op:
-    """A GEMM of ``tokens`` rows by a ``d_in x d_out`` weight (Medusa App. accounting)."""
+              kind: str = "linear", section: str = "layer", batched: bool = False) -> Op:
+    """A GEMM of ``tokens`` rows by a ``d_in x d_out`` weight (Medusa App. accounting); ``batched``: one
+    batched GEMM over stacked weights whose outputs total ``d_out`` (:attr:`Op.batched`)."""
     return Op(name, kind, section, flops=2.0 * tokens * d_in * d_out, weight_bytes=dt * d_in * d_out,
               act_bytes=dt * tokens * (d_in + d_out), kv_bytes=0.0, tokens=tokens, count=count,
-              table="linear", shape=f"{d_in}x{d_out}")
+              table="linear", shape=f"{d_in}x{d_out}", batched=batched)
 
 
 def elementwise_op(name: str, kind: str, elements: float, flops_per_element: float, dt: float,

@@ -34,7 +34,7 @@ def tiny_calibration(tmp_path_factory):
 
     settings = Settings(m_values=(1, 8), shapes=((64, 64), (128, 256)), repeats=2, warmup=1,
                         dram_working_set_bytes=16 * 2**20, cold_pool_bytes=16 * 2**20, overhead_repeats=2,
-                        loop_repeats=1, label="test")
+                        loop_repeats=1, label="test", batched_m_values=(1, 4), batched_shapes=((64, 256), (128, 256)))
     out = tmp_path_factory.mktemp("platforms") / "host.toml"
     platform, path, cal = calibrate(out, progress=False, settings=settings, force=True, attempts=1)  # any load
     return platform, path, cal
@@ -78,6 +78,10 @@ def test_calibration_writes_a_loadable_host_with_sources(tiny_calibration):
     assert "median of" in cpu.sources["peak_tflops.fp32"]
     assert "larger than the last-level cache" in cpu.sources["op_overhead_us"]
     assert "torch operators" in cpu.sources["cache_op_overhead_us"]
+    # the Medusa heads' batched GEMM has a streamed curve of its own, at its token counts
+    assert [m for m, _ in cpu.batched_gemm_efficiency_curve] == [1, 4]
+    assert "torch.matmul" in cpu.sources["batched_gemm_efficiency_curve"]
+    assert len(cal.all_threads.gemm_batched) == 2 * 2
     assert [m for m, _ in cpu.gemm_efficiency_curve] == [1, 8]
     assert all(0 < e <= 1 for _, e in cpu.gemm_efficiency_curve + cpu.cache_gemm_efficiency_curve)
     loops = loaded.loop_costs["cpu"]

@@ -40,6 +40,10 @@ How the measurements enter the roofline (:mod:`hwmodels.roofline`):
   reads the weight row by row, each row a short stream of its own, so narrow rows read slower (here
   a 384-wide weight at about half the rate of a 2048-wide one at M = 1). The streamed curve is the
   fit's row-free rate at every M where a start-up was fitted.
+- ``batched_gemm_efficiency_curve`` and ``batched_gemm_row_ns_curve``: the same streamed fit for the
+  batched GEMM HetSpec's Medusa heads run (``torch.matmul`` over stacked ``[4, N / 4, K]`` weights,
+  :data:`ROUND_ITEMS` ``gemm_batched``), which walks its weight differently from ``F.linear`` over the
+  same bytes; operators marked batched (:attr:`sim.step_graph.Op.batched`) are priced with them.
 - ``mem_bw_gbps`` is the triad bandwidth on a working set well beyond the last-level cache, and
   ``bw_efficiency`` 1 (the number is already achievable, not a datasheet peak); ``cache_bw_gbps``
   is the triad bandwidth in the last-level cache; ``cache_gb`` the largest working set still read
@@ -110,7 +114,7 @@ from real.validation.machine import (
 ATTEMPTS = 3
 #: The benchmarks measured in interleaved rounds, in the first round's order (the streaming probe,
 #: which needs a fresh process, runs once after them).
-ROUND_ITEMS = ("gemm_cache", "gemm_dram", "triad_dram", "triad_cache", "overhead", "loops")
+ROUND_ITEMS = ("gemm_cache", "gemm_dram", "gemm_batched", "triad_dram", "triad_cache", "overhead", "loops")
 
 
 def _efficiency_curve(points, peak: float, m_values) -> tuple[tuple[int, float], ...]:
@@ -163,6 +167,9 @@ def _interleaved_rounds(threads: int, settings: Settings, dram_ws: int, cache_ws
         if name in ("gemm_cache", "gemm_dram"):     # ticks once per point
             return mb.gemm_rates(settings.m_values, settings.shapes, threads, reps, settings.warmup,
                                  cold_pool_bytes=cold_pool if name == "gemm_dram" else 0, progress=tick)
+        if name == "gemm_batched":
+            return mb.gemm_rates(settings.batched_m_values, settings.batched_shapes, threads, reps, settings.warmup,
+                                 cold_pool_bytes=cold_pool, progress=tick, heads=settings.batched_heads)
         if name == "triad_dram":
             out = mb.stream_bandwidth(dram_ws, threads, reps, settings.warmup)
         elif name == "triad_cache":
@@ -187,11 +194,12 @@ def _interleaved_rounds(threads: int, settings: Settings, dram_ws: int, cache_ws
 
     warm, warm_spread = gemm(got["gemm_cache"])
     cold, cold_spread = gemm(got["gemm_dram"])
+    batched, _ = gemm(got["gemm_batched"])
     caches = got["triad_cache"]
     overheads = [o for _, o in got["overhead"]]
     loops = got["loops"]
     return {
-        "gemm_warm": warm, "gemm_cold": cold, "dram": med(got["triad_dram"]),
+        "gemm_warm": warm, "gemm_cold": cold, "gemm_batched": batched, "dram": med(got["triad_dram"]),
         "cache_curve": tuple((ws, med(r[i] for r in caches)) for i, ws in enumerate(cache_sizes)),
         "dispatch": med(d for d, _ in got["overhead"]),
         "overhead": overheads[median_index([o.per_op_s for o in overheads])],
@@ -221,9 +229,13 @@ def _measure_worker(threads: int, settings: Settings, dram_ws: int, cache_ws: in
                                   llc_bytes()[0])
     tick()
     fits = fit_rows(cold)
+    batched = rounds["gemm_batched"]
+    batched_fits = fit_rows(batched)
     return WorkerMeasurement(threads=threads, gemm_warm=warm, gemm_cold=cold, peak_flops_per_s=peak,
                              efficiency_curve=row_free(_efficiency_curve(cold, peak, settings.m_values), fits, peak),
-                             row_fits=fits,
+                             row_fits=fits, gemm_batched=batched, batched_fits=batched_fits,
+                             batched_efficiency_curve=row_free(
+                                 _efficiency_curve(batched, peak, settings.batched_m_values), batched_fits, peak),
                              cache_efficiency_curve=_efficiency_curve(
                                  [p for p in warm if 4 * p.k * p.n <= WARM_WEIGHT_MAX_BYTES] or warm, peak,
                                  settings.m_values),
@@ -256,9 +268,10 @@ def measure(settings: Settings, progress: bool = True, command: str = "hetspec c
     dram_ws = settings.dram_working_set_bytes or DRAM_WORKING_SET_LLC * llc
     cache_ws = llc
     cold_pool = settings.cold_pool_bytes or COLD_POOL_LLC * llc
-    gemm_ticks = 2 * len(settings.m_values) * len(settings.shapes)
+    gemm_ticks = 2 * len(settings.m_values) * len(settings.shapes) + len(settings.batched_m_values) * len(
+        settings.batched_shapes)
     counts = [all_threads] + ([1] if all_threads != 1 else [])
-    total = len(counts) * (settings.rounds * (gemm_ticks + len(ROUND_ITEMS) - 2) + 1 + 2) + 2
+    total = len(counts) * (settings.rounds * (gemm_ticks + len(ROUND_ITEMS) - 3) + 1 + 2) + 2
     runtime = {"torch_threads": all_threads, **openmp_runtime()}
     with tqdm(total=total, desc="calibrate", unit="bench", disable=not progress, file=sys.stderr) as bar:
         def tick() -> None:
@@ -425,6 +438,9 @@ def summary_lines(platform: Platform, cal: Calibration) -> list[str]:
                                                                      dev.gemm_row_ns_curve if ns > 0)
                 if dev.gemm_row_ns_curve else "")
         lines.append(f"        {held}{rows}")
+        if dev.batched_gemm_row_ns_curve:
+            lines.append("        batched GEMM (Medusa heads) start-up per streamed row by M: " + ", ".join(
+                f"{m}: {ns:.0f} ns" for m, ns in dev.batched_gemm_row_ns_curve if ns > 0))
     lines.append(f"  contention: two single-thread workers streaming together get "
                  f"{dom.contention_efficiency:.2f} of {dom.bw_gbps:.1f} GB/s")
     disk = next((l for l in platform.links if l.kind == "storage"), None)

@@ -51,6 +51,10 @@ class Settings:
     loop_repeats: int = 5
     label: str = "full"
     rounds: int = 3        # interleaved rounds of the benchmarks (real.run.repeats.interleaved)
+    #: the batched GEMM of HetSpec's Medusa heads: token counts, (K, N) shapes (N over all heads), heads
+    batched_m_values: tuple[int, ...] = (1, 2, 4, 8, 16)
+    batched_shapes: tuple[tuple[int, int], ...] = ((256, 16384), (384, 16384), (512, 16384), (384, 8192))
+    batched_heads: int = 4
 
     def per_round(self, repeats: int) -> int:
         """Repeats of a benchmark in each round: ``repeats`` split over :attr:`rounds` (at least one)."""
@@ -65,13 +69,16 @@ class Settings:
 #: (the curve is read as a step function, and CPU GEMM kernels change path between small M: here
 #: M = 2 runs slower per row than M = 3 or 4), and weight shapes around the demo and random-weight
 #: models' layers (hidden 384-1024, MLP 1024-4096); 2048 x 2048 gives the peak. Row lengths K from
-#: 384 to 2048 let the row fit (:class:`RowFit`) tell a weight row's start-up from its bytes.
+#: 384 to 2048 let the row fit (:class:`RowFit`) tell a weight row's start-up from its bytes. The
+#: batched GEMM of the Medusa heads (4 heads of the demo's 4096-word vocabulary, rows of 256-512) is
+#: timed at the few token counts its proposals feed (one accepted token per sequence).
 FULL = Settings(m_values=(1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 20, 24, 32, 48, 64, 96, 128, 192, 256),
                 shapes=((384, 1536), (1536, 384), (512, 512), (512, 2048), (2048, 512), (1024, 1024), (2048, 2048)),
                 repeats=7, warmup=2)
 QUICK = Settings(m_values=(1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64, 128, 256),
                  shapes=((384, 1536), (512, 512), (1024, 1024)),
-                 repeats=5, warmup=1, overhead_repeats=5, loop_repeats=3, label="quick")
+                 repeats=5, warmup=1, overhead_repeats=5, loop_repeats=3, label="quick",
+                 batched_m_values=(1, 4, 16), batched_shapes=((256, 16384), (512, 16384)))
 
 
 def settings_for(quick: bool) -> Settings:
@@ -182,6 +189,9 @@ class WorkerMeasurement:
     spread: dict = field(default_factory=dict)   # machine.SPREAD_KEYS -> max / min - 1 over the rounds
     dtype_rates: tuple = ()       # real.validation.microbench.DtypeRate rows: bf16 / fp16 GEMMs at the fp32 peak's shape
     row_fits: tuple = ()          # RowFit per token count: streamed linears' row-free rate and row start-up
+    gemm_batched: tuple = ()      # GemmPoint rows of the heads' batched GEMM, weights streamed from DRAM
+    batched_fits: tuple = ()      # RowFit per token count of those
+    batched_efficiency_curve: tuple = ()   # their rate / peak per token count (row-free where fitted)
 
 
 @dataclass(frozen=True)

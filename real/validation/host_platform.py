@@ -104,6 +104,8 @@ def _device(name: str, w: WorkerMeasurement, cal: Calibration, description: str)
             f"GFLOP/s; median misfit over the fitted M {100 * _median(f.median_residual for f in fits):.0f} %, largest "
             f"{100 * max(f.max_residual for f in fits):.0f} % ({thr}, {s.medians(s.repeats)}) {on}")
         device = replace(device, gemm_row_ns_curve=row_curve(fits, s.m_values), sources=sources)
+    if w.batched_efficiency_curve:
+        device = _with_batched(device, w, s, sources, thr, by, on)
     if w.streaming is not None:
         per_op, source = streaming_overhead(device, w.streaming, thr, s, by, on)
         probe = w.streaming
@@ -187,6 +189,29 @@ def _low_precision_peaks(w: WorkerMeasurement, sources: dict, thr: str, s: Setti
         sources[f"derived_peak_tflops.{dt}"] = text
         sources[f"peak_tflops.{dt}"] = f"derived: 1 x the fp32 peak; {text}"
     return peaks, derived
+
+
+def _with_batched(device: Device, w: WorkerMeasurement, s: Settings, sources: dict, thr: str, by: str,
+                  on: str) -> Device:
+    """``device`` with the batched GEMM's curves (HetSpec's Medusa heads: one torch.matmul over stacked
+    weights), measured and fitted as the linears' streamed curve and row start-up are."""
+    fits = w.batched_fits
+    shapes = [[k, n] for k, n in s.batched_shapes]
+    sources["batched_gemm_efficiency_curve"] = (
+        f"measured {by}: per M, the median over (K, N) in {shapes} of the rate of torch.matmul(x [1, M, K], "
+        f"W [{s.batched_heads}, N / {s.batched_heads}, K] transposed) with the weights streamed from DRAM (a ring "
+        f"of distinct weights totalling {COLD_POOL_LLC} x the last-level cache) divided by peak_tflops ({thr}, "
+        f"{s.medians(s.repeats)}) {on}" + ("; where batched_gemm_row_ns_curve has a start-up, the row-free rate "
+                                           "of its fit" if fits else ""))
+    device = replace(device, batched_gemm_efficiency_curve=w.batched_efficiency_curve, sources=sources)
+    if fits:
+        sources["batched_gemm_row_ns_curve"] = (
+            f"measured {by}: per M, those batched GEMM times fitted as 2 M K N / rate + N x row cost (0 where the fit "
+            f"gives none); M={fits[0].m}: {fits[0].row_s * 1e9:.0f} ns per weight row beside a row-free "
+            f"{fits[0].flops_per_s / 1e9:.2f} GFLOP/s; largest misfit {100 * max(f.max_residual for f in fits):.0f} % "
+            f"({thr}, {s.medians(s.repeats)}) {on}")
+        device = replace(device, batched_gemm_row_ns_curve=row_curve(fits, s.batched_m_values), sources=sources)
+    return device
 
 
 def step_launches(spec, context: int) -> int:

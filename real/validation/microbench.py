@@ -29,6 +29,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from hwmodels.errors import HetSpecError
+
 #: Bytes per fp32 element (the real path computes in fp32).
 FP32_BYTES = 4
 
@@ -81,8 +83,12 @@ class GemmPoint:
 
 def gemm_rates(m_values: Sequence[int], shapes: Sequence[tuple[int, int]], threads: int, repeats: int,
                warmup: int, cold_pool_bytes: int = 0,
-               progress: Callable[[], None] | None = None) -> tuple[GemmPoint, ...]:
+               progress: Callable[[], None] | None = None, heads: int = 1) -> tuple[GemmPoint, ...]:
     """``F.linear(x [M, K], W [N, K])`` FLOP/s (2*M*K*N per call) for every M and (K, N).
+
+    ``heads`` > 1: the batched GEMM HetSpec's Medusa heads run instead (:mod:`real.model.medusa_heads`),
+    ``torch.matmul(x [1, M, K], W [heads, N / heads, K] transposed)``: the same FLOPs and weight bytes
+    in one launch over ``heads`` stacked matrices (N a multiple of ``heads``).
 
     ``cold_pool_bytes`` 0: the same weight every call, so it stays in the cache (warm).
     Otherwise each call uses the next of a pool of distinct weights totalling at least that many
@@ -93,10 +99,13 @@ def gemm_rates(m_values: Sequence[int], shapes: Sequence[tuple[int, int]], threa
     gen = torch.Generator().manual_seed(0)
     with torch_threads(threads), torch.inference_mode():
         for k, n in shapes:
+            if n % heads:
+                raise HetSpecError(f"batched GEMM probe: {n} output rows do not split into {heads} heads")
             pool = max(1, -(-cold_pool_bytes // (k * n * FP32_BYTES))) if cold_pool_bytes else 1
-            weights = [torch.randn(n, k, generator=gen) for _ in range(pool)]
+            shape = (n, k) if heads == 1 else (heads, n // heads, k)
+            weights = [torch.randn(*shape, generator=gen) for _ in range(pool)]
             for m in m_values:
-                x = torch.randn(m, k, generator=gen)
+                x = torch.randn(m, k, generator=gen) if heads == 1 else torch.randn(1, m, k, generator=gen)
                 # aim for >= ~1 ms per timed batch so the timer's resolution does not matter; the
                 # ring of a pool continues across batches, so consecutive calls never reuse a weight
                 inner = min(max(1, int(2e-3 * 50e9 / (2.0 * m * k * n))), 64)
@@ -108,7 +117,7 @@ def gemm_rates(m_values: Sequence[int], shapes: Sequence[tuple[int, int]], threa
                     if w is None:
                         ring = iter(weights)
                         w = next(ring)
-                    return F.linear(x, w)
+                    return F.linear(x, w) if heads == 1 else torch.matmul(x, w.transpose(1, 2))
                 s = median_time(call, repeats, warmup, inner=inner)
                 out.append(GemmPoint(m, k, n, s, 2.0 * m * k * n / s))
                 if progress:

@@ -217,7 +217,7 @@ def _price(problem: Problem, device: str, op: Op, dtype: str, density: float | N
     dev = problem.platform.device(device)
     t = roofline_time(dev, op.flops, op.bytes, dtype, tokens=op.tokens or None,
                       density=op.density if density is None else density, launches=op.launches,
-                      bw_bytes_per_s=standalone_bw(problem.platform, device), rows=op.weight_rows)
+                      bw_bytes_per_s=standalone_bw(problem.platform, device), rows=op.weight_rows, batched=op.batched)
     return t.compute_s, t.overhead_s
 
 

@@ -51,7 +51,8 @@ def head_ops(model: ModelSpec, tokens: int, n_heads: int, dtype: str | None = No
 
     ``batched``: all heads in one batched GEMM per projection (``[K, d, d]`` and ``[K, V, d]`` weights,
     as :mod:`real.model.medusa_heads` runs them): one launch per projection instead of one per head; the
-    FLOPs and weight bytes are those of K heads (a linear with K x the output features).
+    FLOPs and weight bytes are those of K heads (a linear with K x the output features), marked
+    :attr:`~sim.step_graph.Op.batched` so a device that measured batched GEMMs prices them as such.
     """
     if n_heads <= 0:
         return []
@@ -59,10 +60,10 @@ def head_ops(model: ModelSpec, tokens: int, n_heads: int, dtype: str | None = No
     h, T = model.hidden, tokens
     if batched:
         return [
-            linear_op("medusa_resblock", T, h, n_heads * h, dt, 1, section="post"),
+            linear_op("medusa_resblock", T, h, n_heads * h, dt, 1, section="post", batched=True),
             elementwise_op("medusa_silu_add", "elementwise", T * h * n_heads,
                            ACT_FLOPS_PER_ELEMENT + ADD_FLOPS_PER_ELEMENT, dt, 1, reads=2, section="post"),
-            linear_op("medusa_head", T, h, n_heads * model.vocab, dt, 1, kind="lm_head", section="post"),
+            linear_op("medusa_head", T, h, n_heads * model.vocab, dt, 1, kind="lm_head", section="post", batched=True),
         ]
     return [
         linear_op("medusa_resblock", T, h, h, dt, n_heads, section="post"),

@@ -105,6 +105,23 @@ def test_replayed_acceptance_length_matches_a_real_medusa_run(demo, profile):
         assert run.mean_accepted_per_step == pytest.approx(profile.acceptance_length[width], abs=1e-9)
 
 
+@pytest.mark.parametrize("cap", [3, 6])
+def test_replayed_fallback_matches_a_real_draft_tree_run(demo, profile, cap):
+    """The fallback table replays LLMCad's stop rule on the draft's own confidences: a real draft-tree run
+    on the same calibration prompts with its main branch alone (no side branch passes the threshold 1)
+    drafts and accepts what the table says, up to the draft's confidences after a miss (the replay reads
+    the true sequence's) and the rounds the replay does not count (nothing left to draft)."""
+    table = profile.meta["draft_fallback"][str(cap)]
+    weights, accept = np.asarray(table["weights"]), table["accept"]
+    passes = float(sum(w * (k + 1) for k, w in enumerate(weights)))
+    tokens = float(sum(w * (1 + np.cumprod(accept[k]).sum()) for k, w in enumerate(weights)))
+    calibration = corpus_prompts(demo.tokenizer, "calibration", 4, PROMPT_TOKENS, seed=0)
+    run = run_prompts(demo, "draft-tree", DraftTreeConfig(tree_width=cap + 1, draft_depth=cap, branch_threshold=1.0),
+                      calibration, NEW_TOKENS, warmup=False)
+    assert run.mean_accepted_per_step == pytest.approx(tokens, rel=0.08)
+    assert sum(r.draft_passes for r in run.results) / run.steps == pytest.approx(passes, rel=0.12)
+
+
 def test_run_cli_json_and_trace(demo, tmp_path):
     trace = tmp_path / "trace.csv"
     common = ["--preset", "tiny", "--prompts", "2", "--prompt-tokens", "24", "--max-new-tokens", "12", "--json"]

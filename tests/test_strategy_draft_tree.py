@@ -157,6 +157,21 @@ def test_a_branching_tree_costs_one_draft_pass_per_internal_node():
     drafted = sum(r.end_s - r.start_s for r in sim.run.task_runs if r.task.phase == "draft")
     assert drafted == pytest.approx(draft_seconds(p, draft, cfg.draft_device, cfg.tree.n_internal), rel=1e-9)
     assert drafted < draft_seconds(p, draft, cfg.draft_device, cfg.tree.size - 1)
+    # the estimate says how many passes it priced: the tree's internal nodes
+    assert STRATEGY.estimate(p, cfg).draft_passes_per_step == cfg.tree.n_internal
+
+
+@pytest.mark.parametrize("staging", [None, 1])
+def test_adaptive_rounds_count_their_weighted_internal_nodes_as_draft_passes(staging):
+    p = problem()
+    knobs = {"memory_budget_gb": SWAP_ALL} if staging is None else {"memory_budget_gb": 2.0, "staging": staging}
+    cfg = STRATEGY.resolve(p, config(17, 16, **knobs))
+    rounds = STRATEGY.rounds(p, cfg)
+    assert len(rounds) > 1
+    want = sum(r.weight * r.tree.n_internal for r in rounds)
+    est = STRATEGY.estimate(p, cfg)
+    assert est.draft_passes_per_step == pytest.approx(want, rel=1e-12)
+    assert est.proposed_per_step == pytest.approx(sum(r.weight * (r.tree.size - 1) for r in rounds), rel=1e-12)
 
 
 # ---------------------------------------------------------------------- engine

@@ -21,6 +21,9 @@ Procedure, per calibration prompt of P tokens:
    step rooted at position t is correct iff the draft's greedy token after position t+i is
    ``seq[t+i+1]`` (step 4's per-position hits): a step accepts the run of consecutive hits, capped
    at gamma, plus the target's token.
+7. LLMCad's self-adaptive fallback by main-branch cap (1..8), replayed the same way on the draft's
+   per-position confidences and hits (:mod:`real.run.fallback_replay`): how often a round drafts k
+   tokens and their acceptance given k (``meta["draft_fallback"]``).
 """
 
 from __future__ import annotations
@@ -126,6 +129,16 @@ def replay_chain(draft_hit: np.ndarray, gamma: int, max_new_tokens: int) -> int:
     return steps
 
 
+def _fallback_tables(scored, max_new_tokens: int) -> dict:
+    """LLMCad's fallback replayed per main-branch cap 1..8 (:mod:`real.run.fallback_replay`)."""
+    from real.decode.draft_tree import ALPHA_DECAY_ON_SUCCESS, DEFAULT_ALPHA0
+    from real.run.fallback_replay import fallback_table, replay_fallback
+
+    return {str(cap): fallback_table([r for s in scored for r in replay_fallback(
+        s["draft_hit"], s["draft_conf"], cap, max_new_tokens, DEFAULT_ALPHA0, ALPHA_DECAY_ON_SUCCESS)], cap)
+            for cap in range(1, MAX_PROFILE_GAMMA + 1)}
+
+
 def measure_profile(models, prompts: list[list[int]], max_new_tokens: int, name: str, source: str,
                     meta: dict | None = None) -> AcceptanceProfile:
     """The acceptance profile of ``models`` (any of draft / heads may be absent) on ``prompts``."""
@@ -167,6 +180,7 @@ def measure_profile(models, prompts: list[list[int]], max_new_tokens: int, name:
                         for g in range(1, MAX_PROFILE_GAMMA + 1)}
         rank_hits = sum(s["draft_rank_hits"] for s in scored)
         meta["draft_rank_accuracy"] = (rank_hits / len(hit)).round(4).tolist()
+        meta["draft_fallback"] = _fallback_tables(scored, max_new_tokens)
         if alpha >= 1.0:
             raise HetSpecError("the draft agreed with the target on every calibration token; "
                                "use more prompts or tokens to measure its acceptance rate")

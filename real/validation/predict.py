@@ -40,6 +40,8 @@ class Prediction:
     breakdown: dict = field(default_factory=dict)      # seconds per part of the step
     tokens_per_step_independent: float | None = None   # from accuracies / Omega (no replay)
     missing: str = ""                                  # why there is no prediction (e.g. no strategy yet)
+    verified_per_step: float | None = None             # tokens the target verifies per step (root included)
+    draft_passes_per_step: float | None = None         # draft-model forwards per step (None: not said)
 
     @property
     def tokens_per_s(self) -> float:
@@ -52,7 +54,8 @@ class Prediction:
     def to_json(self) -> dict:
         return {"label": self.point.label, "step_ms": self.step_s * 1e3, "tokens_per_step": self.tokens_per_step,
                 "tokens_per_s": self.tokens_per_s, "breakdown_ms": {k: v * 1e3 for k, v in self.breakdown.items()},
-                "tokens_per_step_independent": self.tokens_per_step_independent, "missing": self.missing}
+                "tokens_per_step_independent": self.tokens_per_step_independent, "missing": self.missing,
+                "verified_per_step": self.verified_per_step, "draft_passes_per_step": self.draft_passes_per_step}
 
 
 @dataclass(frozen=True)
@@ -116,7 +119,8 @@ def predict_point(point: GridPoint, ctx: PredictionContext, tree: TokenTree | No
     est = strategy.estimate(problem, config)
     seconds = {k: float(v) for k, v in est.breakdown.items() if not k.endswith(("_gb", "_bytes"))}
     return Prediction(point, float(est.step_s), float(est.tokens_per_step), seconds,
-                      independent_tokens(point, ctx, tree))
+                      independent_tokens(point, ctx, tree), verified_per_step=float(est.proposed_per_step) + 1.0,
+                      draft_passes_per_step=est.draft_passes_per_step)
 
 
 def predicted_best(preds) -> Prediction | None:

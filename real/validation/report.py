@@ -215,9 +215,10 @@ def markdown(doc: dict) -> str:
               "ms per decode step. Draft: draft-model passes (chain, draft-tree) or the Medusa heads' proposal; "
               "verify: the target pass; host: acceptance, cache compaction and the Python loop (measured: the "
               "trace's accept records plus untraced time; predicted: what the strategy prices beyond draft and "
-              "verify).", "",
+              "verify). Verified tokens and draft passes per step: what the prediction priced (draft-tree: its "
+              "kinds of round weighted by the fallback's stationary distribution) / what the run counted.", "",
               "| config | draft pred | draft meas | verify pred | verify meas | host pred | host meas | "
-              "verified tokens/step | draft passes/step |",
+              "verified tokens/step pred / meas | draft passes/step pred / meas |",
               "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in doc["points"]:
         if r["missing"]:
@@ -225,7 +226,8 @@ def markdown(doc: dict) -> str:
         p = phase_split(r)
         lines.append(f"| {r['label']} | {p['pred_draft']:.3f} | {p['meas_draft']:.3f} | {p['pred_verify']:.3f} | "
                      f"{p['meas_verify']:.3f} | {p['pred_host']:.3f} | {p['meas_host']:.3f} | "
-                     f"{r['meas_verified_per_step']:.2f} | {r['meas_draft_passes_per_step']:.2f} |")
+                     f"{_f(r.get('pred_verified_per_step'))} / {r['meas_verified_per_step']:.2f} | "
+                     f"{_f(r.get('pred_draft_passes_per_step'))} / {r['meas_draft_passes_per_step']:.2f} |")
     if doc["random_weight"]:
         lines += ["", f"## Random-weight timing runs{not_a_validation}", "",
                   "One forward step of q new tokens (a chain mask, as in verification) over a KV cache of "

@@ -130,7 +130,8 @@ def _row(point, pred, meas) -> dict:
         "meas_tokens_per_s_min": min(meas.tps_samples), "meas_tokens_per_s_max": max(meas.tps_samples),
         "pred_tokens_per_step_independent": pred.tokens_per_step_independent,
         "meas_phase_ms": meas.phase_ms, "meas_draft_passes_per_step": meas.draft_passes_per_step,
-        "meas_verified_per_step": meas.verified_per_step,
+        "meas_verified_per_step": meas.verified_per_step, "pred_verified_per_step": pred.verified_per_step,
+        "pred_draft_passes_per_step": pred.draft_passes_per_step,
         "meas_step_ms_samples": [s * 1e3 for s in meas.step_samples],
     }
 

@@ -37,7 +37,7 @@ class ArStrategy(Strategy):
     def estimate(self, problem: Problem, config: StrategyConfig) -> Estimate:
         step = float(step_seconds(problem.model, problem.platform, config.device, 1, problem.context, problem.batch))
         host = float(host_seconds(problem, self.name, config.device, nodes=1))
-        return Estimate(step_s=step + host, tokens_per_step=1.0, proposed_per_step=0.0,
+        return Estimate(step_s=step + host, tokens_per_step=1.0, proposed_per_step=0.0, draft_passes_per_step=0.0,
                         breakdown={"decode": step, "host": host})
 
     def estimate_many(self, problem: Problem, configs: Sequence[StrategyConfig]) -> EstimateArrays:

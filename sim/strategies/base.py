@@ -211,12 +211,14 @@ class Estimate:
 
     ``breakdown`` holds seconds per part of the step (``draft``, ``verify``, ``heads``,
     ``transfer``, ...); the parts need not add up to ``step_s`` where they overlap.
+    ``draft_passes_per_step``: the draft-model forwards one step runs (None: the method does not say).
     """
 
     step_s: float
     tokens_per_step: float
     proposed_per_step: float = 0.0
     breakdown: Mapping[str, float] = field(default_factory=dict)
+    draft_passes_per_step: float | None = None
 
     @property
     def tokens_per_s(self) -> float:

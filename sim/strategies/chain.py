@@ -152,7 +152,7 @@ class ChainStrategy(Strategy):
         tokens = float(problem.acceptance.chain_tokens(gamma))
         host = float(host_seconds(problem, self.name, config.device, passes=gamma, nodes=gamma + 1))
         return Estimate(step_s=draft + to_target + verify + to_draft + host, tokens_per_step=tokens,
-                        proposed_per_step=gamma,
+                        proposed_per_step=gamma, draft_passes_per_step=float(gamma),
                         breakdown={"draft": draft, "transfer": to_target + to_draft, "verify": verify, "host": host})
 
     def estimate_many(self, problem: Problem, configs: Sequence[StrategyConfig]) -> EstimateArrays:

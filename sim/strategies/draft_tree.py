@@ -39,8 +39,11 @@ branch's cumulative confidence after ``k`` tokens is ``p0^k``, so a threshold ``
 round at ``k(alpha) = floor(ln alpha / ln p0) + 1``; after a verification that accepts all ``k``,
 ``alpha /= 2``; after one that accepts ``j < k``, ``alpha = (k - j) / k``. This is a Markov chain
 on ``k`` (:func:`fallback_chain`); its stationary distribution weights each round's tree (the
-greedy prefix whose main branch reaches depth ``k``). Expected tokens/s = E[tokens] / E[time]
-(renewal-reward). ``fallback="budget"`` always drafts the whole budget (a fixed trigger, as
+greedy prefix whose main branch reaches depth ``k``). A measured profile that replayed the fallback
+on the draft's own confidences (``meta["draft_fallback"]``, :mod:`sim.strategies.draft_tree_fallback`)
+gives the weights and the main branch's acceptance in rounds of each ``k`` instead: the draft's
+confidence is not its accuracy, and rounds that stop early stop where it is unsure. Expected
+tokens/s = E[tokens] / E[time] (renewal-reward). ``fallback="budget"`` always drafts the whole budget (a fixed trigger, as
 speculative decoding's fixed draft length).
 
 **Staging buffers** (option ``staging`` k): a loader that reads the streamed layers one by one
@@ -58,10 +61,8 @@ engine). LLMCad's StdPL (a layer-wise load/compute pipeline) is the ``offload`` 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from functools import lru_cache
 
 import numpy as np
 
@@ -74,6 +75,8 @@ from sim.step_graph import build_step_graph
 from sim.strategies.base import (DEFAULT_DRAFT_MODEL, Estimate, Knob, Problem, Strategy, StrategyConfig, co_resident,
                                  host_seconds)
 from sim.strategies.chain import draft_pass_tasks
+from sim.strategies.draft_tree_fallback import (ALPHA_DECAY, conditioned_accuracy, fallback_chain,  # noqa: F401
+                                                replayed_rounds, stop_depth)
 from sim.strategies.hcmp_threads import split_costs
 from sim.strategies.streaming_pipeline import READS_PER_LAYER, LayerPlan, layer_plan, pipeline_round
 from sim.tree import TokenTree
@@ -95,9 +98,6 @@ FAMILY_DRAFT = {"gpt2-large": "gpt2", "llama2-13b": "llama2-7b", "llama2-70b": "
                 "vicuna-13b": "vicuna-7b", "vicuna-33b": "vicuna-7b", "llama3-70b": "llama3.1-8b"}
 #: Float round-off allowed when a budget is exactly what the draft, caches and staging need.
 BUDGET_SLACK_BYTES = 1024.0
-#: Eq. 3: alpha is halved after a verification that finds no error ("the cumulative confidence of
-#: 3-5 tokens in empirical observations").
-ALPHA_DECAY = 0.5
 
 
 # ---------------------------------------------------------------------- memory and storage
@@ -199,39 +199,6 @@ def main_branch_depth(tree: TokenTree) -> int:
         if nxt is None:
             return depth
         node, depth = nxt, depth + 1
-
-
-def stop_depth(alpha: float, p0: float, cap: int) -> int:
-    """Main-branch tokens drafted before ``p0^k < alpha`` (at least 1, at most ``cap``)."""
-    if p0 <= 0.0 or alpha >= 1.0:
-        return 1
-    if alpha <= 0.0:
-        return cap
-    return int(min(max(math.floor(math.log(alpha) / math.log(p0)) + 1, 1), cap))
-
-
-@lru_cache(maxsize=256)
-def fallback_chain(p0: float, cap: int) -> np.ndarray:
-    """Stationary distribution of the round's main-branch depth k = 1..cap under Eq. 3 (index k - 1).
-
-    State k stands for the thresholds that stop at k; its representative alpha is the geometric
-    midpoint ``p0^(k - 1/2)``. A round accepts j of its k main-branch tokens with probability
-    ``p0^j (1 - p0)`` (j < k) or ``p0^k`` (all): all -> alpha / 2, else alpha = (k - j) / k.
-    """
-    P = np.zeros((cap, cap))
-    for k in range(1, cap + 1):
-        alpha = p0 ** (k - 0.5) if p0 > 0 else 1.0
-        P[k - 1, stop_depth(alpha * ALPHA_DECAY, p0, cap) - 1] += p0 ** k
-        for j in range(k):
-            P[k - 1, stop_depth((k - j) / k, p0, cap) - 1] += (p0 ** j) * (1.0 - p0)
-    # stationary: left eigenvector of eigenvalue 1 (power iteration is enough for <= 32 states)
-    pi = np.full(cap, 1.0 / cap)
-    for _ in range(10_000):
-        nxt = pi @ P
-        if np.abs(nxt - pi).max() < 1e-14:
-            break
-        pi = nxt
-    return nxt / nxt.sum()
 
 
 # ---------------------------------------------------------------------- rounds
@@ -348,13 +315,15 @@ class DraftTreeStrategy(Strategy):
             prefixes = [TokenTree.chain(k) for k in range(config.tree_width)]
         else:
             prefixes = list(greedy_trees(acc, config.tree_width, depth))
-        cap = main_branch_depth(prefixes[-1])
-        pi = fallback_chain(round(p[0], 12), max(cap, 1))
+        cap = max(main_branch_depth(prefixes[-1]), 1)
+        replayed = replayed_rounds(problem.acceptance.meta, cap)
+        pi = replayed[0] if replayed is not None else fallback_chain(round(p[0], 12), cap)
         out = []
         for k in range(1, cap + 1):
-            tree = next(t for t in prefixes if main_branch_depth(t) >= k)
+            tree = next((t for t in prefixes if main_branch_depth(t) >= k), prefixes[-1])
+            rates = conditioned_accuracy(acc, replayed[1][k - 1]) if replayed is not None else acc
             if pi[k - 1] > 0:
-                out.append(Round(tree, tree.expected_accepted_length(acc), float(pi[k - 1])))
+                out.append(Round(tree, tree.expected_accepted_length(rates), float(pi[k - 1])))
         return tuple(out)
 
     def _round_parts(self, problem: Problem, config: StrategyConfig, trees: Sequence[TokenTree],
@@ -449,7 +418,7 @@ class DraftTreeStrategy(Strategy):
         proposed = float(weight @ np.array([r.tree.size - 1 for r in rounds], dtype=float))
         mean = {k: float(weight @ v) for k, v in parts.items()}
         return Estimate(step_s=time, tokens_per_step=tokens, proposed_per_step=proposed,
-                        breakdown={**mean, "streamed_gb": plan.streamed / GB})
+                        draft_passes_per_step=_passes(rounds), breakdown={**mean, "streamed_gb": plan.streamed / GB})
 
     def _staged_estimate(self, problem: Problem, config: StrategyConfig) -> Estimate:
         rounds = self.rounds(problem, config)
@@ -459,7 +428,7 @@ class DraftTreeStrategy(Strategy):
         def mean(values) -> float:
             return float(weight @ np.asarray(values, dtype=float))
         return Estimate(step_s=mean([p.time_s for p in staged]), tokens_per_step=mean([r.tokens for r in rounds]),
-                        proposed_per_step=mean([r.tree.size - 1 for r in rounds]),
+                        proposed_per_step=mean([r.tree.size - 1 for r in rounds]), draft_passes_per_step=_passes(rounds),
                         breakdown={"draft": mean([p.draft_wall_s for p in staged]),
                                    "load": mean([p.load_s for p in staged]),
                                    "wait": mean([p.wait_s for p in staged]),
@@ -564,6 +533,11 @@ class DraftTreeStrategy(Strategy):
             tasks += graph_tasks(graph, platform, config.device, "decode", "decode", ("load",), per_layer)
         return StepPlan(tasks=tuple(tasks), tokens_accepted=1, tokens_proposed=0, count_phase="decode",
                         count_device=config.device)
+
+
+def _passes(rounds: Sequence[Round]) -> float:
+    """Draft passes per round: one per internal node of each kind of round's tree, weighted."""
+    return float(sum(r.weight * r.tree.n_internal for r in rounds))
 
 
 def _draft_pass_seconds(problem: Problem, draft: ModelSpec, device: str, passes: int) -> np.ndarray:

@@ -225,6 +225,7 @@ class MedusaStrategy(Strategy):
         host = float(host_seconds(problem, self.name, config.device, nodes=tree.size))
         tokens = problem.acceptance.tree_tokens(tree)
         return Estimate(step_s=verify + heads + host, tokens_per_step=tokens, proposed_per_step=tree.size - 1,
+                        draft_passes_per_step=0.0,
                         breakdown={"verify": verify, "heads": heads, "host": host})
 
     def estimate_many(self, problem: Problem, configs: Sequence[StrategyConfig]) -> EstimateArrays:

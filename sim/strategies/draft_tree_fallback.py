@@ -1,0 +1,94 @@
+"""LLMCad's self-adaptive fallback (§3.3, Eq. 3): which kinds of round the ``draft-tree`` strategy
+weights, and what their tokens are accepted with.
+
+Two models of the main branch (the draft's greedy continuation) under the threshold α:
+
+- **Calibrated draft** (:func:`fallback_chain`): the draft's confidence is its acceptance rate ``p0``,
+  so the cumulative confidence after ``k`` tokens is ``p0^k`` and a threshold stops the round at
+  ``k(α) = floor(ln α / ln p0) + 1``; after a verification that accepts all ``k``, ``α /= 2``, after one
+  that accepts ``j < k``, ``α = (k - j) / k``: a Markov chain on ``k`` whose stationary distribution
+  weights the rounds, each token accepted with ``p0`` independently. What a paper's single acceptance
+  rate allows.
+- **Replayed** (:func:`replayed_rounds`): a measured profile whose calibration replayed the fallback
+  on the draft's own per-position confidences and hits (:mod:`real.run.fallback_replay`, in the
+  profile's ``meta["draft_fallback"]``) gives the weight of each ``k`` and the acceptance of the i-th
+  token in rounds of ``k`` directly: the draft's confidence is not its accuracy, and a round that
+  stops early stops where the draft is unsure, so its tokens are accepted less often than a long
+  round's.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import numpy as np
+
+from hwmodels.errors import HetSpecError
+
+#: Eq. 3: alpha is halved after a verification that finds no error ("the cumulative confidence of
+#: 3-5 tokens in empirical observations").
+ALPHA_DECAY = 0.5
+
+
+def stop_depth(alpha: float, p0: float, cap: int) -> int:
+    """Main-branch tokens drafted before ``p0^k < alpha`` (at least 1, at most ``cap``)."""
+    if p0 <= 0.0 or alpha >= 1.0:
+        return 1
+    if alpha <= 0.0:
+        return cap
+    return int(min(max(math.floor(math.log(alpha) / math.log(p0)) + 1, 1), cap))
+
+
+@lru_cache(maxsize=256)
+def fallback_chain(p0: float, cap: int) -> np.ndarray:
+    """Stationary distribution of the round's main-branch depth k = 1..cap under Eq. 3 (index k - 1).
+
+    State k stands for the thresholds that stop at k; its representative alpha is the geometric
+    midpoint ``p0^(k - 1/2)``. A round accepts j of its k main-branch tokens with probability
+    ``p0^j (1 - p0)`` (j < k) or ``p0^k`` (all): all -> alpha / 2, else alpha = (k - j) / k.
+    """
+    P = np.zeros((cap, cap))
+    for k in range(1, cap + 1):
+        alpha = p0 ** (k - 0.5) if p0 > 0 else 1.0
+        P[k - 1, stop_depth(alpha * ALPHA_DECAY, p0, cap) - 1] += p0 ** k
+        for j in range(k):
+            P[k - 1, stop_depth((k - j) / k, p0, cap) - 1] += (p0 ** j) * (1.0 - p0)
+    # stationary: left eigenvector of eigenvalue 1 (power iteration is enough for <= 32 states)
+    pi = np.full(cap, 1.0 / cap)
+    for _ in range(10_000):
+        nxt = pi @ P
+        if np.abs(nxt - pi).max() < 1e-14:
+            break
+        pi = nxt
+    return nxt / nxt.sum()
+
+
+def replayed_rounds(meta: dict | None, cap: int) -> tuple[np.ndarray, tuple[tuple[float, ...], ...]] | None:
+    """``(weights, accept)`` of the fallback replayed at main-branch cap ``cap`` (see the module
+    docstring), or None where the profile has no replay for it. ``weights[k - 1]``: share of rounds
+    drafting k tokens; ``accept[k - 1][i - 1]``: acceptance of the i-th given the i - 1 before it, in
+    those rounds."""
+    table = (meta or {}).get("draft_fallback", {}).get(str(cap))
+    if table is None:
+        return None
+    weights = np.asarray(table.get("weights", ()), dtype=float)
+    accept = tuple(tuple(float(v) for v in row) for row in table.get("accept", ()))
+    if (len(weights) != cap or len(accept) != cap or any(len(row) != k + 1 for k, row in enumerate(accept))
+            or np.any(weights < 0) or not math.isclose(weights.sum(), 1.0, abs_tol=1e-4)
+            or any(not 0.0 <= v <= 1.0 for row in accept for v in row)):
+        raise HetSpecError(f"acceptance profile: draft_fallback[{cap}] needs {cap} weights summing to 1 and, per k, "
+                           "k acceptance rates in [0, 1]")
+    return weights / weights.sum(), accept
+
+
+def conditioned_accuracy(acc: np.ndarray, rates) -> np.ndarray:
+    """``acc`` ([depth, ranks] per-rank acceptance) with the main branch's acceptance at the first depths
+    replaced by ``rates``; the other ranks keep their share of the rest (a rank-r candidate is right
+    only where the main one is not)."""
+    out = np.array(acc, dtype=float, copy=True)
+    for i, rate in enumerate(rates[:out.shape[0]]):
+        p0 = out[i, 0]
+        out[i, 1:] *= (1.0 - rate) / (1.0 - p0) if p0 < 1.0 else 0.0
+        out[i, 0] = rate
+    return out

@@ -184,7 +184,7 @@ def row_start_s(device: Device, tokens, rows, resident: bool = False) -> np.ndar
     """:meth:`Device.row_start_s` on arrays (tokens 0: no token dimension, no start-up)."""
     t = np.asarray(tokens, dtype=float)
     r = np.asarray(rows, dtype=float)
-    curve = device.gemm_row_ns_curve
+    curve = device.row_curve()
     if not curve or resident:
         return np.zeros(np.broadcast_shapes(t.shape, r.shape))
     return np.where(t >= 1, r * curve_at_arrays(curve, t) * 1e-9, 0.0)
@@ -200,9 +200,7 @@ def curve_at_arrays(curve: tuple[tuple[int, float], ...], tokens: np.ndarray) ->
 # ---------------------------------------------------------------------- roofline on arrays
 def efficiency_at(device: Device, tokens: np.ndarray, resident: bool = False) -> np.ndarray:
     """:meth:`Device.compute_efficiency_at` on an array of token counts."""
-    curve = device.gemm_efficiency_curve
-    if resident and device.cache_gemm_efficiency_curve:
-        curve = device.cache_gemm_efficiency_curve
+    curve = device.efficiency_curve(resident)
     t = np.maximum(np.asarray(tokens, dtype=float), 1.0)
     if not curve:
         return np.full_like(t, device.compute_efficiency)

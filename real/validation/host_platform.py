@@ -99,10 +99,7 @@ def _device(name: str, w: WorkerMeasurement, cal: Calibration, description: str)
         fits = w.row_fits
         sources["gemm_row_ns_curve"] = (
             f"measured {by}: per M, the F.linear times with the weight streamed from DRAM over the (K, N) shapes "
-            f"{[list(x) for x in s.shapes]} fitted as 2 M K N / rate + N x row cost (0 where the fit gives none); "
-            f"M={fits[0].m}: {fits[0].row_s * 1e9:.0f} ns per weight row beside a row-free {fits[0].flops_per_s / 1e9:.2f} "
-            f"GFLOP/s; median misfit over the fitted M {100 * _median(f.median_residual for f in fits):.0f} %, largest "
-            f"{100 * max(f.max_residual for f in fits):.0f} % ({thr}, {s.medians(s.repeats)}) {on}")
+            f"{[list(x) for x in s.shapes]} {_row_fit_text(fits, thr, s, on)}")
         device = replace(device, gemm_row_ns_curve=row_curve(fits, s.m_values), sources=sources)
     if w.batched_efficiency_curve:
         device = _with_batched(device, w, s, sources, thr, by, on)
@@ -191,6 +188,14 @@ def _low_precision_peaks(w: WorkerMeasurement, sources: dict, thr: str, s: Setti
     return peaks, derived
 
 
+def _row_fit_text(fits, thr: str, s: Settings, on: str) -> str:
+    """How a row-cost curve's source states its fit (:func:`real.validation.gemm_rows.fit_rows`)."""
+    return (f"fitted as 2 M K N / rate + N x row cost (0 where the fit gives none); M={fits[0].m}: "
+            f"{fits[0].row_s * 1e9:.0f} ns per weight row beside a row-free {fits[0].flops_per_s / 1e9:.2f} GFLOP/s; "
+            f"median misfit over the fitted M {100 * _median(f.median_residual for f in fits):.0f} %, largest "
+            f"{100 * max(f.max_residual for f in fits):.0f} % ({thr}, {s.medians(s.repeats)}) {on}")
+
+
 def _with_batched(device: Device, w: WorkerMeasurement, s: Settings, sources: dict, thr: str, by: str,
                   on: str) -> Device:
     """``device`` with the batched GEMM's curves (HetSpec's Medusa heads: one torch.matmul over stacked
@@ -206,10 +211,7 @@ def _with_batched(device: Device, w: WorkerMeasurement, s: Settings, sources: di
     device = replace(device, batched_gemm_efficiency_curve=w.batched_efficiency_curve, sources=sources)
     if fits:
         sources["batched_gemm_row_ns_curve"] = (
-            f"measured {by}: per M, those batched GEMM times fitted as 2 M K N / rate + N x row cost (0 where the fit "
-            f"gives none); M={fits[0].m}: {fits[0].row_s * 1e9:.0f} ns per weight row beside a row-free "
-            f"{fits[0].flops_per_s / 1e9:.2f} GFLOP/s; largest misfit {100 * max(f.max_residual for f in fits):.0f} % "
-            f"({thr}, {s.medians(s.repeats)}) {on}")
+            f"measured {by}: per M, those batched GEMM times {_row_fit_text(fits, thr, s, on)}")
         device = replace(device, batched_gemm_row_ns_curve=row_curve(fits, s.batched_m_values), sources=sources)
     return device
 

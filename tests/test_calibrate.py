@@ -339,6 +339,41 @@ def test_dovetail_host_costs_are_the_loop_time_beyond_the_priced_passes():
     assert "dovetail decode loop" in sources["dovetail_pass"]
 
 
+def test_host_costs_are_the_probe_loops_time_outside_their_forwards():
+    """chain, draft-tree and medusa fit their host costs on what the validation measures as host work
+    (the loop's time outside its traced forwards), not on the step time beyond the model's price of the
+    forwards: a probe whose passes cost more than the bare price must not put that excess in host."""
+    from real.validation.host_costs import fit_host_costs
+    from real.validation.host_facts import QUICK
+    from real.validation.microbench import LoopSample
+
+    dev = _cached_cpu(0.032).device("cpu")
+    samples = [LoopSample("chain", g, step_s=0.05 * (g + 1), passes=float(g), nodes=g + 1.0, heads=0,
+                          host_s=1e-6 * (20.0 + 5.0 * g)) for g in (1, 3, 6)]
+    samples += [LoopSample("medusa", w, step_s=0.05, passes=0.0, nodes=float(w), heads=3, host_s=1e-6 * (80.0 + 2.0 * w))
+                for w in (1, 8, 32)]
+    costs, sources = fit_host_costs(dev, samples, QUICK, "by test", "on test")
+    assert costs == {"chain_step": pytest.approx(20.0, abs=1e-3), "chain_pass": pytest.approx(5.0, abs=1e-3),
+                     "medusa_step": pytest.approx(80.0, abs=1e-3), "medusa_node": pytest.approx(2.0, abs=1e-3)}
+    assert "outside the traced forwards" in sources["chain_pass"]
+    # a sample without the measure (an older calibration) keeps the residual
+    old = [replace(s, host_s=None) for s in samples if s.method == "chain"]
+    assert fit_host_costs(dev, old, QUICK, "by test", "on test")[0]["chain_pass"] > 1e4
+
+
+def test_decode_host_time_is_the_time_outside_draft_and_verify_records():
+    from real.decode.common import DecodeResult, traced_phase_seconds
+    from sim.trace import TraceRecord
+
+    def rec(step, phase, a, b):
+        return TraceRecord(step=step, phase=phase, device="cpu", start_s=a, end_s=b)
+    records = (rec(-1, "prefill", 0.0, 1.0), rec(0, "draft", 1.0, 1.5), rec(0, "verify", 1.5, 2.5),
+               rec(0, "accept", 2.5, 2.6), rec(1, "decode", 2.7, 3.0))
+    assert traced_phase_seconds(records) == pytest.approx({"draft": 0.5, "verify": 1.3, "accept": 0.1})
+    run = DecodeResult("chain", 4, (1, 2), (1, 1), (0, 0), prefill_s=1.0, decode_s=2.0, records=records)
+    assert run.host_s == pytest.approx(2.0 - 0.5 - 1.3)
+
+
 def test_a_draft_that_fits_alone_but_not_with_its_target_is_priced_from_dram():
     from sim.acceptance import AcceptanceModel
     from sim.closed_form import step_seconds as step
@@ -407,11 +442,11 @@ def test_the_probe_draft_predicts_the_probe_target_so_draft_trees_grow():
     from real.decode import decoder
     from real.decode.common import Clock
     from real.decode.draft_tree import DraftTreeConfig
-    from real.validation.microbench import LOOP_PROMPT_TOKENS, PROBE_VOCAB, probe_models
+    from real.validation.microbench import loop_prompt, probe_models
 
     models = probe_models()
     assert models.draft.spec.n_layers < models.target.spec.n_layers
-    tokens = torch.tensor([[1 + (7 * i) % (PROBE_VOCAB - 1) for i in range(LOOP_PROMPT_TOKENS)]])
+    tokens = torch.tensor([loop_prompt()])
     with torch.inference_mode():
         t_cache, d_cache = models.target.new_cache(64), models.draft.new_cache(64)
         assert torch.equal(models.target(tokens, t_cache).argmax(-1), models.draft(tokens, d_cache).argmax(-1))

@@ -164,6 +164,24 @@ class DecodeResult:
     def tokens_per_s(self) -> float:
         return self.decode_tokens / self.decode_s if self.decode_s > 0 else 0.0
 
+    @property
+    def host_s(self) -> float:
+        """Decode seconds outside the forwards: the acceptance records plus untraced time (the loop's
+        Python between them); what :func:`traced_phase_seconds` leaves beyond draft and verify."""
+        per = traced_phase_seconds(self.records)
+        return self.decode_s - per["draft"] - per["verify"]
+
+
+def traced_phase_seconds(records) -> dict[str, float]:
+    """Seconds in each traced phase of the decode steps (records with ``step >= 0``): ``draft``,
+    ``verify`` (``ar``'s whole step, its ``decode`` record, counts as its target pass) and ``accept``."""
+    per = {"draft": 0.0, "verify": 0.0, "accept": 0.0}
+    for r in records:
+        if r.step >= 0:
+            key = "verify" if r.phase == "decode" else r.phase
+            per[key] = per.get(key, 0.0) + r.duration_s
+    return per
+
 
 class StepLog:
     """Collects one prompt's per-step counts and closes it into a :class:`DecodeResult`."""

@@ -16,7 +16,7 @@ from tqdm.auto import tqdm
 
 from hwmodels.errors import HetSpecError
 from real.decode import decoder
-from real.decode.common import Clock
+from real.decode.common import Clock, traced_phase_seconds
 from real.model.packing import layout_for
 from real.model.placement import place_models
 from real.run.demo_run import request_config
@@ -103,11 +103,7 @@ def phase_breakdown(run: RunResult) -> dict[str, float]:
     """Milliseconds per decode step spent in each traced phase; ``other`` is the rest of the step
     (Python bookkeeping between the traced intervals). ``ar``'s whole step is its ``decode`` record,
     reported under ``verify`` (the target pass)."""
-    per = {"draft": 0.0, "verify": 0.0, "accept": 0.0}
-    for r in run.records:
-        if r.step >= 0:
-            key = "verify" if r.phase == "decode" else r.phase
-            per[key] = per.get(key, 0.0) + r.duration_s
+    per = traced_phase_seconds(run.records)
     steps = max(run.steps, 1)
     out = {k: v * 1e3 / steps for k, v in per.items()}
     out["other"] = run.decode_s * 1e3 / steps - sum(out.values())

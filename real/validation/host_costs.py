@@ -1,5 +1,13 @@
 """Host-side work of HetSpec's decode loops beyond their forwards, fitted from the probe loops of
-``hetspec calibrate``: per method, per step, per draft pass or per verified token."""
+``hetspec calibrate``: per method, per step, per draft pass or per verified token.
+
+What is fitted is what the validation measures as host work: the probe decode's time outside its
+traced forwards (its acceptance records plus untraced Python, :attr:`real.decode.common.DecodeResult.host_s`).
+The forwards themselves, the Python inside a draft pass included, are priced by the device's fixed
+costs per operator (``cache_loop_op_overhead_us`` for a resident model's passes in a loop), so the
+per-pass Python is not counted twice. Dovetail's drafter grows and reranks its tree inside its draft
+rounds, where no record separates it from the passes: its host cost stays the loop's time beyond the
+model's price of its forwards (the residual)."""
 
 from __future__ import annotations
 
@@ -14,14 +22,17 @@ from real.validation.host_facts import Settings
 #: into the per-pass one; medusa has no draft passes.)
 HOST_COST_TERMS = {"ar": ("step",), "chain": ("step", "pass"), "draft-tree": ("step", "pass"),
                    "medusa": ("step", "node"), "dovetail": ("step", "pass")}
+#: Methods whose host cost is the residual of the loop's time beyond its priced forwards (see the
+#: module docstring); the others' is their measured time outside the forwards.
+RESIDUAL_METHODS = ("dovetail",)
 
 
 def _model_price(device: Device, sample, context: int) -> float:
     """What the model prices for the forwards (and heads) of one probe decode step on ``device``."""
-    from real.validation.microbench import probe_specs
+    from real.validation.microbench import LOOP_VOCAB, probe_specs
     from sim.pricing import dovetail_draft_passes, forward_seconds, medusa_heads_seconds
 
-    spec, draft = probe_specs()
+    spec, draft = probe_specs(LOOP_VOCAB)
     # the probe models are the narrow forward the bare fixed cost (cache_op_overhead_us) was measured on,
     # not a draft-wide model's passes (cache_loop_op_overhead_us)
     device = replace(device, cache_loop_op_overhead_us=None)
@@ -55,9 +66,17 @@ def _nonneg_fit(xs, ys, terms: tuple[str, ...]) -> dict[str, float]:
     return {terms[0]: float(a), terms[1]: float(b)}
 
 
+def _host_seconds(device: Device, sample, context: int) -> tuple[float, str]:
+    """Seconds per step of ``sample``'s loop to fit as host work, and what they are."""
+    if sample.method in RESIDUAL_METHODS or sample.host_s is None:
+        return sample.step_s - _model_price(device, sample, context), "residual"
+    return sample.host_s, "measured"
+
+
 def fit_host_costs(device: Device, loops, settings: Settings, by: str, on: str) -> tuple[dict, dict]:
-    """The loop costs of ``device`` (:class:`hwmodels.platform.LoopCosts`) and their sources: per method, the probe loops' step time minus
-    the model's price of their forwards and heads, fitted per step / per pass / per verified token."""
+    """The loop costs of ``device`` (:class:`hwmodels.platform.LoopCosts`) and their sources: per method,
+    the probe loops' time outside their traced forwards (dovetail, or a sample without it: the step time
+    minus the model's price of its forwards and heads), fitted per step / per pass / per verified token."""
     from real.decode import ALL_DECODER_MODULES
     from real.validation.microbench import (
         LOOP_NEW_TOKENS,
@@ -72,9 +91,13 @@ def fit_host_costs(device: Device, loops, settings: Settings, by: str, on: str) 
         rows = [s for s in loops if s.method == method]
         if not rows:
             continue
-        residual = [s.step_s - _model_price(device, s, context) for s in rows]
+        host = [_host_seconds(device, s, context) for s in rows]
+        seconds = [h for h, _ in host]
+        what = ("its time outside the traced forwards (acceptance records and untraced Python)"
+                if all(kind == "measured" for _, kind in host)
+                else "minus the model's price of its forwards and heads, the rest")
         x = [s.passes if "pass" in terms else s.nodes for s in rows]
-        fitted = _nonneg_fit(x, residual, terms)
+        fitted = _nonneg_fit(x, seconds, terms)
         knobs = ", ".join(str(s.knob) for s in rows) if method != "ar" else "-"
         for term, value in fitted.items():
             key = f"{method}_{term}"
@@ -84,7 +107,7 @@ def fit_host_costs(device: Device, loops, settings: Settings, by: str, on: str) 
                 f"(hidden {PROBE_HIDDEN}: "
                 f"a {REFERENCE_LAYERS}-layer target, a 1-layer draft; configs {knobs}) costs "
                 + ", ".join(f"{1e6 * s.step_s:.1f}" for s in rows)
-                + " us per step; minus the model's price of its forwards and heads, the rest ("
-                + ", ".join(f"{1e6 * r:.1f}" for r in residual)
+                + f" us per step; {what} ("
+                + ", ".join(f"{1e6 * r:.1f}" for r in seconds)
                 + f" us) is fitted as {' + '.join(terms)} (least squares, >= 0; {settings.medians(settings.loop_repeats)}) {on}")
     return costs, sources

@@ -257,24 +257,25 @@ REFERENCE_LAYERS = 2
 PROBE_CONTEXT = 64
 
 
-def _probe_spec(n_layers: int):
+def _probe_spec(n_layers: int, vocab: int = PROBE_VOCAB):
     from sim.model_spec import ModelSpec
 
     return ModelSpec(name=f"overhead-probe-{n_layers}", n_layers=n_layers, hidden=PROBE_HIDDEN,
                      intermediate=PROBE_HIDDEN, n_heads=PROBE_HEADS[0], n_kv_heads=PROBE_HEADS[1],
-                     vocab=PROBE_VOCAB, dtype="fp32", max_position=4 * PROBE_CONTEXT)
+                     vocab=vocab, dtype="fp32", max_position=4 * PROBE_CONTEXT)
 
 
-def _probe_model(n_layers: int):
+def _probe_model(n_layers: int, vocab: int = PROBE_VOCAB):
     from real.model.transformer import Transformer
 
     torch.manual_seed(0)
-    return Transformer(_probe_spec(n_layers)).eval()
+    return Transformer(_probe_spec(n_layers, vocab)).eval()
 
 
-def probe_specs():
-    """The shapes of :func:`probe_models`' target and draft (for pricing, without building them)."""
-    return _probe_spec(REFERENCE_LAYERS), _probe_spec(1)
+def probe_specs(vocab: int = PROBE_VOCAB):
+    """The shapes of the overhead probe's target and draft (for pricing, without building them); with
+    ``vocab=LOOP_VOCAB``, those of :func:`probe_models` (the decode-loop probe)."""
+    return _probe_spec(REFERENCE_LAYERS, vocab), _probe_spec(1, vocab)
 
 
 def _probe_step(model, masked: bool, tokens: int = 2) -> Callable[[], object]:
@@ -394,6 +395,7 @@ class LoopSample:
     nodes: float              # tokens verified per step (proposed + the root)
     heads: int                # Medusa heads computed per step (medusa only)
     tokens: float = 1.0       # tokens emitted per step (dovetail: the next round's first drafter pass)
+    host_s: float | None = None   # median decode seconds per step outside the forwards (DecodeResult.host_s)
 
 
 #: Probe decode runs: prompt and new tokens per run.
@@ -406,6 +408,10 @@ PROBE_LOGIT_SCALE = 40.0
 LOOP_CONFIGS = {"ar": (0,), "chain": (1, 3, 6), "draft-tree": (4, 8), "medusa": (1, 8, 32), "dovetail": (2, 7)}
 #: Medusa heads of the probe (the tiny demo preset has 3).
 PROBE_MEDUSA_HEADS = 3
+#: Vocabulary of the decode-loop probe: the small demo preset's (every validation runs it). A loop's
+#: work outside its forwards reads the logits (argmax and top-k over the vocabulary per verified
+#: token and per draft pass), so it grows with the vocabulary; the forward-cost probes keep a tiny one.
+LOOP_VOCAB = 4096
 
 
 def probe_models():
@@ -415,7 +421,7 @@ def probe_models():
     from real.decode.common import DecodeModels
     from real.model.medusa_heads import MedusaHeads
 
-    target, draft = _probe_model(REFERENCE_LAYERS), _probe_model(1)
+    target, draft = _probe_model(REFERENCE_LAYERS, LOOP_VOCAB), _probe_model(1, LOOP_VOCAB)
     with torch.no_grad():
         target.lm_head.weight.mul_(PROBE_LOGIT_SCALE)
         # the draft agrees with the target, so draft trees grow round after round (a draft that
@@ -431,6 +437,11 @@ def probe_models():
     return DecodeModels(target=target, draft=draft, heads=heads)
 
 
+def loop_prompt() -> list[int]:
+    """The probe decode loops' prompt (``LOOP_PROMPT_TOKENS`` ids spread over the vocabulary)."""
+    return [1 + (7 * i) % (LOOP_VOCAB - 1) for i in range(LOOP_PROMPT_TOKENS)]
+
+
 def decode_loop_samples(threads: int, repeats: int) -> tuple[LoopSample, ...]:
     """Time HetSpec's real decode loops (real.decode) on the probe models: per method and config the
     median step time, with the draft passes and verified tokens per step."""
@@ -441,7 +452,7 @@ def decode_loop_samples(threads: int, repeats: int) -> tuple[LoopSample, ...]:
     models = probe_models()
     # accuracies only shape the Medusa trees (greedy sparse trees of the demo kind)
     accuracy = [[0.6, 0.15, 0.05, 0.05], [0.5, 0.15, 0.05, 0.05], [0.4, 0.15, 0.05, 0.05]]
-    prompt = [1 + (7 * i) % (PROBE_VOCAB - 1) for i in range(LOOP_PROMPT_TOKENS)]
+    prompt = loop_prompt()
     jobs = []
     for method, knobs in LOOP_CONFIGS.items():
         for knob in knobs:
@@ -465,7 +476,8 @@ def decode_loop_samples(threads: int, repeats: int) -> tuple[LoopSample, ...]:
         out.append(LoopSample(method, knob, statistics.median(r.decode_s / r.steps for r in results),
                               passes=run.draft_passes / run.steps, nodes=1.0 + sum(run.proposed_per_step) / run.steps,
                               heads=PROBE_MEDUSA_HEADS if method == "medusa" else 0,
-                              tokens=run.mean_accepted_per_step))
+                              tokens=run.mean_accepted_per_step,
+                              host_s=statistics.median(r.host_s / r.steps for r in results)))
     return tuple(out)
 
 

@@ -12,7 +12,6 @@ model's price of its forwards (the residual)."""
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
 from hwmodels.platform import Device, Platform
 from real.validation.host_facts import Settings
@@ -29,13 +28,11 @@ RESIDUAL_METHODS = ("dovetail",)
 
 def _model_price(device: Device, sample, context: int) -> float:
     """What the model prices for the forwards (and heads) of one probe decode step on ``device``."""
-    from real.validation.microbench import LOOP_VOCAB, probe_specs
+    from real.validation.microbench import LOOP_SHAPE, probe_specs
     from sim.pricing import dovetail_draft_passes, forward_seconds, medusa_heads_seconds
 
-    spec, draft = probe_specs(LOOP_VOCAB)
-    # the probe models are the narrow forward the bare fixed cost (cache_op_overhead_us) was measured on,
-    # not a draft-wide model's passes (cache_loop_op_overhead_us)
-    device = replace(device, cache_loop_op_overhead_us=None)
+    spec, draft = probe_specs(LOOP_SHAPE)
+    # the probe models have a demo target's width: priced by the rules every model's passes are
     platform = Platform(name="probe", description="", devices={device.name: device})
     q = max(int(round(sample.nodes)), 1)
     price = float(forward_seconds(spec, platform, device.name, q, context))
@@ -81,7 +78,7 @@ def fit_host_costs(device: Device, loops, settings: Settings, by: str, on: str) 
     from real.validation.microbench import (
         LOOP_NEW_TOKENS,
         LOOP_PROMPT_TOKENS,
-        PROBE_HIDDEN,
+        LOOP_SHAPE,
         REFERENCE_LAYERS,
     )
 
@@ -104,7 +101,7 @@ def fit_host_costs(device: Device, loops, settings: Settings, by: str, on: str) 
             costs[key] = round(value * 1e6, 3)
             sources[key] = (
                 f"measured {by}: HetSpec's {method} decode loop ({ALL_DECODER_MODULES[method][0]}) on probe models "
-                f"(hidden {PROBE_HIDDEN}: "
+                f"(hidden {LOOP_SHAPE['hidden']}, vocabulary {LOOP_SHAPE['vocab']}: "
                 f"a {REFERENCE_LAYERS}-layer target, a 1-layer draft; configs {knobs}) costs "
                 + ", ".join(f"{1e6 * s.step_s:.1f}" for s in rows)
                 + f" us per step; {what} ("

@@ -257,25 +257,29 @@ REFERENCE_LAYERS = 2
 PROBE_CONTEXT = 64
 
 
-def _probe_spec(n_layers: int, vocab: int = PROBE_VOCAB):
+#: Width of the overhead probe (see above).
+PROBE_SHAPE = dict(hidden=PROBE_HIDDEN, intermediate=PROBE_HIDDEN, n_heads=PROBE_HEADS[0], n_kv_heads=PROBE_HEADS[1],
+                   vocab=PROBE_VOCAB)
+
+
+def _probe_spec(n_layers: int, shape: dict = PROBE_SHAPE):
     from sim.model_spec import ModelSpec
 
-    return ModelSpec(name=f"overhead-probe-{n_layers}", n_layers=n_layers, hidden=PROBE_HIDDEN,
-                     intermediate=PROBE_HIDDEN, n_heads=PROBE_HEADS[0], n_kv_heads=PROBE_HEADS[1],
-                     vocab=vocab, dtype="fp32", max_position=4 * PROBE_CONTEXT)
+    return ModelSpec(name=f"overhead-probe-{n_layers}", n_layers=n_layers, dtype="fp32", max_position=4 * PROBE_CONTEXT,
+                     **shape)
 
 
-def _probe_model(n_layers: int, vocab: int = PROBE_VOCAB):
+def _probe_model(n_layers: int, shape: dict = PROBE_SHAPE):
     from real.model.transformer import Transformer
 
     torch.manual_seed(0)
-    return Transformer(_probe_spec(n_layers, vocab)).eval()
+    return Transformer(_probe_spec(n_layers, shape)).eval()
 
 
-def probe_specs(vocab: int = PROBE_VOCAB):
+def probe_specs(shape: dict = PROBE_SHAPE):
     """The shapes of the overhead probe's target and draft (for pricing, without building them); with
-    ``vocab=LOOP_VOCAB``, those of :func:`probe_models` (the decode-loop probe)."""
-    return _probe_spec(REFERENCE_LAYERS, vocab), _probe_spec(1, vocab)
+    ``shape=LOOP_SHAPE``, those of :func:`probe_models` (the decode-loop probe)."""
+    return _probe_spec(REFERENCE_LAYERS, shape), _probe_spec(1, shape)
 
 
 def _probe_step(model, masked: bool, tokens: int = 2) -> Callable[[], object]:
@@ -408,10 +412,14 @@ PROBE_LOGIT_SCALE = 40.0
 LOOP_CONFIGS = {"ar": (0,), "chain": (1, 3, 6), "draft-tree": (4, 8), "medusa": (1, 8, 32), "dovetail": (2, 7)}
 #: Medusa heads of the probe (the tiny demo preset has 3).
 PROBE_MEDUSA_HEADS = 3
-#: Vocabulary of the decode-loop probe: the small demo preset's (every validation runs it). A loop's
-#: work outside its forwards reads the logits (argmax and top-k over the vocabulary per verified
-#: token and per draft pass), so it grows with the vocabulary; the forward-cost probes keep a tiny one.
-LOOP_VOCAB = 4096
+#: Width of the decode-loop probe: the small demo target's (every validation runs it), unlike the
+#: forward-cost probes' tiny one. A loop's work outside its forwards grows with both: it reads the
+#: logits (argmax and top-k over the vocabulary per verified token and per draft pass), and its Python
+#: runs after forwards that have swept the caches (on this project's 2-core CPU the acceptance and
+#: loop time of hidden-384 probe loops is about twice that of hidden-64 ones: chain at gamma = 4 94 vs
+#: 46 us per step, medusa at 8 tokens 232 vs 115 us; 8 layers instead of 2 add 5-20 %).
+LOOP_SHAPE = dict(hidden=384, intermediate=1024, n_heads=6, n_kv_heads=2, vocab=4096)
+LOOP_VOCAB = LOOP_SHAPE["vocab"]
 
 
 def probe_models():
@@ -421,7 +429,7 @@ def probe_models():
     from real.decode.common import DecodeModels
     from real.model.medusa_heads import MedusaHeads
 
-    target, draft = _probe_model(REFERENCE_LAYERS, LOOP_VOCAB), _probe_model(1, LOOP_VOCAB)
+    target, draft = _probe_model(REFERENCE_LAYERS, LOOP_SHAPE), _probe_model(1, LOOP_SHAPE)
     with torch.no_grad():
         target.lm_head.weight.mul_(PROBE_LOGIT_SCALE)
         # the draft agrees with the target, so draft trees grow round after round (a draft that

@@ -452,6 +452,13 @@ def test_the_probe_draft_predicts_the_probe_target_so_draft_trees_grow():
         assert torch.equal(models.target(tokens, t_cache).argmax(-1), models.draft(tokens, d_cache).argmax(-1))
         run = decoder("draft-tree").generate(models, tokens[0].tolist(), 24, DraftTreeConfig(tree_width=8), Clock())
     assert run.draft_passes / run.steps > 3          # trees grow past one pass a round
+    # what the dovetail residual prices is what the loops run: the loop probe's own shapes, a demo
+    # target's width (the forward-cost probe stays narrow)
+    from real.validation.microbench import LOOP_SHAPE, probe_specs
+
+    target, draft = probe_specs(LOOP_SHAPE)
+    assert (target, draft) == (models.target.spec, models.draft.spec)
+    assert target.hidden == 384 and target.vocab == 4096 and probe_specs()[0].hidden == 64
 
 
 # ---------------------------------------------------------------------------- every dtype the host runs

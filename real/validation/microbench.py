@@ -415,9 +415,9 @@ PROBE_MEDUSA_HEADS = 3
 #: Width of the decode-loop probe: the small demo target's (every validation runs it), unlike the
 #: forward-cost probes' tiny one. A loop's work outside its forwards grows with both: it reads the
 #: logits (argmax and top-k over the vocabulary per verified token and per draft pass), and its Python
-#: runs after forwards that have swept the caches (on this project's 2-core CPU the acceptance and
-#: loop time of hidden-384 probe loops is about twice that of hidden-64 ones: chain at gamma = 4 94 vs
-#: 46 us per step, medusa at 8 tokens 232 vs 115 us; 8 layers instead of 2 add 5-20 %).
+#: runs after forwards that have swept the caches. On this project's 2-core CPU a hidden-64 probe's
+#: loops predicted about half the host work the demo runs measure (``hetspec validate``'s phase table,
+#: docs/validation.md), a probe of this width what they measure.
 LOOP_SHAPE = dict(hidden=384, intermediate=1024, n_heads=6, n_kv_heads=2, vocab=4096)
 LOOP_VOCAB = LOOP_SHAPE["vocab"]
 

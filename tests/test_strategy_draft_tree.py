@@ -15,8 +15,8 @@ from sim.engine import simulate
 from sim.model_spec import get_model
 from sim.strategies import get_strategy
 from sim.strategies.base import Problem, StrategyConfig
-from sim.strategies.draft_tree import (fallback_chain, main_branch_depth, memory_plan, stop_depth,
-                                       swap_all_budget_gb)
+from sim.strategies.draft_tree import fallback_chain, main_branch_depth, memory_plan, swap_all_budget_gb
+from sim.strategies.draft_tree_fallback import stop_depth
 
 TX2 = get_platform("jetson-tx2")
 TARGET = get_model("gpt2-large")

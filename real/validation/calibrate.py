@@ -203,8 +203,7 @@ def _interleaved_rounds(threads: int, settings: Settings, dram_ws: int, cache_ws
         "cache_curve": tuple((ws, med(r[i] for r in caches)) for i, ws in enumerate(cache_sizes)),
         "dispatch": med(d for d, _ in got["overhead"]),
         "overhead": overheads[median_index([o.per_op_s for o in overheads])],
-        "loops": tuple(replace(s, step_s=med(r[i].step_s for r in loops),
-                               host_s=None if s.host_s is None else med(r[i].host_s for r in loops))
+        "loops": tuple(replace(s, step_s=med(r[i].step_s for r in loops), host_s=med(r[i].host_s for r in loops))
                        for i, s in enumerate(loops[0])),
         "spread": {key: round(value, 4) for key, value in (
             ("gemm_cache", warm_spread), ("gemm_dram", cold_spread), ("triad_dram", spread(got["triad_dram"])),

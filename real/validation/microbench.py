@@ -419,7 +419,6 @@ PROBE_MEDUSA_HEADS = 3
 #: loops predicted about half the host work the demo runs measure (``hetspec validate``'s phase table,
 #: docs/validation.md), a probe of this width what they measure.
 LOOP_SHAPE = dict(hidden=384, intermediate=1024, n_heads=6, n_kv_heads=2, vocab=4096)
-LOOP_VOCAB = LOOP_SHAPE["vocab"]
 
 
 def probe_models():
@@ -447,7 +446,7 @@ def probe_models():
 
 def loop_prompt() -> list[int]:
     """The probe decode loops' prompt (``LOOP_PROMPT_TOKENS`` ids spread over the vocabulary)."""
-    return [1 + (7 * i) % (LOOP_VOCAB - 1) for i in range(LOOP_PROMPT_TOKENS)]
+    return [1 + (7 * i) % (LOOP_SHAPE["vocab"] - 1) for i in range(LOOP_PROMPT_TOKENS)]
 
 
 def decode_loop_samples(threads: int, repeats: int) -> tuple[LoopSample, ...]:

@@ -75,8 +75,7 @@ from sim.step_graph import build_step_graph
 from sim.strategies.base import (DEFAULT_DRAFT_MODEL, Estimate, Knob, Problem, Strategy, StrategyConfig, co_resident,
                                  host_seconds)
 from sim.strategies.chain import draft_pass_tasks
-from sim.strategies.draft_tree_fallback import (ALPHA_DECAY, conditioned_accuracy, fallback_chain,  # noqa: F401
-                                                replayed_rounds, stop_depth)
+from sim.strategies.draft_tree_fallback import conditioned_accuracy, fallback_chain, replayed_rounds
 from sim.strategies.hcmp_threads import split_costs
 from sim.strategies.streaming_pipeline import READS_PER_LAYER, LayerPlan, layer_plan, pipeline_round
 from sim.tree import TokenTree

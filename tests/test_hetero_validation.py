@@ -185,3 +185,15 @@ def test_validate_with_the_hetero_section(tiny_demo, tmp_path, monkeypatch):
     saved = json.loads((out / "results.json").read_text())
     assert 0.0 <= saved["hetero"]["hcmp"]["regret"] < 1.0
     assert (out / "hetero_ratio.png").stat().st_size > 0
+
+
+def test_the_section_samples_prompts_as_the_main_validation():
+    """--hetero-only measures acceptance on as many calibration prompts, and every section decodes as many
+    evaluation prompts, as the main validation: one prompt protocol for both reports."""
+    from real.validation import hetero_setup, validate
+
+    for quick in (True, False):
+        main, section = validate.settings_for(quick), hetero_setup.settings_for(quick)
+        assert section.calibration_prompts == main.calibration_prompts
+    assert hetero_setup.FULL.eval_prompts == validate.FULL.eval_prompts == 24
+    assert validate.FULL.calibration_prompts == 96

@@ -121,7 +121,7 @@ def validate_hetero_only(out: str | Path, preset: str | None = None, quick: bool
     if progress:
         print(f"== demo models: preset {preset} ({why}); platform {host.name}", file=sys.stderr, flush=True)
     models = load_models(preset, progress)
-    calib = split_prompts(models, "calibration", 24 if quick else 48, settings.prompt_tokens)   # as the main validation
+    calib = split_prompts(models, "calibration", settings.calibration_prompts, settings.prompt_tokens)
     with torch.inference_mode():
         profile = measure_profile(models, calib, settings.max_new_tokens, name=f"demo-{preset}-hetero",
                                   source=f"measured by {command} on {len(calib)} calibration prompts",

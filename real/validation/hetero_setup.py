@@ -37,6 +37,7 @@ class HeteroSettings:
     alspec_repeats: int = 3            # interleaved repeats of the alspec timings
     alspec_agreement: float = 0.99     # agreement floor: (S, lambda) that keep at least this share of exact tokens
     stream_fractions: tuple[float, ...] = (1.0, 0.75, 0.5, 0.25, 0.0)   # shares of the target's layers resident
+    calibration_prompts: int = 48      # acceptance of --hetero-only on its own (as the main validation's)
 
 
 #: 11 ratios (0, 0.1, ..., 1), Dovetail's tree (top-k 10, depth 7, 16 tokens), ALSpec's lambda range
@@ -46,10 +47,11 @@ QUICK = HeteroSettings(eval_prompts=4, prompt_tokens=64, max_new_tokens=64, repe
                        dovetail_width=16, dovetail_depth=7, dovetail_top_k=10, tau_prompts=8,
                        alspec_lambdas=(0.0, 0.05, 0.1, 0.2, 0.3), alspec_windows=(4, 8, 16, 32), alspec_prompts=3,
                        stream_prompts=2, label="quick")
-#: Full: 12 evaluation prompts, as the main validation (tokens per step of 8 prompts differ from the calibration
-#: prompts' by several percent from the prompt sample alone: the hcmp section's tokens-per-step check).
-FULL = replace(QUICK, eval_prompts=12, max_new_tokens=96, repeats=5, tau_prompts=16, alspec_prompts=6,
-               stream_prompts=4, alspec_calib_prompts=8, label="full")
+#: Full: 24 evaluation prompts in 3 interleaved repeats, as the main validation (tokens per step of a dozen
+#: prompts differ from the calibration prompts' by several percent from the prompt sample alone: the hcmp
+#: section's tokens-per-step check).
+FULL = replace(QUICK, eval_prompts=24, max_new_tokens=96, repeats=3, tau_prompts=16, alspec_prompts=6,
+               stream_prompts=4, alspec_calib_prompts=8, calibration_prompts=96, label="full")
 
 
 def settings_for(quick: bool) -> HeteroSettings:

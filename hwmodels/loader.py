@@ -115,6 +115,7 @@ _DEVICE_NUMBERS = {
     "cache_op_overhead_us": (False, "nonneg"),
     "cache_loop_op_overhead_us": (False, "nonneg"),
     "cache_rewarm": (False, "unit"),
+    "cache_rewarm_keep": (False, "unit"),
 }
 #: Optional ``[[tokens, efficiency], ...]`` fields of a device.
 _DEVICE_CURVES = CURVE_FIELDS

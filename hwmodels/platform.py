@@ -66,6 +66,9 @@ class Device:
     ``cache_rewarm`` (fraction in [0, 1], default 1): how much of the cold-to-warm gap a small model
     recovers on each pass after a larger one evicted it from the cache (1 = fully warm from its second
     pass, as an LRU cache would; a cache shared with busy neighbours re-warms more slowly).
+    ``cache_rewarm_keep`` (optional, fraction in [0, 1]): the same pass by pass, where measured: the share
+    of the cold-to-warm gap a pass still pays is ``keep ** j`` on the ``j``-th pass after the eviction (the
+    cache refills over several passes, not at once); it replaces ``cache_rewarm`` when given.
     ``gemv_cache_gb`` (optional, at least ``cache_gb``): the larger set one-token passes (GEMVs) keep in
     the cache; a pass that feeds more tokens keeps less (host calibration measures both: a one-token pass
     reads each weight row once and moves on, a many-token pass holds rows and activations longer), so
@@ -114,6 +117,7 @@ class Device:
     cache_op_overhead_us: float | None = None
     cache_loop_op_overhead_us: float | None = None
     cache_rewarm: float | None = None
+    cache_rewarm_keep: float | None = None
     gemm_row_ns_curve: tuple[tuple[int, float], ...] | None = None
     batched_gemm_efficiency_curve: tuple[tuple[int, float], ...] | None = None
     batched_gemm_row_ns_curve: tuple[tuple[int, float], ...] | None = None
@@ -188,6 +192,18 @@ class Device:
         if self.cache_loop_op_overhead_us is not None:
             return self.cache_loop_op_overhead_us * US
         return self.bare_cache_overhead_s
+
+    def rewarm_gap_share(self, j: int) -> float:
+        """The share of the cold-to-warm gap a small model's ``j``-th pass after an eviction still pays
+        (``j`` >= 1; the first pass, ``j`` = 0, is cold): ``cache_rewarm_keep ** j`` where measured pass by
+        pass, else ``1 - cache_rewarm``, else 0 (warm from its second pass)."""
+        if j <= 0:
+            return 1.0
+        if self.cache_rewarm_keep is not None:
+            return float(self.cache_rewarm_keep) ** j
+        if self.cache_rewarm is not None:
+            return max(1.0 - float(self.cache_rewarm), 0.0)
+        return 0.0
 
     @property
     def bare_cache_overhead_s(self) -> float:

@@ -425,6 +425,70 @@ def test_partial_rewarming_prices_the_later_draft_passes_between_warm_and_cold()
     assert chain.plan(problem, config).serial_s(plat) == pytest.approx(chain.estimate(problem, config).step_s, rel=1e-9)
 
 
+def test_pass_by_pass_rewarming_prices_each_later_pass_at_its_power_of_keep():
+    """With ``cache_rewarm_keep`` the j-th pass after the eviction pays keep ** j of its cold-to-warm gap (it
+    replaces the one-number ``cache_rewarm``); the engine's plan prices the same passes."""
+    import json
+    import tempfile
+    from pathlib import Path
+
+    from sim.acceptance import AcceptanceModel
+    from sim.closed_form import step_seconds as step
+    from sim.strategies import get_strategy
+    from sim.strategies.base import Problem, StrategyConfig
+    from sim.strategies.chain import draft_seconds
+
+    base = _cached_cpu(0.032)
+    plat = replace(base, devices={"cpu": replace(base.device("cpu"), cache_rewarm=0.5, cache_rewarm_keep=0.6)})
+    acc = AcceptanceModel(name="a", source="test", draft_alpha=0.6)
+    problem = Problem(model=LARGE, platform=plat, acceptance=acc, context=64)
+    cold = [float(step(SMALL, plat, "cpu", 1, 64 + j, resident=False)) for j in range(4)]
+    warm = [float(step(SMALL, plat, "cpu", 1, 64 + j, resident=True)) for j in range(4)]
+    want = cold[0] + sum(warm[j] + 0.6 ** j * (cold[j] - warm[j]) for j in range(1, 4))
+    assert draft_seconds(problem, SMALL, "cpu", 4) == pytest.approx(want, rel=1e-9)
+    # the one-number rule would price every later pass at half its gap: more for a long round
+    one_number = replace(plat, devices={"cpu": replace(plat.device("cpu"), cache_rewarm_keep=None)})
+    longer = Problem(model=LARGE, platform=one_number, acceptance=acc, context=64)
+    assert draft_seconds(longer, SMALL, "cpu", 4) > draft_seconds(problem, SMALL, "cpu", 4)
+    path = Path(tempfile.mkdtemp()) / "config.json"
+    path.write_text(json.dumps(replace(SMALL, dtype="fp32").to_hf_config()))
+    chain = get_strategy("chain")
+    config = chain.resolve(problem, StrategyConfig(method="chain").with_knobs(
+        device="cpu", draft_device="cpu", draft_model=str(path), draft_depth=4))
+    assert chain.plan(problem, config).serial_s(plat) == pytest.approx(chain.estimate(problem, config).step_s, rel=1e-9)
+
+
+def test_rewarm_gap_share_by_pass():
+    plat = _cached_cpu(0.032)
+    dev = plat.device("cpu")
+    assert replace(dev, cache_rewarm=None).rewarm_gap_share(3) == 0.0            # warm from the second pass
+    assert replace(dev, cache_rewarm=0.25).rewarm_gap_share(3) == pytest.approx(0.75)
+    keep = replace(dev, cache_rewarm=0.25, cache_rewarm_keep=0.5, sources={"cache_rewarm_keep": "measured"})
+    assert [keep.rewarm_gap_share(j) for j in range(4)] == pytest.approx([1.0, 0.5, 0.25, 0.125])
+    # the platform file keeps it; a share outside [0, 1] names the field
+    doc = platform_to_dict(replace(plat, devices={"cpu": keep}))
+    assert parse_platform(doc, "ok.toml").device("cpu").cache_rewarm_keep == 0.5
+    doc["devices"]["cpu"]["cache_rewarm_keep"] = {"value": 1.5, "source": "x"}
+    with pytest.raises(PresetError, match="cache_rewarm_keep"):
+        parse_platform(doc, "bad.toml")
+
+
+def test_the_rewarming_fit_recovers_a_geometric_refill():
+    from real.validation.stream_step_probe import StreamingProbe, fit_rewarm_keep
+
+    assert fit_rewarm_keep([0.7 ** j for j in range(1, 8)]) == pytest.approx(0.7, abs=1e-4)
+    assert fit_rewarm_keep([0.0, 0.0]) == 0.0 and fit_rewarm_keep([1.0, 1.0]) == 1.0
+    with pytest.raises(ValueError):
+        fit_rewarm_keep([])
+    # a probe's per-pass medians: cold 1.2 ms, warm 0.4 ms, the gap refilled by half each pass
+    passes = tuple(0.4e-3 + 0.8e-3 * 0.5 ** j for j in range(6))
+    probe = StreamingProbe(spec=None, unmasked_s=1.0, masked_s=1.0, context=64, draft_cold_s=passes[0],
+                           draft_warm_s=0.4e-3, draft_pass_s=passes)
+    assert probe.rewarm_gaps == pytest.approx([0.5 ** j for j in range(6)])
+    assert probe.rewarm_keep == pytest.approx(0.5, abs=1e-4)
+    assert StreamingProbe(spec=None, unmasked_s=1.0, masked_s=1.0, context=64).rewarm_keep is None
+
+
 def test_the_streaming_probe_runs_in_a_process_of_its_own():
     import os
 

@@ -195,5 +195,5 @@ def test_the_section_samples_prompts_as_the_main_validation():
     for quick in (True, False):
         main, section = validate.settings_for(quick), hetero_setup.settings_for(quick)
         assert section.calibration_prompts == main.calibration_prompts
-    assert hetero_setup.FULL.eval_prompts == validate.FULL.eval_prompts == 24
+    assert hetero_setup.FULL.eval_prompts == validate.FULL.eval_prompts == 48
     assert validate.FULL.calibration_prompts == 96

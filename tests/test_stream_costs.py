@@ -138,3 +138,25 @@ def test_the_stream_probe_runs_the_real_loader(tmp_path):
     assert probe.layer_load_s > 0 and probe.resident_layer_s > 0 and probe.streamed_layer_s > 0
     assert probe.alone_s > 0 and probe.beside_s > 0 and 0.0 <= probe.host_share <= 0.9
     assert list(tmp_path.iterdir()) == []            # the probe's checkpoint is removed
+
+
+@pytest.mark.skipif(not hasattr(os, "posix_fadvise") or not hasattr(os, "sched_setaffinity")
+                    or len(os.sched_getaffinity(0)) < 2, reason="needs posix_fadvise and two cores to pin")
+def test_the_probe_reads_beside_the_worker_where_the_real_loader_runs(tmp_path, monkeypatch):
+    """The real loader thread is started outside the worker and keeps its creator's cores; the probe's reader
+    beside the pinned one-token forward must do the same (inside the worker it would share its one core)."""
+    import real.hetero.streaming as streaming
+    from real.hetero.workers import allowed_cores
+    from real.validation.stream_probe import stream_loop_probe
+
+    seen = []
+    real_read = streaming.read_layer_tensors
+
+    def spy(*args, **kwargs):
+        seen.append(frozenset(os.sched_getaffinity(0)))
+        return real_read(*args, **kwargs)
+
+    monkeypatch.setattr(streaming, "read_layer_tensors", spy)
+    core = allowed_cores()[0]
+    stream_loop_probe(f"cpu{core}", rounds=1, warmup=0, folder=tmp_path)
+    assert seen and set(seen) == {frozenset(allowed_cores())}     # never the worker's one core

@@ -47,11 +47,11 @@ QUICK = HeteroSettings(eval_prompts=4, prompt_tokens=64, max_new_tokens=64, repe
                        dovetail_width=16, dovetail_depth=7, dovetail_top_k=10, tau_prompts=8,
                        alspec_lambdas=(0.0, 0.05, 0.1, 0.2, 0.3), alspec_windows=(4, 8, 16, 32), alspec_prompts=3,
                        stream_prompts=2, label="quick")
-#: Full: 24 evaluation prompts in 3 interleaved repeats, as the main validation (tokens per step of a dozen
+#: Full: 48 evaluation prompts in 3 interleaved repeats, as the main validation (tokens per step of a dozen
 #: prompts differ from the calibration prompts' by several percent from the prompt sample alone: the hcmp
-#: section's tokens-per-step check).
-FULL = replace(QUICK, eval_prompts=24, max_new_tokens=96, repeats=3, tau_prompts=16, alspec_prompts=6,
-               stream_prompts=4, alspec_calib_prompts=8, calibration_prompts=96, label="full")
+#: section's tokens-per-step check); weight streaming, slower per token, decodes 12.
+FULL = replace(QUICK, eval_prompts=48, max_new_tokens=96, repeats=3, tau_prompts=16, alspec_prompts=6,
+               stream_prompts=12, alspec_calib_prompts=8, calibration_prompts=96, label="full")
 
 
 def settings_for(quick: bool) -> HeteroSettings:

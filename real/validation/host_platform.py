@@ -115,6 +115,15 @@ def _device(name: str, w: WorkerMeasurement, cal: Calibration, description: str)
         device = replace(device, op_overhead_us=round(per_op * 1e6, 3), cache_rewarm=round(probe.rewarm, 4),
                          sources={**device.sources, "op_overhead_us": source,
                                   "cache_op_overhead_us": sources["op_overhead_us"], "cache_rewarm": rewarm_source})
+        keep = probe.rewarm_keep
+        if keep is not None:
+            passes = ", ".join(f"{t * 1e3:.3f}" for t in probe.draft_pass_s)
+            gaps = ", ".join(f"{g:.2f}" for g in probe.rewarm_gaps)
+            device = replace(device, cache_rewarm_keep=round(keep, 4), sources={**device.sources, "cache_rewarm_keep": (
+                f"measured {by}: the same draft-sized model's {len(probe.draft_pass_s)} passes after a step of the "
+                f"streaming probe take {passes} ms (warm {probe.draft_warm_s * 1e3:.3f} ms): shares {gaps} of the "
+                f"cold-to-warm gap, fitted as {keep:.3f} ** j for pass j = 1, 2, ... (least squares; {thr}, median of "
+                f"{s.overhead_repeats}) {on}")})
         if probe.draft_gemm_s > 0 and probe.draft_spec is not None:
             loop_op, loop_source = resident_loop_overhead(probe, device, thr, s, by, on)
             device = replace(device, cache_loop_op_overhead_us=round(loop_op * 1e6, 3),

@@ -15,7 +15,14 @@ link's latency and bandwidth:
   waited for its read, and costs more than a resident one that follows another layer at once;
 - ``alone_s`` / ``beside_s``: a one-token forward of the resident model (a drafter-like pass) timed
   alone and while a thread reads the checkpoint's layers as the loader does, page cache dropped: the
-  share of the worker a read in flight takes away (``1 - alone / beside``).
+  share of the worker a read in flight takes away (``1 - alone / beside``). The reading thread runs on
+  the cores the real loader runs on: a streamed target's loader thread is started by the thread that
+  builds the target, outside the worker, and inherits that thread's cores (on Linux a thread inherits
+  its creator's affinity), so the reader takes the mask the probe had before it pinned itself to the
+  worker. A reader started inside the worker shares its one core and time-slices with the forward: the
+  calibrations that did so wrote a ``host_share`` of 0.45-0.46 on the 2-core development machine, and the
+  validation's streamed drafting, priced with it, came out up to 53 % slower than resident drafting where
+  the runs measured -4 to +24 % (``reports/validation/hetero.md`` of 2026-11-26 06:14).
 
 Rounds interleave every kind of sample, so a slow moment of the machine hits them all alike; values are
 medians. The model has the demo target's layer shape (:data:`STREAM_PROBE_SPEC`), the shape the demo's
@@ -89,9 +96,13 @@ def _layer_loop_s(model, tokens: torch.Tensor) -> tuple[float, list]:
     return s["compute_s"] / layers.n_layers, list(layers.stats.loads)
 
 
-def _reader(locations: list, stop: threading.Event) -> None:
-    """Read the checkpoint's layers cold, one after the other, until ``stop`` (as the loader reads)."""
+def _reader(locations: list, stop: threading.Event, cores: set[int] | None = None) -> None:
+    """Read the checkpoint's layers cold, one after the other, until ``stop`` (as the loader reads), on
+    ``cores`` (None: the creating thread's)."""
     from real.hetero.streaming import read_layer_tensors
+
+    if cores is not None:
+        os.sched_setaffinity(0, cores)
 
     fds: dict = {}
 
@@ -124,13 +135,14 @@ def _one_token_s(model, passes: int) -> float:
 def stream_loop_probe(worker: str, rounds: int, warmup: int = 1, folder: str | Path | None = None) -> StreamLoopProbe | None:
     """Run the probe on ``worker`` (a single-thread worker name); None where ``posix_fadvise`` is missing."""
     from real.hetero.streaming import close_streamed, streamed_target, tensor_locations
-    from real.hetero.workers import get_worker, on_worker
+    from real.hetero.workers import can_pin, get_worker, on_worker
     from real.model.checkpoint import check_shapes, save_model
     from real.model.random_models import random_transformer
     from real.validation.storage_probe import probe_folder
 
     if not hasattr(os, "posix_fadvise"):
         return None
+    loader_cores = set(os.sched_getaffinity(0)) if can_pin() else None   # where the real loader thread runs
     spec = STREAM_PROBE_SPEC
     root = Path(folder) if folder is not None else probe_folder()
     ckpt = Path(tempfile.mkdtemp(prefix="hetspec-stream-probe-", dir=root))
@@ -157,7 +169,7 @@ def stream_loop_probe(worker: str, rounds: int, warmup: int = 1, folder: str | P
                 streamed.model.layers.wait_preloaded()
                 alone = _one_token_s(resident, BESIDE_PASSES)
                 stop = threading.Event()
-                reader = threading.Thread(target=_reader, args=(per_layer, stop), daemon=True)
+                reader = threading.Thread(target=_reader, args=(per_layer, stop, loader_cores), daemon=True)
                 reader.start()
                 time.sleep(0.002)                      # the reader's first read is in flight
                 beside = _one_token_s(resident, BESIDE_PASSES)

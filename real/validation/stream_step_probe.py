@@ -32,6 +32,7 @@ class StreamingProbe:
     gemm_masked_s: float = 0.0     # ... with M = masked_tokens
     draft_cold_s: float = 0.0      # a draft-sized model's first pass right after a probe step
     draft_later_s: float = 0.0     # its next passes (mean of the medians of passes 2..REWARM_PASSES)
+    draft_pass_s: tuple = ()       # the median of each of its REWARM_PASSES passes after a probe step, in order
     draft_warm_s: float = 0.0      # its pass in a loop of its own
     draft_gemm_s: float = 0.0      # its GEMMs alone (same weights, same order, M = 1), interleaved with that loop
     draft_spec: object = None      # that model's sim.model_spec.ModelSpec
@@ -63,6 +64,35 @@ class StreamingProbe:
         gap = self.draft_cold_s - self.draft_warm_s
         return min(max((self.draft_cold_s - self.draft_later_s) / gap, 0.0), 1.0) if gap > 0 else 1.0
 
+    @property
+    def rewarm_gaps(self) -> tuple[float, ...]:
+        """Per pass after the probe step (the first is 1 by definition): its share of the cold-to-warm gap."""
+        gap = self.draft_cold_s - self.draft_warm_s
+        if gap <= 0 or not self.draft_pass_s:
+            return ()
+        return tuple(min(max((t - self.draft_warm_s) / gap, 0.0), 1.0) for t in self.draft_pass_s)
+
+    @property
+    def rewarm_keep(self) -> float | None:
+        """``keep`` of the pass-by-pass re-warming (:func:`fit_rewarm_keep` over :attr:`rewarm_gaps`), or None
+        without the per-pass timings."""
+        gaps = self.rewarm_gaps
+        return fit_rewarm_keep(gaps[1:]) if len(gaps) > 1 else None
+
+
+def fit_rewarm_keep(gaps) -> float:
+    """The ``keep`` in [0, 1] whose powers ``keep ** j`` (j = 1, 2, ...) fit ``gaps`` (the shares of the
+    cold-to-warm gap of passes 1, 2, ... after an eviction) in least squares: the cache refills by the same
+    share of what is still missing on every pass."""
+    import numpy as np
+
+    g = np.asarray(gaps, dtype=float)
+    if g.size == 0:
+        raise ValueError("fit_rewarm_keep needs at least one pass after the first")
+    keep = np.linspace(0.0, 1.0, 10001)[:, None]
+    err = ((keep ** np.arange(1, g.size + 1)[None, :] - g[None, :]) ** 2).sum(axis=1)
+    return float(keep[int(np.argmin(err)), 0])
+
 
 #: Layer shape of the streaming probe (a narrow Llama layer, grouped-query attention, 7 MB of fp32
 #: weights). The fixed cost per operator of a streaming model grows with its width (measured here:
@@ -79,9 +109,10 @@ STREAM_WEIGHTS_LLC = 4
 #: Depth cap (a machine with a huge cache would otherwise build a very deep probe).
 STREAM_MAX_LAYERS = 32
 #: Draft-sized model of the re-warming measurement (2 layers, hidden 256, vocabulary 4096: 10 MB
-#: of fp32 weights read per pass, a third of a desktop last-level cache), and its passes per round.
+#: of fp32 weights read per pass, a third of a desktop last-level cache), and its passes per round (a
+#: chain's longest round: sim.strategies.chain.MAX_GAMMA).
 REWARM_DRAFT = dict(n_layers=2, hidden=256, intermediate=704, n_heads=4, n_kv_heads=2, vocab=4096)
-REWARM_PASSES = 6
+REWARM_PASSES = 8
 #: Tokens of the masked streaming step: a typical verification; not 2, where this CPU's GEMM
 #: kernels take a slow path for some shapes (measured: M = 2 slower per row than M = 1 or 4), which
 #: would be mistaken for fixed cost.
@@ -156,4 +187,5 @@ def streaming_probe(threads: int, repeats: int, warmup: int, llc_bytes: int) -> 
     return StreamingProbe(spec, med["step1"], med["stepq"], PROBE_CONTEXT, STREAM_MASKED_TOKENS,
                           gemm_unmasked_s=med["gemm1"], gemm_masked_s=med["gemmq"],
                           draft_cold_s=statistics.median(rounds[0]), draft_later_s=later,
+                          draft_pass_s=tuple(statistics.median(r) for r in rounds),
                           draft_warm_s=warm["pass"], draft_gemm_s=warm["gemm"], draft_spec=draft.spec)

@@ -94,14 +94,13 @@ class Settings:
 #: small preset). Full: more prompts, tokens and repeats, every token count of the random models.
 #: Tokens per step vary from prompt to prompt (sd 0.76 of 3.55 for Medusa's 16-token tree on the small demo
 #: models' 12 evaluation prompts: the hcmp section's tokens-per-step check, committed run of 2026-11-25), so
-#: the prompt samples bound how close a prediction can come: 12 prompts carry a standard error of 6 %, 24
-#: about 4 %. The full run measures acceptance on 96 calibration prompts (one per calibration file, then a
-#: second round) and decodes 24 evaluation prompts in 3 interleaved repeats (a fifth more decoded tokens than 12
-#: prompts in 5 repeats).
+#: the prompt samples bound how close a prediction can come: 12 prompts carry a standard error of 6 %, 48
+#: under 3 %. The full run measures acceptance on 96 calibration prompts (one per calibration file, then a
+#: second round) and decodes 48 evaluation prompts in 3 interleaved repeats.
 QUICK = Settings(calibration_prompts=48, eval_prompts=6, prompt_tokens=64, max_new_tokens=64, repeats=3,
                  random_models=("random-smollm-135m", "random-smollm-360m"), random_tokens=(1, 4, 16, 64),
                  random_repeats=3, random_context=128, label="quick")
-FULL = Settings(calibration_prompts=96, eval_prompts=24, prompt_tokens=64, max_new_tokens=96, repeats=3,
+FULL = Settings(calibration_prompts=96, eval_prompts=48, prompt_tokens=64, max_new_tokens=96, repeats=3,
                 random_models=("random-smollm-135m", "random-smollm-360m"), random_tokens=(1, 2, 4, 8, 16, 32, 64),
                 random_repeats=5, random_context=256, label="full")
 

@@ -49,15 +49,17 @@ def draft_pass_resident(problem: Problem, draft: ModelSpec, device: str, j: int)
 
 def rewarm_seconds(problem: Problem, draft: ModelSpec, device: str, j: int) -> float:
     """Extra seconds of draft pass ``j`` while the cache re-warms: after the target evicted the draft, a
-    pass priced resident (:func:`draft_pass_resident`) still costs ``1 - cache_rewarm`` of the gap
-    between its cold and its warm time (the device's measured ``cache_rewarm``; 1, no extra, by default)."""
+    pass priced resident (:func:`draft_pass_resident`) still pays the device's
+    :meth:`~hwmodels.platform.Device.rewarm_gap_share` of the gap between its cold and its warm time
+    (``cache_rewarm_keep ** j`` where the re-warming was measured pass by pass; none by default)."""
     dev = problem.platform.device(device)
-    if j == 0 or dev.cache_rewarm is None or dev.cache_rewarm >= 1.0 or co_resident(problem, device, problem.model, draft) \
+    share = dev.rewarm_gap_share(j)
+    if j == 0 or share <= 0.0 or co_resident(problem, device, problem.model, draft) \
             or not draft_pass_resident(problem, draft, device, j):
         return 0.0
     cold = float(step_seconds(draft, problem.platform, device, 1, problem.context + j, problem.batch, resident=False))
     warm = float(step_seconds(draft, problem.platform, device, 1, problem.context + j, problem.batch, resident=True))
-    return (1.0 - dev.cache_rewarm) * max(cold - warm, 0.0)
+    return share * max(cold - warm, 0.0)
 
 
 def draft_pass_seconds(problem: Problem, draft: ModelSpec, device: str, passes: int) -> np.ndarray:

@@ -229,15 +229,17 @@ def drafter_pass_resident(problem: Problem, config: StrategyConfig, spec: ModelS
 
 def drafter_rewarm_seconds(problem: Problem, config: StrategyConfig, spec: ModelSpec, p: "DraftPass", j: int) -> float:
     """Extra seconds of drafter pass ``j`` while the cache re-warms after the target evicted the drafter
-    (``1 - cache_rewarm`` of the gap between its cold and its warm time; as :func:`sim.strategies.chain.rewarm_seconds`)."""
+    (the device's :meth:`~hwmodels.platform.Device.rewarm_gap_share` of the gap between its cold and its warm
+    time; as :func:`sim.strategies.chain.rewarm_seconds`)."""
     device = config.draft_device
     dev = problem.platform.device(device)
-    if j == 0 or dev.cache_rewarm is None or dev.cache_rewarm >= 1.0 or not drafter_pass_resident(problem, config, spec, j) \
+    share = dev.rewarm_gap_share(j)
+    if j == 0 or share <= 0.0 or not drafter_pass_resident(problem, config, spec, j) \
             or co_resident(problem, device, problem.model, spec):
         return 0.0
     cold, warm = (float(step_seconds(spec, problem.platform, device, p.tokens, p.context, problem.batch, resident=r))
                   for r in (False, True))
-    return (1.0 - dev.cache_rewarm) * max(cold - warm, 0.0)
+    return share * max(cold - warm, 0.0)
 
 
 # ---------------------------------------------------------------------- verification pricing

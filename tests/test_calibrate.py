@@ -400,8 +400,7 @@ def test_a_draft_that_fits_alone_but_not_with_its_target_is_priced_from_dram():
 def test_partial_rewarming_prices_the_later_draft_passes_between_warm_and_cold():
     from sim.acceptance import AcceptanceModel
     from sim.closed_form import step_seconds as step
-    from sim.strategies import get_strategy
-    from sim.strategies.base import Problem, StrategyConfig
+    from sim.strategies.base import Problem
     from sim.strategies.chain import draft_seconds
 
     base = _cached_cpu(0.032)
@@ -413,29 +412,33 @@ def test_partial_rewarming_prices_the_later_draft_passes_between_warm_and_cold()
     want = cold[0] + sum(w + 0.5 * (c - w) for c, w in zip(cold[1:], warm[1:]))
     assert draft_seconds(problem, SMALL, "cpu", 3) == pytest.approx(want, rel=1e-9)
     # the engine's plan carries the same re-warming (a delay after each later pass)
+    _assert_chain_plan_prices_as_estimate(problem, 3)
+
+
+def _assert_chain_plan_prices_as_estimate(problem, gamma: int) -> None:
+    """The engine's plan of a chain round with the SMALL draft costs what the closed form says."""
     import json
     import tempfile
     from pathlib import Path
+
+    from sim.strategies import get_strategy
+    from sim.strategies.base import StrategyConfig
 
     path = Path(tempfile.mkdtemp()) / "config.json"
     path.write_text(json.dumps(replace(SMALL, dtype="fp32").to_hf_config()))
     chain = get_strategy("chain")
     config = chain.resolve(problem, StrategyConfig(method="chain").with_knobs(
-        device="cpu", draft_device="cpu", draft_model=str(path), draft_depth=3))
-    assert chain.plan(problem, config).serial_s(plat) == pytest.approx(chain.estimate(problem, config).step_s, rel=1e-9)
+        device="cpu", draft_device="cpu", draft_model=str(path), draft_depth=gamma))
+    assert chain.plan(problem, config).serial_s(problem.platform) == pytest.approx(
+        chain.estimate(problem, config).step_s, rel=1e-9)
 
 
 def test_pass_by_pass_rewarming_prices_each_later_pass_at_its_power_of_keep():
     """With ``cache_rewarm_keep`` the j-th pass after the eviction pays keep ** j of its cold-to-warm gap (it
     replaces the one-number ``cache_rewarm``); the engine's plan prices the same passes."""
-    import json
-    import tempfile
-    from pathlib import Path
-
     from sim.acceptance import AcceptanceModel
     from sim.closed_form import step_seconds as step
-    from sim.strategies import get_strategy
-    from sim.strategies.base import Problem, StrategyConfig
+    from sim.strategies.base import Problem
     from sim.strategies.chain import draft_seconds
 
     base = _cached_cpu(0.032)
@@ -450,12 +453,7 @@ def test_pass_by_pass_rewarming_prices_each_later_pass_at_its_power_of_keep():
     one_number = replace(plat, devices={"cpu": replace(plat.device("cpu"), cache_rewarm_keep=None)})
     longer = Problem(model=LARGE, platform=one_number, acceptance=acc, context=64)
     assert draft_seconds(longer, SMALL, "cpu", 4) > draft_seconds(problem, SMALL, "cpu", 4)
-    path = Path(tempfile.mkdtemp()) / "config.json"
-    path.write_text(json.dumps(replace(SMALL, dtype="fp32").to_hf_config()))
-    chain = get_strategy("chain")
-    config = chain.resolve(problem, StrategyConfig(method="chain").with_knobs(
-        device="cpu", draft_device="cpu", draft_model=str(path), draft_depth=4))
-    assert chain.plan(problem, config).serial_s(plat) == pytest.approx(chain.estimate(problem, config).step_s, rel=1e-9)
+    _assert_chain_plan_prices_as_estimate(problem, 4)
 
 
 def test_rewarm_gap_share_by_pass():

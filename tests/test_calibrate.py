@@ -315,8 +315,9 @@ def test_strategies_price_the_host_costs_in_closed_form_and_plan(method, knobs, 
 
 
 def test_dovetail_host_costs_are_the_loop_time_beyond_the_priced_passes():
-    """The dovetail probe loop is priced as its drafter passes (the accepted tokens, then top-k per
-    level) plus the verification; what is left is fitted per round and per drafter pass."""
+    """A dovetail probe sample without its time outside the forwards (an older calibration): the loop is
+    priced as its drafter passes (the accepted tokens, then top-k per level) plus the verification; what
+    is left is fitted per round and per drafter pass."""
     from real.validation.host_costs import _model_price, fit_host_costs
     from real.validation.host_facts import QUICK
     from real.validation.microbench import (
@@ -352,10 +353,15 @@ def test_host_costs_are_the_probe_loops_time_outside_their_forwards():
                           host_s=1e-6 * (20.0 + 5.0 * g)) for g in (1, 3, 6)]
     samples += [LoopSample("medusa", w, step_s=0.05, passes=0.0, nodes=float(w), heads=3, host_s=1e-6 * (80.0 + 2.0 * w))
                 for w in (1, 8, 32)]
+    # dovetail's tree work runs between its pass records: measured as the others' (its step time is no help)
+    samples += [LoopSample("dovetail", d, step_s=0.05 * d, passes=d + 1.0, nodes=16.0, heads=0, tokens=1.4,
+                           host_s=1e-6 * (300.0 + 150.0 * (d + 1))) for d in (2, 7)]
     costs, sources = fit_host_costs(dev, samples, QUICK, "by test", "on test")
     assert costs == {"chain_step": pytest.approx(20.0, abs=1e-3), "chain_pass": pytest.approx(5.0, abs=1e-3),
-                     "medusa_step": pytest.approx(80.0, abs=1e-3), "medusa_node": pytest.approx(2.0, abs=1e-3)}
-    assert "outside the traced forwards" in sources["chain_pass"]
+                     "medusa_step": pytest.approx(80.0, abs=1e-3), "medusa_node": pytest.approx(2.0, abs=1e-3),
+                     "dovetail_step": pytest.approx(300.0, abs=1e-3), "dovetail_pass": pytest.approx(150.0, abs=1e-3)}
+    assert "outside the traced forwards" in sources["chain_pass"] and "outside the traced forwards" in sources[
+        "dovetail_pass"]
     # a sample without the measure (an older calibration) keeps the residual
     old = [replace(s, host_s=None) for s in samples if s.method == "chain"]
     assert fit_host_costs(dev, old, QUICK, "by test", "on test")[0]["chain_pass"] > 1e4

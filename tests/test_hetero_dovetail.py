@@ -133,3 +133,42 @@ def test_dgf_forward_files_and_training_signal(setup, tmp_path):
         loss.backward()
         opt.step()
     assert float(dgf_loss(drafter, t, fi, fo)[0].detach()) < first
+
+
+def test_a_drafter_pass_record_holds_its_forward_not_the_tree_work(monkeypatch):
+    """Each pass record spans the pass's mask rows and forward; choosing nodes, their top-k and the pool
+    between the passes fall outside it (the round's host work, measured as the decode's time outside its
+    traced forwards). A fake clock advances 1 s per forward and 1000 s per node added to the pool."""
+    import real.hetero.dovetail as dovetail
+
+    now = [0.0]
+
+    class FakeTime:
+        @staticmethod
+        def perf_counter():
+            return now[0]
+
+    class Drafter:
+        uses_features = False
+
+        def run(self, tokens, feats, cache, positions, mask):
+            now[0] += 1.0
+            return torch.randn(1, tokens.shape[1], 32), None
+
+    class Cache:
+        pending = 0
+
+        def keep(self, _positions):
+            pass
+
+    def slow_node(*args, **kwargs):
+        now[0] += 1000.0
+        return Node(*args, **kwargs)
+
+    monkeypatch.setattr(dovetail, "time", FakeTime)
+    monkeypatch.setattr(dovetail, "Node", slow_node)
+    config = DovetailConfig(tree_width=8, draft_depth=3, top_k=3)
+    spans = []
+    dovetail.grow_tree(Drafter(), Cache(), torch.tensor([[1, 2]]), None, 10, config,
+                       torch.zeros(9, 9, dtype=torch.bool), lambda j, t0: spans.append((j, now[0] - t0)))
+    assert spans == [(0, 1.0), (1, 1.0), (2, 1.0), (3, 1.0)]

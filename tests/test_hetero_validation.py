@@ -78,6 +78,11 @@ def test_the_section_end_to_end(tiny_demo, tmp_path):
                                                      f"{pair[0]} -> {pair[0]}"]
     assert all(r["pred_step_ms"] > 0 and r["meas_step_ms"] > 0 for r in d["placements"])
     assert d["predicted_best"] in {r["label"] for r in d["placements"]}
+    for r in d["placements"]:    # the round's parts add up to it: passes, the tree's host work, transfers, verify
+        parts = r["meas_parts_ms"]
+        assert parts["draft"] > 0 and parts["verify"] > 0 and parts["host"] > 0
+        assert sum(parts.values()) == pytest.approx(min(r["meas_step_ms_samples"], key=lambda x: abs(x - r["meas_step_ms"])),
+                                                    rel=1e-6)
     a = doc["alspec"]["rows"]
     exact = next(r for r in a if r["lambda"] == 0.0)
     assert exact["hit_rate"] == 0.0 and exact["agreement_positionwise"] == 1.0

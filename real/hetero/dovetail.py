@@ -147,24 +147,29 @@ class Node:
 def grow_tree(drafter, d_cache, lag: Tensor, lag_feats: Tensor | None, root_pos: int, config: DovetailConfig,
               rows: Tensor, on_pass) -> tuple[list[Node], list[int]]:
     """One round's drafting on the drafter's worker. Returns the pool of scored nodes and the
-    indices of the ``width - 1`` chosen ones, parents before children."""
+    indices of the ``width - 1`` chosen ones, parents before children.
+
+    ``on_pass(j, t0)`` is called right after pass ``j``'s forward, ``t0`` its start (its mask rows and its
+    forward, as the draft-tree decoder records a pass): the tree's Python between the passes (choosing the
+    nodes to feed, their top-k, the pool, the rerank) falls outside the draft records, where the decode's
+    time outside its traced forwards (``DecodeResult.host_s``) measures it as host work."""
     device = lag.device
     n0 = lag.shape[1]
     k = config.top_k
     t0 = time.perf_counter()
     positions = torch.arange(root_pos - n0 + 1, root_pos + 1, device=device)
     logits, feats = drafter.run(lag, lag_feats, d_cache, positions, None)            # [1, n0, V], [1, n0, d]
-    d_cache.keep(range(n0))                                                           # the lag is true: commit it
     on_pass(0, t0)
+    d_cache.keep(range(n0))                                                           # the lag is true: commit it
     logp = torch.log_softmax(logits[0, -1].float(), dim=-1)
     values, ids = logp.topk(k)
     pool = [Node(int(t), float(v), -1, r, 1) for r, (v, t) in enumerate(zip(values.tolist(), ids.tolist()))]
     node_feats: dict[int, Tensor] = {-1: feats[0, -1] if feats is not None else None}
     level = list(range(len(pool)))
     for depth in range(1, config.draft_depth + 1):
-        t0 = time.perf_counter()
         chosen = sorted(level, key=lambda i: (-pool[i].score, i))[:k]               # nodes fed this pass
         q = len(chosen)
+        t0 = time.perf_counter()                  # the pass: its mask rows and its forward (as draft-tree's)
         slot0 = d_cache.pending
         for j, i in enumerate(chosen):                                                # mask row: ancestors + itself
             node, slot = pool[i], slot0 + j
@@ -179,6 +184,7 @@ def grow_tree(drafter, d_cache, lag: Tensor, lag_feats: Tensor | None, root_pos:
                     if drafter.uses_features else None)                                # [1, q, d]
         positions = torch.full((q,), root_pos + depth, device=device)
         logits, feats = drafter.run(tokens, feats_in, d_cache, positions, rows[slot0: slot0 + q, : slot0 + q])
+        on_pass(depth, t0)
         logp = torch.log_softmax(logits[0].float(), dim=-1)                           # [q, V]
         values, ids = logp.topk(k, dim=-1)                                            # [q, k]
         level = []
@@ -189,7 +195,6 @@ def grow_tree(drafter, d_cache, lag: Tensor, lag_feats: Tensor | None, root_pos:
             for r, (v, t) in enumerate(zip(values[j].tolist(), ids[j].tolist())):
                 pool.append(Node(int(t), base + float(v), i, r, depth + 1))
                 level.append(len(pool) - 1)
-        on_pass(depth, t0)
     # rerank: the width-1 best nodes; ties to the shallower, earlier node (a parent precedes its children)
     best = sorted(range(len(pool)), key=lambda i: (-pool[i].score, pool[i].depth, i))[: config.tree_width - 1]
     best.sort(key=lambda i: (pool[i].depth, i))

@@ -41,8 +41,11 @@ def dovetail_placements(models, platform, ctx, settings: HeteroSettings, pair: t
         phase = {}
         for r in res.records:
             phase[r.phase] = phase.get(r.phase, 0.0) + r.duration_s
-        return (res.decode_s / res.steps, res.tokens_per_s, res.mean_accepted_per_step,
-                {k: 1e3 * v / res.steps for k, v in phase.items() if k in ("draft", "verify", "transfer")})
+        parts = {k: 1e3 * phase.get(k, 0.0) / res.steps for k in ("draft", "verify", "transfer")}
+        # host: the round's time outside its drafter passes, transfers and verification (the tree's Python,
+        # acceptance): what the prediction prices as the drafter device's dovetail host costs
+        parts["host"] = 1e3 * res.decode_s / res.steps - sum(parts.values())
+        return res.decode_s / res.steps, res.tokens_per_s, res.mean_accepted_per_step, parts
 
     with progress_bar(len(places) * settings.repeats, "dovetail placements", progress) as bar:
         samples = [[r[0] for r in row] for row in interleaved(len(places), settings.repeats, measure, tick=bar.update)]

@@ -128,12 +128,24 @@ def test_the_stream_probe_becomes_the_link_and_the_workers_cost():
     assert costs == {"stream_layer": pytest.approx(400.0)} and "waited" in sources["stream_layer"]
 
 
+def test_a_layers_read_is_the_mean_of_each_layers_median():
+    """A forward streaming every layer pays the sum of their reads: layers that read fast and layers that read
+    slow (a virtual disk's blocks) count by their share, however many reads each had; a one-off hiccup does
+    not. The median over every read would give the majority kind (6 ms here)."""
+    from real.validation.stream_probe import layer_read_s
+
+    reads = {1: [6e-3, 6.1e-3, 5.9e-3], 2: [6e-3, 60e-3, 6e-3], 3: [4e-3, 4e-3, 4e-3]}
+    assert layer_read_s(reads) == pytest.approx((6e-3 + 6e-3 + 4e-3) / 3)
+    assert layer_read_s({}) != layer_read_s({})          # NaN: nothing was read
+
+
 @pytest.mark.skipif(not hasattr(os, "posix_fadvise"), reason="needs posix_fadvise")
 def test_the_stream_probe_runs_the_real_loader(tmp_path):
     from real.validation.stream_probe import STREAM_PROBE_SPEC, stream_loop_probe
 
     probe = stream_loop_probe("cpu", rounds=1, warmup=0, folder=tmp_path)
     spec = STREAM_PROBE_SPEC
+    assert spec.n_layers == 8 and probe.layers == 8      # the demo target's layers: every kind of block read
     assert probe.layer_bytes == spec.params_per_layer * 4 and probe.reads_per_layer == 9
     assert probe.layer_load_s > 0 and probe.resident_layer_s > 0 and probe.streamed_layer_s > 0
     assert probe.alone_s > 0 and probe.beside_s > 0 and 0.0 <= probe.host_share <= 0.9

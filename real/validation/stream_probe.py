@@ -8,7 +8,12 @@ link's latency and bandwidth:
 
 - ``layer_load_s`` / ``layer_bytes``: the loader's whole-layer reads (all of a layer's tensors dropped
   from the page cache, then read one after the other: ``StreamingLayers._read_layer``) while the forward
-  waits for them, the median over every read of every streamed forward;
+  waits for them: each layer's median read over the rounds, averaged over the layers. A forward that
+  streams every layer pays the sum of their reads, and on a virtual disk the layers of one file do not
+  read alike: on the 2-core development machine (2026-11-26) the layers of a freshly written 4-layer
+  checkpoint read in 3.6-4.0 ms or 6.0-6.5 ms, each layer the same from round to round, and the median
+  over every read took whichever kind was the majority (1.47 GB/s in one calibration, where the
+  validation's streamed target read at 0.88-0.94 GB/s);
 - ``resident_layer_s`` / ``streamed_layer_s``: a layer's compute in a :data:`STREAM_TOKENS`-token forward
   of the same model, every layer resident vs every layer streamed through one staging buffer (the
   layer loop's time minus its waits, per layer): a streamed layer is computed right after the forward
@@ -45,8 +50,8 @@ import torch
 from sim.model_spec import ModelSpec
 
 #: The probe's model: the demo target's layer shape (hidden 384, intermediate 1024, 6 heads, 2 KV heads,
-#: vocabulary 4096; ``hetspec demo``'s default preset), 4 layers, random weights, fp32.
-STREAM_PROBE_SPEC = ModelSpec(name="stream-probe", n_layers=4, hidden=384, intermediate=1024, n_heads=6,
+#: vocabulary 4096; ``hetspec demo``'s default preset) and its 8 layers, random weights, fp32.
+STREAM_PROBE_SPEC = ModelSpec(name="stream-probe", n_layers=8, hidden=384, intermediate=1024, n_heads=6,
                               n_kv_heads=2, vocab=4096, dtype="fp32", max_position=512,
                               source="the demo target's layer shape; random weights (timing only)")
 #: Tokens of the probe's verification-like forward (the validation's 16-token trees).
@@ -61,7 +66,7 @@ class StreamLoopProbe:
     layers: int
     tokens: int
     layer_bytes: int
-    layer_load_s: float           # one streamed layer's read by the real loader (median)
+    layer_load_s: float           # one streamed layer's read by the real loader (per-layer medians, mean)
     reads_per_layer: int
     resident_layer_s: float       # a resident layer's compute in a STREAM_TOKENS-token forward
     streamed_layer_s: float       # a streamed layer's compute, after the forward waited for it
@@ -123,6 +128,13 @@ def _reader(locations: list, stop: threading.Event, cores: set[int] | None = Non
             os.close(fd)
 
 
+def layer_read_s(reads: dict[int, list[float]]) -> float:
+    """A streamed layer's read: each layer's median over its reads, averaged over the layers (a forward
+    that streams them all pays the sum). NaN where nothing was read."""
+    per_layer = [statistics.median(v) for v in reads.values() if v]
+    return statistics.fmean(per_layer) if per_layer else float("nan")
+
+
 def _one_token_s(model, passes: int) -> float:
     cache = model.new_cache(passes + 8)
     tok = torch.zeros(1, 1, dtype=torch.long)
@@ -159,7 +171,8 @@ def stream_loop_probe(worker: str, rounds: int, warmup: int = 1, folder: str | P
         resident, _ = streamed_target(ckpt, 1 << 40)
         streamed, _ = streamed_target(ckpt, fixed + layer_bytes)     # room for one staging layer: none resident
         tokens = torch.arange(STREAM_TOKENS).unsqueeze(0)
-        samples: dict[str, list[float]] = {"resident": [], "streamed": [], "alone": [], "beside": [], "load": []}
+        samples: dict[str, list[float]] = {"resident": [], "streamed": [], "alone": [], "beside": []}
+        reads: dict[int, list[float]] = {}                       # layer -> its read times
         with on_worker(get_worker(worker)), torch.inference_mode():
             for r in range(warmup + rounds):
                 keep = r >= warmup
@@ -180,13 +193,15 @@ def stream_loop_probe(worker: str, rounds: int, warmup: int = 1, folder: str | P
                     samples["streamed"].append(str_s)
                     samples["alone"].append(alone)
                     samples["beside"].append(beside)
-                    samples["load"] += [t1 - t0 for _, t0, t1, _ in loads]
+                    for layer, t0, t1, _ in loads:
+                        reads.setdefault(layer, []).append(t1 - t0)
     finally:
         for m in (resident, streamed):
             if m is not None:
                 close_streamed(m)
         shutil.rmtree(ckpt, ignore_errors=True)
     med = {k: statistics.median(v) for k, v in samples.items()}
+    med["load"] = layer_read_s(reads)
     return StreamLoopProbe(worker=worker, layers=spec.n_layers, tokens=STREAM_TOKENS, layer_bytes=layer_bytes,
                            layer_load_s=med["load"], reads_per_layer=len(per_layer[0]),
                            resident_layer_s=med["resident"], streamed_layer_s=med["streamed"], alone_s=med["alone"],

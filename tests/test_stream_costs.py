@@ -121,6 +121,8 @@ def test_the_stream_probe_becomes_the_link_and_the_workers_cost():
     assert link.bw_gbps == pytest.approx(6e6 / (8e-3 - 9 * 50e-6) / 1e9, abs=1e-4)
     assert link.latency_us == 50.0 and link.host_share == pytest.approx(0.4)
     assert "whole-layer reads" in link.sources["bw_gbps"] and "alone" in link.sources["host_share"]
+    per_layer = storage_link(tensors, "by test", "on a CPU", stream=_probe(layer_reads_s=(7e-3, 9e-3)))
+    assert "median read: 7.00, 9.00 ms" in per_layer.sources["bw_gbps"]
     # without the loop probe: the tensor fit, nothing taken from the compute
     alone = storage_link(tensors, "by test", "on a CPU")
     assert alone.bw_gbps == 1.0 and alone.host_share == 0.0
@@ -148,6 +150,8 @@ def test_the_stream_probe_runs_the_real_loader(tmp_path):
     assert spec.n_layers == 8 and probe.layers == 8      # the demo target's layers: every kind of block read
     assert probe.layer_bytes == spec.params_per_layer * 4 and probe.reads_per_layer == 9
     assert probe.layer_load_s > 0 and probe.resident_layer_s > 0 and probe.streamed_layer_s > 0
+    assert len(probe.layer_reads_s) >= spec.n_layers - 1      # every layer the forwards waited for
+    assert probe.layer_load_s == pytest.approx(sum(probe.layer_reads_s) / len(probe.layer_reads_s))
     assert probe.alone_s > 0 and probe.beside_s > 0 and 0.0 <= probe.host_share <= 0.9
     assert list(tmp_path.iterdir()) == []            # the probe's checkpoint is removed
 

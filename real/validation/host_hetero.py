@@ -83,8 +83,8 @@ def storage_link(probe, by: str, on: str, device: str = "cpu", stream=None) -> L
         if data_s > 0:
             bw = stream.layer_bytes / data_s
             bw_source = (f"measured: {bw / 1e9:.3f} GB/s, the loader's whole-layer reads: {stream.layer_bytes / 1e6:.2f} "
-                         f"MB in {stream.layer_load_s * 1e3:.2f} ms less {stream.reads_per_layer} x the per-read "
-                         f"latency (the single tensor reads alone gave {probe.bw_bytes_per_s / 1e9:.3f} GB/s) "
+                         f"MB in {stream.layer_load_s * 1e3:.2f} ms{_per_layer(stream)} less {stream.reads_per_layer} x the "
+                         f"per-read latency (the single tensor reads alone gave {probe.bw_bytes_per_s / 1e9:.3f} GB/s) "
                          f"{_stream_where(stream, by, on)}")
         share = round(stream.host_share, 4)
         sources["host_share"] = (f"measured: {stream.host_share:.3f}, 1 - alone / beside for a one-token forward of "
@@ -142,6 +142,14 @@ def add_hetero(cal, loops: dict, links: tuple, workers) -> tuple[dict, tuple]:
     if stream is not None:
         add_costs(*stream_loop_costs(stream, by, on))
     return loops, links
+
+
+def _per_layer(stream) -> str:
+    """The probe's per-layer medians behind its mean read, as a source says them."""
+    reads = getattr(stream, "layer_reads_s", ())
+    if not reads:
+        return ""
+    return " (the mean of each streamed layer's median read: " + ", ".join(f"{r * 1e3:.2f}" for r in reads) + " ms)"
 
 
 def _stream_where(probe, by: str, on: str) -> str:

@@ -10,10 +10,11 @@ link's latency and bandwidth:
   from the page cache, then read one after the other: ``StreamingLayers._read_layer``) while the forward
   waits for them: each layer's median read over the rounds, averaged over the layers. A forward that
   streams every layer pays the sum of their reads, and on a virtual disk the layers of one file do not
-  read alike: on the 2-core development machine (2026-11-26) the layers of a freshly written 4-layer
-  checkpoint read in 3.6-4.0 ms or 6.0-6.5 ms, each layer the same from round to round, and the median
-  over every read took whichever kind was the majority (1.47 GB/s in one calibration, where the
-  validation's streamed target read at 0.88-0.94 GB/s);
+  read alike: on the 2-core development machine the 7 layers the forward waited for read in medians of
+  6.79, 6.29, 6.36, 6.31, 5.02, 4.81 and 3.81 ms (calibration of 2026-11-26 10:43, the storage link's
+  source in ``hetspec platform show host``), and the median over every read of a 4-layer checkpoint took
+  whichever kind was the majority (1.47 GB/s in the calibration of 08:59, where the validation's streamed
+  target then read at 0.88-0.94 GB/s);
 - ``resident_layer_s`` / ``streamed_layer_s``: a layer's compute in a :data:`STREAM_TOKENS`-token forward
   of the same model, every layer resident vs every layer streamed through one staging buffer (the
   layer loop's time minus its waits, per layer): a streamed layer is computed right after the forward
@@ -73,6 +74,7 @@ class StreamLoopProbe:
     alone_s: float                # a one-token forward of the resident model alone
     beside_s: float               # the same while the checkpoint's layers are read beside it
     rounds: int
+    layer_reads_s: tuple = ()     # each streamed layer's median read, in layer order (layer_load_s: their mean)
 
     @property
     def resume_s(self) -> float:
@@ -202,7 +204,9 @@ def stream_loop_probe(worker: str, rounds: int, warmup: int = 1, folder: str | P
         shutil.rmtree(ckpt, ignore_errors=True)
     med = {k: statistics.median(v) for k, v in samples.items()}
     med["load"] = layer_read_s(reads)
+    layer_medians = tuple(statistics.median(reads[k]) for k in sorted(reads))
     return StreamLoopProbe(worker=worker, layers=spec.n_layers, tokens=STREAM_TOKENS, layer_bytes=layer_bytes,
                            layer_load_s=med["load"], reads_per_layer=len(per_layer[0]),
                            resident_layer_s=med["resident"], streamed_layer_s=med["streamed"], alone_s=med["alone"],
-                           beside_s=med["beside"], rounds=rounds)
+                           beside_s=med["beside"], rounds=rounds,
+                           layer_reads_s=layer_medians)

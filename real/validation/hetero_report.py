@@ -90,7 +90,7 @@ def markdown(doc: dict, standalone: bool = False) -> list[str]:
                      f"{_f(pred.get('verify', 0.0))}" if pred else "-")
         lines.append(f"| {r['label']} | {_f(r.get('pred_step_ms'))} | {_f(r['meas_step_ms'])} | "
                      f"{_f(r.get('pred_tokens_per_s'), 1)} | {_f(r['meas_tokens_per_s'], 1)} | {pred_text} | "
-                     f"{_meas_draft_text(parts)} / {_f(parts.get('transfer', 0.0))} / {_f(parts.get('verify', 0.0))} |"
+                     f"{_f(parts['draft'])} + {_f(parts['host'])} / {_f(parts.get('transfer', 0.0))} / {_f(parts.get('verify', 0.0))} |"
                      + (f" no prediction: {r['missing']}" if r["missing"] else ""))
     lines += ["", "Draft: the drafter's passes (their mask rows and forwards); host: the rest of the round outside "
                   "its passes, transfers and verification (growing and reranking the tree, acceptance), which the "
@@ -152,13 +152,6 @@ def _tokens_check_text(h: dict) -> str:
             f"{_f(t['evaluation_replay'])} on the {t['evaluation_prompts']} evaluation prompts (a diagnostic, not "
             f"used by the prediction; per-prompt spread {_f(t['evaluation_per_prompt_sd'])}): the difference "
             "between predicted and measured tokens per step is the difference between the two prompt samples.")
-
-
-def _meas_draft_text(parts: dict) -> str:
-    """A dovetail row's measured drafting: passes + host work (a report without the host part: the drafting alone)."""
-    if "host" not in parts:
-        return _f(parts.get("draft", 0.0))
-    return f"{_f(parts.get('draft', 0.0))} + {_f(parts['host'])}"
 
 
 def alspec_lines(a: dict) -> list[str]:

@@ -146,7 +146,7 @@ def add_hetero(cal, loops: dict, links: tuple, workers) -> tuple[dict, tuple]:
 
 def _per_layer(stream) -> str:
     """The probe's per-layer medians behind its mean read, as a source says them."""
-    reads = getattr(stream, "layer_reads_s", ())
+    reads = stream.layer_reads_s
     if not reads:
         return ""
     return " (the mean of each streamed layer's median read: " + ", ".join(f"{r * 1e3:.2f}" for r in reads) + " ms)"

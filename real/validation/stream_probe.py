@@ -130,11 +130,19 @@ def _reader(locations: list, stop: threading.Event, cores: set[int] | None = Non
             os.close(fd)
 
 
+def layer_medians(reads: dict[int, list[float]]) -> tuple[float, ...]:
+    """Each layer's median read, in layer order (layers never read are left out)."""
+    return tuple(statistics.median(reads[k]) for k in sorted(reads) if reads[k])
+
+
+def _mean(medians: tuple[float, ...]) -> float:
+    return statistics.fmean(medians) if medians else float("nan")
+
+
 def layer_read_s(reads: dict[int, list[float]]) -> float:
     """A streamed layer's read: each layer's median over its reads, averaged over the layers (a forward
     that streams them all pays the sum). NaN where nothing was read."""
-    per_layer = [statistics.median(v) for v in reads.values() if v]
-    return statistics.fmean(per_layer) if per_layer else float("nan")
+    return _mean(layer_medians(reads))
 
 
 def _one_token_s(model, passes: int) -> float:
@@ -203,10 +211,9 @@ def stream_loop_probe(worker: str, rounds: int, warmup: int = 1, folder: str | P
                 close_streamed(m)
         shutil.rmtree(ckpt, ignore_errors=True)
     med = {k: statistics.median(v) for k, v in samples.items()}
-    med["load"] = layer_read_s(reads)
-    layer_medians = tuple(statistics.median(reads[k]) for k in sorted(reads))
+    reads_s = layer_medians(reads)
     return StreamLoopProbe(worker=worker, layers=spec.n_layers, tokens=STREAM_TOKENS, layer_bytes=layer_bytes,
-                           layer_load_s=med["load"], reads_per_layer=len(per_layer[0]),
+                           layer_load_s=_mean(reads_s), reads_per_layer=len(per_layer[0]),
                            resident_layer_s=med["resident"], streamed_layer_s=med["streamed"], alone_s=med["alone"],
                            beside_s=med["beside"], rounds=rounds,
-                           layer_reads_s=layer_medians)
+                           layer_reads_s=reads_s)

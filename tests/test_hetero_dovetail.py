@@ -172,3 +172,22 @@ def test_a_drafter_pass_record_holds_its_forward_not_the_tree_work(monkeypatch):
     dovetail.grow_tree(Drafter(), Cache(), torch.tensor([[1, 2]]), None, 10, config,
                        torch.zeros(9, 9, dtype=torch.bool), lambda j, t0: spans.append((j, now[0] - t0)))
     assert spans == [(0, 1.0), (1, 1.0), (2, 1.0), (3, 1.0)]
+
+
+def test_tree_mask_rows_match_the_row_by_row_ancestry():
+    """A node's row: its ancestors among the round's fed nodes, and itself; built in four tensor operations."""
+    from real.hetero.dovetail import tree_mask_rows
+
+    rows = torch.ones(12, 12, dtype=torch.bool)          # stale rows of an earlier round
+    tree_mask_rows(rows, 0, [-1, -1, -1])                 # pass 1: three children of the root
+    tree_mask_rows(rows, 3, [0, 0, 2])                    # pass 2: two under slot 0, one under slot 2
+    tree_mask_rows(rows, 6, [5, 3, -1])                   # pass 3 (a root child fed late too)
+    parents = {0: -1, 1: -1, 2: -1, 3: 0, 4: 0, 5: 2, 6: 5, 7: 3, 8: -1}
+    want = torch.zeros(9, 9, dtype=torch.bool)
+    for slot, parent in parents.items():
+        want[slot, slot] = True
+        while parent >= 0:
+            want[slot, parent] = True
+            parent = parents[parent]
+    assert torch.equal(rows[:9, :9], want)
+    assert not rows[:9, 9:].any()                         # nothing beyond the fed slots

@@ -202,3 +202,43 @@ def test_the_section_samples_prompts_as_the_main_validation():
         assert section.calibration_prompts == main.calibration_prompts
     assert hetero_setup.FULL.eval_prompts == validate.FULL.eval_prompts == 48
     assert validate.FULL.calibration_prompts == 96
+
+
+def test_the_streaming_section_predicts_with_the_link_probed_before_it(tiny_demo, tmp_path, monkeypatch):
+    """With a storage link the section re-runs the calibration's probes first and predicts with what they measure
+    now; the calibration's link still prices every budget beside it, in the JSON and in hetero.md."""
+    import torch
+
+    import real.validation.hetero_streaming as hs
+    from real.run.acceptance import measure_profile
+    from real.train.corpus import prompts as corpus_prompts
+    from real.validation.hetero_report import streaming_lines
+    from real.validation.predict import PredictionContext
+
+    pair, platform = _pair_and_platform()
+    disk = Link(name="disk", kind="storage", src="storage", dst="cpu", bw_gbps=2.0, latency_us=50.0, efficiency=1.0)
+    platform = replace(platform, links=platform.links + (disk,))
+    slow = replace(disk, bw_gbps=0.5, host_share=0.2, sources={"bw_gbps": "measured now"})
+    probed = []
+
+    def reprobe(plat, dev, worker, rounds):
+        probed.append((dev, worker, rounds))
+        return replace(plat, links=tuple(slow if l.kind == "storage" else l for l in plat.links))
+
+    monkeypatch.setattr(hs, "reprobed_platform", reprobe)
+    calib = [list(p) for p in corpus_prompts(tiny_demo.tokenizer, "calibration", 2, 32, seed=0)]
+    with torch.inference_mode():
+        profile = measure_profile(tiny_demo, calib, 12, name="t", source="test")
+    ctx = PredictionContext(target=tiny_demo.target.spec, draft_config=str(tiny_demo.folder / "draft" / "config.json"),
+                            medusa_heads=tiny_demo.heads.n_heads, platform=platform, device="cpu", context=40,
+                            profile=profile)
+    settings = _mini_settings()
+    doc = hs.streaming_table(tiny_demo, settings, pair[0], progress=False, platform=platform, ctx=ctx)
+    assert probed == [(pair[0], pair[0], settings.stream_probe_rounds)] and not doc["missing"]
+    assert doc["storage_link"]["bw_gbps"] == 0.5 and doc["storage_link"]["reprobed"]
+    assert doc["calibration_link"]["bw_gbps"] == 2.0
+    streamed = next(r for r in doc["rows"] if r["resident"] == "none")
+    assert streamed["pred_load_ms"] > 1.5 * streamed["cal_pred_load_ms"]       # a 4x slower disk (latency alike)
+    assert streamed["pred_step_ms"] > streamed["cal_pred_step_ms"]
+    text = "\n".join(streaming_lines(doc))
+    assert "re-run right before this section" in text and "calibration's link: step (ms) / tokens/s" in text

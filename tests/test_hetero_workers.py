@@ -21,6 +21,7 @@ from real.hetero.workers import (
     on_worker,
     parse_workers,
     sequential_caller,
+    team_helpers,
 )
 
 CORES = allowed_cores()
@@ -195,9 +196,53 @@ def test_dovetail_drafting_on_one_core_and_verifying_on_every_core_verifies_on_t
     with DovetailRuntime(models, DovetailConfig(workers=(f"cpu{CORES[0]}", "cpu"))) as rt:
         assert rt.session.on_caller(1) == (len(CORES) > 1)
         assert rt.session.run(1, threading.get_ident) == threading.get_ident()
+        if len(CORES) > 1 and hasattr(os, "sched_setaffinity") and os.path.isdir("/proc/self/task"):
+            assert rt.session.binding is not None        # the verifier's team: one thread a core
+            assert os.sched_getaffinity(0) == {CORES[-1]}
+
+
+@two_cores
+@linux_affinity
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="no /proc")
+def test_a_bound_session_pins_the_callers_team_one_thread_a_core_and_gives_the_masks_back():
+    every = get_worker("cpu")
+    before = os.sched_getaffinity(0)
+    with WorkerSession((every, get_worker(f"cpu{CORES[0]}")), bind=True) as session:
+        binding = session.binding
+        assert binding is not None and binding.caller_core == CORES[-1]
+        assert os.sched_getaffinity(0) == {CORES[-1]}
+        assert len(binding.helpers) == len(CORES) - 1
+        assert [core for _, core in binding.helpers] == list(CORES[:-1])
+        for tid, core in binding.helpers:
+            assert tid != threading.get_native_id()
+            assert os.sched_getaffinity(tid) == {core}
+        helper_masks = {tid: set(mask) for tid, mask in binding.previous if tid}
+    assert os.sched_getaffinity(0) == before
+    for tid, mask in helper_masks.items():
+        assert os.sched_getaffinity(tid) == mask
+    with WorkerSession((every,)) as session:                  # unbound unless asked
+        assert session.binding is None
+
+
+def test_team_helpers_of_a_one_thread_team_are_none():
+    assert team_helpers(1) == ()
 
 
 @two_cores
 def test_barrier_round_trip_is_measured():
     seconds = barrier_round_trip_s(parse_workers(f"cpu{CORES[0]},cpu{CORES[1]}"), rounds=50, warmup=5)
     assert 0.0 < seconds < 0.5
+
+
+def test_the_binding_bench_refuses_bad_counts_in_one_line(capsys):
+    from real.hetero.binding_bench import main
+
+    assert main(["--repeats", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: --repeats, --prompts and --max-new-tokens must be at least 1"]
+
+
+def test_a_dovetail_config_binds_the_team_unless_told_not_to():
+    from real.hetero.dovetail import DovetailConfig
+
+    assert DovetailConfig().bind_team and not DovetailConfig(bind_team=False).bind_team

@@ -176,3 +176,54 @@ def test_the_probe_reads_beside_the_worker_where_the_real_loader_runs(tmp_path, 
     core = allowed_cores()[0]
     stream_loop_probe(f"cpu{core}", rounds=1, warmup=0, folder=tmp_path)
     assert seen and set(seen) == {frozenset(allowed_cores())}     # never the worker's one core
+
+
+def test_the_probe_times_a_drafter_sized_model_beside_the_reads(tmp_path, monkeypatch):
+    """LLMCad's drafter drafts while the loader reads, and its weights sit in the cache a read evicts: the probe
+    times a model of the demo draft's shape beside the reads, not its own 50 MB target (never cache-resident)."""
+    if not hasattr(os, "posix_fadvise"):
+        pytest.skip("needs posix_fadvise")
+    import real.validation.stream_probe as sp
+    from real.train.demo import DEMO_PRESETS
+
+    draft = DEMO_PRESETS["small"].draft
+    d = sp.STREAM_DRAFTER_SPEC
+    assert (d.n_layers, d.hidden, d.intermediate, d.n_heads, d.n_kv_heads) == (
+        draft.n_layers, draft.hidden, draft.intermediate, draft.n_heads, draft.n_kv_heads)
+    timed = []
+    real_one = sp._one_token_s
+
+    def spy(model, passes):
+        timed.append(model.spec.name)
+        return real_one(model, passes)
+
+    monkeypatch.setattr(sp, "_one_token_s", spy)
+    sp.stream_loop_probe("cpu", rounds=1, warmup=0, folder=tmp_path)
+    assert timed and set(timed) == {d.name}
+
+
+def test_the_validation_reprobes_the_link_before_its_streaming_section(monkeypatch):
+    """The disk drifts within minutes: the streaming section prices with the calibration's probes re-run now,
+    the link keeping its name and ends, only the streaming worker's stream_layer replaced."""
+    import real.validation.storage_probe as storage_mod
+    import real.validation.stream_probe as stream_mod
+    from real.validation.hetero_streaming import reprobed_platform
+    from real.validation.storage_probe import StorageProbe
+
+    plat = host(loop_costs={"stream_layer": 5.0, "draft_tree_step": 7.0}, storage=(1.5, 40.0))
+    tensors = StorageProbe(folder="/x", sizes=(16384, 4194304), cold_s=(60e-6, 4.2e-3), warm_s=(1e-5, 1e-3),
+                           latency_s=50e-6, bw_bytes_per_s=1e9, reads=3)
+    calls = []
+    monkeypatch.setattr(storage_mod, "storage_probe", lambda: tensors)
+    monkeypatch.setattr(stream_mod, "stream_loop_probe", lambda worker, rounds: calls.append((worker, rounds)) or _probe())
+    fresh = reprobed_platform(plat, "cpu0", "cpu0", 7)
+    assert calls == [("cpu0", 7)]
+    link = fresh.storage_link("cpu")
+    assert link.name == "disk" and link.bw_gbps == pytest.approx(6e6 / (8e-3 - 9 * 50e-6) / 1e9, abs=1e-4)
+    assert link.latency_us == 50.0 and link.host_share == pytest.approx(0.4)
+    assert "hetspec validate" in link.sources["bw_gbps"]
+    assert fresh.loop_costs_us("cpu0") == {"stream_layer": pytest.approx(400.0), "draft_tree_step": 7.0}
+    assert fresh.loop_costs_us("cpu1") == plat.loop_costs_us("cpu1")
+    assert plat.storage_link("cpu").bw_gbps == 1.5                     # the calibration's platform untouched
+    monkeypatch.setattr(storage_mod, "storage_probe", lambda: None)     # no page-cache drop on this OS
+    assert reprobed_platform(plat, "cpu0", "cpu0", 7) is None

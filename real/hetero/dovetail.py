@@ -73,6 +73,7 @@ class DovetailConfig:
     drafter: str = "draft"                         # draft | dgf
     workers: tuple[str, ...] = DEFAULT_WORKERS     # (drafter, verifier); the same worker twice is allowed
     trace_ops: bool = False                        # one trace record per drafter pass and transfer
+    bind_team: bool = True                         # an all-core worker's OpenMP team bound one thread a core
 
     def __post_init__(self) -> None:
         for name in ("tree_width", "draft_depth", "top_k"):
@@ -144,15 +145,32 @@ class Node:
     slot: int | None = None   # drafter pending slot once fed
 
 
+def tree_mask_rows(rows: Tensor, slot0: int, parent_slots: list[int]) -> None:
+    """Mask rows of the nodes fed in slots ``slot0``, ``slot0 + 1``, ...: each sees its parent's ancestors
+    (its parent's row, whose slots after the parent's own are clear), its parent and itself; a node whose
+    parent is the round's root (slot -1) sees only itself among the round's nodes. Four tensor operations
+    whatever the number of nodes."""
+    q = len(parent_slots)
+    block = rows[slot0: slot0 + q]
+    block.zero_()
+    has = [j for j, p in enumerate(parent_slots) if p >= 0]
+    if has:
+        block[has] = rows[[parent_slots[j] for j in has]]
+    block[torch.arange(q), torch.arange(slot0, slot0 + q)] = True
+
+
 def grow_tree(drafter, d_cache, lag: Tensor, lag_feats: Tensor | None, root_pos: int, config: DovetailConfig,
               rows: Tensor, on_pass) -> tuple[list[Node], list[int]]:
     """One round's drafting on the drafter's worker. Returns the pool of scored nodes and the
     indices of the ``width - 1`` chosen ones, parents before children.
 
-    ``on_pass(j, t0)`` is called right after pass ``j``'s forward, ``t0`` its start (its mask rows and its
-    forward, as the draft-tree decoder records a pass): the tree's Python between the passes (choosing the
-    nodes to feed, their top-k, the pool, the rerank) falls outside the draft records, where the decode's
-    time outside its traced forwards (``DecodeResult.host_s``) measures it as host work."""
+    ``on_pass(j, t0)`` is called right after pass ``j``'s forward, ``t0`` its start (its inputs and its
+    forward): the tree's work between the passes (choosing the nodes to feed, their mask rows, their top-k,
+    the pool, the rerank) falls outside the draft records, where the decode's time outside its traced
+    forwards (``DecodeResult.host_s``) measures it as host work, which ``hetspec calibrate`` fits as the
+    ``dovetail`` loop costs. (The mask rows were once inside the records, built row by row: ~0.3 ms of a
+    10-node pass on one thread of the 2-core development machine that neither the forward's price nor the
+    host costs counted, the drafter's passes 20-30 % above their price.)"""
     device = lag.device
     n0 = lag.shape[1]
     k = config.top_k
@@ -169,16 +187,11 @@ def grow_tree(drafter, d_cache, lag: Tensor, lag_feats: Tensor | None, root_pos:
     for depth in range(1, config.draft_depth + 1):
         chosen = sorted(level, key=lambda i: (-pool[i].score, i))[:k]               # nodes fed this pass
         q = len(chosen)
-        t0 = time.perf_counter()                  # the pass: its mask rows and its forward (as draft-tree's)
         slot0 = d_cache.pending
-        for j, i in enumerate(chosen):                                                # mask row: ancestors + itself
-            node, slot = pool[i], slot0 + j
-            rows[slot].zero_()
-            if node.parent >= 0:
-                parent_slot = pool[node.parent].slot
-                rows[slot, : parent_slot + 1] = rows[parent_slot, : parent_slot + 1]
-            rows[slot, slot] = True
-            node.slot = slot
+        tree_mask_rows(rows, slot0, [pool[pool[i].parent].slot if pool[i].parent >= 0 else -1 for i in chosen])
+        for j, i in enumerate(chosen):
+            pool[i].slot = slot0 + j
+        t0 = time.perf_counter()                                  # the pass: its forward (and its inputs)
         tokens = torch.tensor([[pool[i].token for i in chosen]], device=device)       # [1, q]
         feats_in = (torch.stack([node_feats[pool[i].parent] for i in chosen]).unsqueeze(0)
                     if drafter.uses_features else None)                                # [1, q, d]
@@ -237,7 +250,8 @@ class DovetailRuntime:
                 raise HetSpecError("dovetail needs a draft model, and none was given")
             self.drafter = TokenDrafter(_on(models.draft, self.draft_dev))
         self.target = _on(models.target, self.verify_dev)
-        self.session = WorkerSession(self.workers, caller=sequential_caller(self.workers))   # they take turns
+        # they take turns; an all-core worker on the calling thread gets its team bound one thread a core
+        self.session = WorkerSession(self.workers, caller=sequential_caller(self.workers), bind=config.bind_team)
         self.link = "-".join(sorted({w.name for w in self.workers})) if not self.same else ""
         w, d = config.tree_width, models.target.spec.hidden
         # the verifier's and the drafter's receive buffers (filled by explicit copies)

@@ -187,6 +187,101 @@ def on_worker(worker: Worker) -> Iterator[WorkerState]:
         restore_current_thread(state)
 
 
+# ---------------------------------------------------------------------------- binding a team
+#: Seconds of parallel work that tell the calling thread's OpenMP helpers apart (CPU time in /proc is
+#: counted in 10 ms ticks: each of two threads gets ~10 of them).
+TEAM_PROBE_S = 0.2
+
+
+def _thread_cpu_ticks() -> dict[int, int]:
+    """CPU time (user + system, clock ticks) of every thread of this process, by native thread id."""
+    out: dict[int, int] = {}
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+            out[int(tid)] = int(fields[11]) + int(fields[12])
+        except (OSError, IndexError, ValueError):
+            continue
+    return out
+
+
+def team_helpers(threads: int, seconds: float = TEAM_PROBE_S) -> tuple[int, ...]:
+    """Native ids of the OpenMP helper threads of the calling thread's ``threads``-wide team: the threads
+    whose CPU time grows while the calling thread runs parallel products for ``seconds`` (nothing else of
+    this process computes meanwhile). Empty where /proc is missing or the count is not ``threads - 1``."""
+    import torch
+
+    if threads < 2:
+        return ()
+    before = _thread_cpu_ticks()
+    a = torch.ones(256, 256)
+    t = time.perf_counter()
+    while time.perf_counter() - t < seconds:
+        a @ a
+    after = _thread_cpu_ticks()
+    me = threading.get_native_id()
+    grown = sorted((after[k] - before.get(k, 0), k) for k in after if k != me)
+    busy = [tid for ticks, tid in grown if ticks >= 2]
+    return tuple(sorted(busy)) if len(busy) == threads - 1 else ()
+
+
+@dataclass(frozen=True)
+class TeamBinding:
+    """The calling thread and its OpenMP helpers, each pinned to its own core, and the masks they had."""
+
+    caller_core: int
+    helpers: tuple[tuple[int, int], ...]             # (native thread id, core)
+    previous: tuple[tuple[int, tuple[int, ...]], ...]  # (native thread id, its mask before), caller: id 0
+
+
+def bind_team(worker: Worker) -> TeamBinding | None:
+    """Pin the calling thread (configured as the all-core ``worker``) and each of its OpenMP team's helper
+    threads to a core of its own: the caller to the last of :func:`allowed_cores`, the helpers to the others
+    in order. None where this cannot be done (no pinning, one thread, helpers not found).
+
+    Why: Dovetail's drafter and verifier take turns. After a round drafted on a single-thread worker the
+    two-thread verifier's helper had slept through the drafting, and an unpinned helper woken for the
+    verification was at times run on its waker's core: on the 2-core development machine 8 of 42 such
+    verifications took 12-32 ms against a median of 7.45 (``hetspec run --method dovetail --workers cpu0,cpu
+    --trace``, 2026-11-26); a helper that spins instead of sleeping (``OMP_WAIT_POLICY=ACTIVE
+    GOMP_SPINCOUNT=infinite``) never showed it."""
+    cores = allowed_cores()
+    n = worker.threads or 1
+    if not can_pin() or worker.device != "cpu" or worker.cores or n < 2 or len(cores) < n:
+        return None
+    helpers = team_helpers(n)
+    if not helpers:
+        return None
+    previous = [(0, tuple(sorted(os.sched_getaffinity(0))))]
+    placed = list(zip(helpers, cores[:n - 1]))
+    try:
+        for tid, _ in placed:
+            previous.append((tid, tuple(sorted(os.sched_getaffinity(tid)))))
+        os.sched_setaffinity(0, {cores[-1]})
+        for tid, core in placed:
+            os.sched_setaffinity(tid, {core})
+    except OSError:                                 # a helper gone meanwhile: leave every mask as it was
+        unbind_team(TeamBinding(cores[-1], tuple(placed), tuple(previous)))
+        return None
+    return TeamBinding(cores[-1], tuple(placed), tuple(previous))
+
+
+def unbind_team(binding: TeamBinding | None) -> None:
+    """Give the calling thread and the helpers of ``binding`` back the masks they had."""
+    if binding is None:
+        return
+    for tid, mask in binding.previous:
+        try:
+            os.sched_setaffinity(tid, set(mask))
+        except OSError:
+            continue
+
+
 # ---------------------------------------------------------------------------- synchronisation
 class BrokenBarrier(HetSpecError):
     """The other party of a :class:`PairBarrier` failed; its error is reported separately."""
@@ -326,7 +421,7 @@ class WorkerSession:
     draft and verification on one CPU worker) maps both entries to one executor.
     """
 
-    def __init__(self, workers: Sequence[Worker], caller: int = 0):
+    def __init__(self, workers: Sequence[Worker], caller: int = 0, bind: bool = False):
         if not workers:
             raise HetSpecError("a worker session needs at least one worker")
         self.workers = tuple(workers)
@@ -338,6 +433,8 @@ class WorkerSession:
                 distinct.append(w)
         self._main = distinct[0]
         self._state = configure_current_thread(self._main)
+        # before any worker thread exists: nothing else of this process computes while the team is found
+        self.binding = bind_team(self._main) if bind else None
         self._threads: dict[Worker, WorkerThread] = {}
         try:
             for w in distinct[1:]:
@@ -382,6 +479,8 @@ class WorkerSession:
         for t in self._threads.values():
             t.close()
         self._threads = {}
+        unbind_team(self.binding)
+        self.binding = None
         if self._state is not None:
             restore_current_thread(self._state)
             self._state = None

@@ -195,15 +195,25 @@ def streaming_lines(st: dict) -> list[str]:
              + (f", storage link `{link['name']}` {_f(link['bw_gbps'], 3)} GB/s, {_f(link['latency_us'], 1)} us per "
                 f"read, a read in flight taking {_f(100 * link.get('host_share', 0.0), 0)} % of the compute beside it, "
                 f"a streamed layer's compute after its wait {_f(link.get('stream_layer_us', 0.0), 0)} us beyond a "
-                "resident one's (hetspec calibrate: storage and streaming-loop probes)" if link else "")
+                "resident one's (" + ("the storage and streaming-loop probes of hetspec calibrate, re-run right before "
+                                      "this section" if link.get("reprobed") else
+                                      "hetspec calibrate: storage and streaming-loop probes") + ")" if link else "")
              + ". Load / wait / compute are per verification forward (ms); draft is the drafting per round (ms, the "
                "measured one with the drafter's host-side work).", ""]
+    cal = st.get("calibration_link")
+    if cal:
+        lines += [f"The disk's read rate drifts by up to 2x within minutes on this machine, so the link "
+                  f"`hetspec calibrate` measured ({_f(cal['bw_gbps'], 3)} GB/s, a read taking "
+                  f"{_f(100 * cal.get('host_share', 0.0), 0)} % of the compute beside it, "
+                  f"{_f(cal.get('stream_layer_us', 0.0), 0)} us per streamed layer) is re-measured by the same probes "
+                  "before the section decodes; the last column prices each budget with the calibration's link.", ""]
     if st.get("missing"):
         lines += [f"No prediction: {st['missing']}.", ""]
+    extra = bool(cal)
     lines += ["| resident layers | budget (MB) | streamed | predicted step (ms) | measured step (ms) | predicted "
               "tokens/s | measured tokens/s | draft pred / meas | load pred / meas | wait pred / meas | compute pred / "
-              "meas | read GB/s | tokens = resident |",
-              "|---|---:|---:|---:|---:|---:|---:|---|---|---|---|---:|---|"]
+              "meas | read GB/s | tokens = resident |" + (" calibration's link: step (ms) / tokens/s |" if extra else ""),
+              "|---|---:|---:|---:|---:|---:|---:|---|---|---|---|---:|---|" + ("---|" if extra else "")]
     for r in st["rows"]:
         lines.append(f"| {r['resident']} ({r['resident_layers']}) | {_f(r['budget_mb'])} | {r['streamed_layers']} | "
                      f"{_f(r.get('pred_step_ms'))} | {_f(r['meas_step_ms'])} | {_f(r.get('pred_tokens_per_s'), 1)} | "
@@ -211,7 +221,8 @@ def streaming_lines(st: dict) -> list[str]:
                      f"{_f(r.get('pred_load_ms'))} / {_f(r['load_ms'])} | "
                      f"{_f(r.get('pred_wait_ms'))} / {_f(r['wait_ms'])} | {_f(r.get('pred_compute_ms'))} / "
                      f"{_f(r['compute_ms'])} | {_f(r['load_gb_per_s'])} | "
-                     f"{'yes' if r['same_tokens_as_resident'] else '**no**'} |")
+                     f"{'yes' if r['same_tokens_as_resident'] else '**no**'} |"
+                     + (f" {_f(r.get('cal_pred_step_ms'))} / {_f(r.get('cal_pred_tokens_per_s'), 1)} |" if extra else ""))
     first = st["rows"][0] if st["rows"] else {}
     if first.get("pred_tokens_per_step") is not None:
         lines += ["", f"- Tokens per round: measured {_f(first['meas_tokens_per_step'])}, predicted "

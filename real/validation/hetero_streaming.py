@@ -10,6 +10,13 @@ loader's layer-by-layer pipeline, :mod:`sim.strategies.streaming_pipeline`) on t
 flight takes away), the worker's ``stream_layer`` (a streamed layer's compute after the forward waited for it,
 beyond a resident one's), the same tree budget and acceptance profile as the single-device validation.
 
+The disk this reads from drifts: the streaming-loop probe read the same 6.29 MB layers at 0.94 to 1.8 GB/s
+within one day of the 2-core development machine, minutes apart, so a link measured by ``hetspec calibrate``
+half an hour before the section prices reads the disk no longer delivers. The section re-runs the
+calibration's storage and streaming-loop probes (the same code, on files of their own: never the decode it
+predicts) right before it measures, and predicts with that link and ``stream_layer``; the prediction with
+the calibration's link is reported beside it.
+
 The streamed target is read from a private copy of its checkpoint next to the demo models (same disk),
 not from the file the resident models were loaded from: that file stays mapped in this process, and the
 kernel does not drop mapped pages from the page cache, so its reads would come from memory.
@@ -69,6 +76,12 @@ def streaming_table(models, settings: HeteroSettings, worker: str, progress: boo
     request = RunRequest("draft-tree", prompt_tokens=settings.prompt_tokens, max_new_tokens=settings.max_new_tokens)
     draft_bytes, kv_bytes = streaming_budget_parts(models, request, config)
     prompts = split_prompts(models, "evaluation", settings.stream_prompts, settings.prompt_tokens)
+    dev = platform_device(platform, worker) if platform is not None else None
+    missing = ("no platform" if platform is None or ctx is None else
+               f"platform {platform.name} has no device for worker {worker}" if dev is None else
+               f"platform {platform.name} has no storage link (run hetspec calibrate)"
+               if not any(l.kind == "storage" for l in platform.links) else "")
+    fresh = None if missing else reprobed_platform(platform, dev, worker, settings.stream_probe_rounds)
     folder = private_checkpoint(Path(models.folder) / "target")
     try:
         locs = tensor_locations(check_shapes(folder, spec))
@@ -110,11 +123,6 @@ def streaming_table(models, settings: HeteroSettings, worker: str, progress: boo
                                                                   tick=bar.update)]
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    dev = platform_device(platform, worker) if platform is not None else None
-    missing = ("no platform" if platform is None or ctx is None else
-               f"platform {platform.name} has no device for worker {worker}" if dev is None else
-               f"platform {platform.name} has no storage link (run hetspec calibrate)"
-               if not any(l.kind == "storage" for l in platform.links) else "")
     rows = []
     for (label, keep), budget, row in zip(keeps.items(), budgets, samples):
         m = row[median_index([s["step_s"] for s in row])]
@@ -126,16 +134,51 @@ def streaming_table(models, settings: HeteroSettings, worker: str, progress: boo
                **{k: m[k] for k in ("load_ms", "wait_ms", "compute_ms", "draft_ms", "loaded_mb", "load_gb_per_s")},
                "same_tokens_as_resident": all(s["ids"] == reference[0] for s in row)}
         if not missing:
-            out.update(_predict(platform, ctx, dev, models, config, request, budget))
+            out.update(_predict(fresh or platform, ctx, dev, models, config, request, budget))
+            if fresh is not None:
+                cal = _predict(platform, ctx, dev, models, config, request, budget)
+                out.update({"cal_pred_step_ms": cal["pred_step_ms"], "cal_pred_tokens_per_s": cal["pred_tokens_per_s"],
+                            "cal_pred_load_ms": cal["pred_load_ms"]})
         rows.append(out)
     doc = {"prompts": len(prompts), "max_new_tokens": settings.max_new_tokens, "layer_mb": layer / 1e6,
            "worker": worker, "repeats": settings.repeats, "rows": rows, "missing": missing}
     if not missing:
-        link = next(l for l in platform.links if l.kind == "storage")
-        doc["storage_link"] = {"name": link.name, "bw_gbps": link.bw_gbps, "latency_us": link.latency_us,
-                               "host_share": link.host_share, "source": link.sources.get("bw_gbps", ""),
-                               "stream_layer_us": platform.loop_costs_us(dev).get("stream_layer", 0.0)}
+        doc["storage_link"] = _link_doc(fresh or platform, dev)
+        if fresh is not None:
+            doc["storage_link"]["reprobed"] = True
+            doc["calibration_link"] = _link_doc(platform, dev)
     return doc
+
+
+def _link_doc(platform, dev: str) -> dict:
+    link = next(l for l in platform.links if l.kind == "storage")
+    return {"name": link.name, "bw_gbps": link.bw_gbps, "latency_us": link.latency_us, "host_share": link.host_share,
+            "source": link.sources.get("bw_gbps", ""),
+            "stream_layer_us": platform.loop_costs_us(dev).get("stream_layer", 0.0)}
+
+
+def reprobed_platform(platform, dev: str, worker: str, rounds: int):
+    """``platform`` with its storage link and ``dev``'s ``stream_layer`` measured again now, by the calibration's
+    storage and streaming-loop probes on ``worker`` (None where this machine cannot drop pages from its cache)."""
+    from datetime import datetime, timezone
+
+    from hwmodels.platform import LoopCosts
+    from real.validation.host_hetero import storage_link, stream_loop_costs
+    from real.validation.storage_probe import storage_probe
+    from real.validation.stream_probe import stream_loop_probe
+
+    storage = storage_probe()
+    stream = stream_loop_probe(worker, rounds) if storage is not None else None
+    if stream is None:
+        return None
+    old = next(l for l in platform.links if l.kind == "storage")
+    by, on = "by hetspec validate before its streaming section", datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    link = replace(storage_link(storage, by, on, device=old.dst, stream=stream), name=old.name, src=old.src)
+    costs, sources = stream_loop_costs(stream, by, on)
+    prev = platform.loop_costs.get(dev)
+    loops = {**platform.loop_costs, dev: LoopCosts(device=dev, costs_us={**(prev.costs_us if prev else {}), **costs},
+                                                   sources={**(prev.sources if prev else {}), **sources})}
+    return replace(platform, links=tuple(link if l is old else l for l in platform.links), loop_costs=loops)
 
 
 def _predict(platform, ctx, device: str, models, config, request, budget: int) -> dict:

@@ -88,9 +88,9 @@ def storage_link(probe, by: str, on: str, device: str = "cpu", stream=None) -> L
                          f"{_stream_where(stream, by, on)}")
         share = round(stream.host_share, 4)
         sources["host_share"] = (f"measured: {stream.host_share:.3f}, 1 - alone / beside for a one-token forward of "
-                                 f"the probe's resident model, {stream.alone_s * 1e3:.2f} ms alone and "
-                                 f"{stream.beside_s * 1e3:.2f} ms while a thread reads its layers as the loader does "
-                                 f"{_stream_where(stream, by, on)}")
+                                 f"a model of the demo draft's shape (cache-resident, as LLMCad's drafter), "
+                                 f"{stream.alone_s * 1e3:.2f} ms alone and {stream.beside_s * 1e3:.2f} ms while a thread "
+                                 f"reads its layers as the loader does {_stream_where(stream, by, on)}")
     return Link(name="disk", kind="storage", src=STORAGE, dst=device,
                 description="this machine's disk under the demo models, read with the page cache dropped",
                 bw_gbps=round(bw / 1e9, 4), latency_us=round(probe.latency_s * 1e6, 3),

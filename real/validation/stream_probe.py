@@ -19,9 +19,15 @@ link's latency and bandwidth:
   of the same model, every layer resident vs every layer streamed through one staging buffer (the
   layer loop's time minus its waits, per layer): a streamed layer is computed right after the forward
   waited for its read, and costs more than a resident one that follows another layer at once;
-- ``alone_s`` / ``beside_s``: a one-token forward of the resident model (a drafter-like pass) timed
-  alone and while a thread reads the checkpoint's layers as the loader does, page cache dropped: the
-  share of the worker a read in flight takes away (``1 - alone / beside``). The reading thread runs on
+- ``alone_s`` / ``beside_s``: a one-token forward of a model of the demo draft's shape
+  (:data:`STREAM_DRAFTER_SPEC`: LLMCad's drafter, which drafts while the loader reads) timed alone and
+  while a thread reads the checkpoint's layers as the loader does, page cache dropped: the share of the
+  worker a read in flight takes away (``1 - alone / beside``). The drafter's ~10 MB of weights stay in the
+  last-level cache between its passes and a read streaming through the cache evicts them: on the 2-core
+  development machine a drafter-sized pass was 20 % slower beside a read, a pass of the probe's 50 MB
+  target-shaped model (never cache-resident) 7 % (2026-11-26); the calibrations that timed the latter
+  wrote a ``host_share`` of 0.00-0.06 where the validation's drafting beside the reads ran 24-47 % slower
+  than without them. The reading thread runs on
   the cores the real loader runs on: a streamed target's loader thread is started by the thread that
   builds the target, outside the worker, and inherits that thread's cores (on Linux a thread inherits
   its creator's affinity), so the reader takes the mask the probe had before it pinned itself to the
@@ -55,6 +61,11 @@ from sim.model_spec import ModelSpec
 STREAM_PROBE_SPEC = ModelSpec(name="stream-probe", n_layers=8, hidden=384, intermediate=1024, n_heads=6,
                               n_kv_heads=2, vocab=4096, dtype="fp32", max_position=512,
                               source="the demo target's layer shape; random weights (timing only)")
+#: The drafter timed beside the reads: the demo draft's shape (hidden 256, intermediate 704, 2 layers, 4 heads,
+#: 2 KV heads, vocabulary 4096: ``hetspec demo``'s default preset), random weights, fp32.
+STREAM_DRAFTER_SPEC = ModelSpec(name="stream-probe-drafter", n_layers=2, hidden=256, intermediate=704, n_heads=4,
+                                n_kv_heads=2, vocab=4096, dtype="fp32", max_position=512,
+                                source="the demo draft's shape; random weights (timing only)")
 #: Tokens of the probe's verification-like forward (the validation's 16-token trees).
 STREAM_TOKENS = 16
 #: One-token forwards per sample of the alone / beside timing.
@@ -71,7 +82,7 @@ class StreamLoopProbe:
     reads_per_layer: int
     resident_layer_s: float       # a resident layer's compute in a STREAM_TOKENS-token forward
     streamed_layer_s: float       # a streamed layer's compute, after the forward waited for it
-    alone_s: float                # a one-token forward of the resident model alone
+    alone_s: float                # a one-token forward of the drafter-sized model alone
     beside_s: float               # the same while the checkpoint's layers are read beside it
     rounds: int
     layer_reads_s: tuple = ()     # each streamed layer's median read, in layer order (layer_load_s: their mean)
@@ -146,8 +157,11 @@ def layer_read_s(reads: dict[int, list[float]]) -> float:
 
 
 def _one_token_s(model, passes: int) -> float:
-    cache = model.new_cache(passes + 8)
+    """Seconds of one of ``passes`` one-token forwards, after one untimed (the first after other work finds the
+    model evicted: alone and beside would start unlike)."""
+    cache = model.new_cache(passes + 9)
     tok = torch.zeros(1, 1, dtype=torch.long)
+    model(tok, cache=cache)
     t = time.perf_counter()
     for _ in range(passes):
         model(tok, cache=cache)
@@ -180,6 +194,7 @@ def stream_loop_probe(worker: str, rounds: int, warmup: int = 1, folder: str | P
         fixed = sum(l.nbytes for n, l in locs.items() if not n.startswith("model.layers."))
         resident, _ = streamed_target(ckpt, 1 << 40)
         streamed, _ = streamed_target(ckpt, fixed + layer_bytes)     # room for one staging layer: none resident
+        drafter = random_transformer(STREAM_DRAFTER_SPEC, seed=1).eval()
         tokens = torch.arange(STREAM_TOKENS).unsqueeze(0)
         samples: dict[str, list[float]] = {"resident": [], "streamed": [], "alone": [], "beside": []}
         reads: dict[int, list[float]] = {}                       # layer -> its read times
@@ -190,12 +205,12 @@ def stream_loop_probe(worker: str, rounds: int, warmup: int = 1, folder: str | P
                 res_s, _ = _layer_loop_s(resident, tokens)
                 str_s, loads = _layer_loop_s(streamed, tokens)
                 streamed.model.layers.wait_preloaded()
-                alone = _one_token_s(resident, BESIDE_PASSES)
+                alone = _one_token_s(drafter, BESIDE_PASSES)
                 stop = threading.Event()
                 reader = threading.Thread(target=_reader, args=(per_layer, stop, loader_cores), daemon=True)
                 reader.start()
                 time.sleep(0.002)                      # the reader's first read is in flight
-                beside = _one_token_s(resident, BESIDE_PASSES)
+                beside = _one_token_s(drafter, BESIDE_PASSES)
                 stop.set()
                 reader.join()
                 if keep:

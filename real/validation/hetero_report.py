@@ -92,9 +92,10 @@ def markdown(doc: dict, standalone: bool = False) -> list[str]:
                      f"{_f(r.get('pred_tokens_per_s'), 1)} | {_f(r['meas_tokens_per_s'], 1)} | {pred_text} | "
                      f"{_f(parts['draft'])} + {_f(parts['host'])} / {_f(parts.get('transfer', 0.0))} / {_f(parts.get('verify', 0.0))} |"
                      + (f" no prediction: {r['missing']}" if r["missing"] else ""))
-    lines += ["", "Draft: the drafter's passes (their mask rows and forwards); host: the rest of the round outside "
-                  "its passes, transfers and verification (growing and reranking the tree, acceptance), which the "
-                  "prediction prices by the calibrated `dovetail` host costs of the drafter's device."]
+    lines += ["", "Draft: the drafter's passes (their inputs and forwards); host: the rest of the round outside "
+                  "its passes, transfers and verification (choosing each pass's nodes and building their mask rows, "
+                  "growing and reranking the tree, acceptance), which the prediction prices by the calibrated "
+                  "`dovetail` host costs of the drafter's device."]
     if d.get("regret") is not None:
         lines += ["", f"- Predicted best placement **{d['predicted_best']}**, measured best **{d['measured_best']}**; "
                       f"regret {_pct(d['regret'])}. Plot: `{PLOTS['placement']}`."]

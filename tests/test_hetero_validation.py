@@ -99,6 +99,7 @@ def test_the_section_end_to_end(tiny_demo, tmp_path):
         assert (tmp_path / name).stat().st_size > 0
     text = (tmp_path / "hetero.md").read_text()
     assert "regret" in text and "hcmp: partition ratio sweep" in text and "## Acceptance check" in text
+    assert "the target of 5 %" in text               # the section's regret target, not the single-device 10 %
 
 
 def _renamed(platform: Platform, pair) -> Platform:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from real.validation.metrics import REGRET_TARGET
+from real.validation.hetero_summary import REGRET_TARGET
 from real.validation.worker_drift import drift_lines
 from sim.plots import finish_axes, new_figure, save_figure
 

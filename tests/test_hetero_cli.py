@@ -115,3 +115,12 @@ def test_alspec_agreement_floor_is_checked(capsys, args, match):
     from cli_runner import one_line_error
 
     one_line_error(capsys, "validate", "--preset", "tiny", *args, match=match)
+
+
+@pytest.mark.skipif(len(CORES) < 2 or not hasattr(__import__("os"), "sched_setaffinity"), reason="needs two cores to pin")
+def test_dovetail_says_whose_team_is_bound(demo_cache_dir, ar_tokens):
+    out = _run_json(demo_cache_dir, "--method", "dovetail", "--width", "6", "--depth", "3",
+                    "--workers", f"cpu{CORES[0]},cpu")
+    assert out["tokens"] == ar_tokens and out["hetero"]["team_bound"] == "cpu"
+    pair = _run_json(demo_cache_dir, "--method", "dovetail", "--width", "6", "--depth", "3", "--workers", WORKERS)
+    assert pair["hetero"]["team_bound"] is None             # single-thread workers: no team to bind

@@ -135,7 +135,8 @@ def _run_workers(models, request, config, prompts, worker, progress):
     try:
         result = run_runtime(runtime, request.method, config, prompts, request.max_new_tokens, worker,
                              on_clock=(lambda c: runtime.reset_stats()) if request.method == "alspec" else None)
-        hetero = {"workers": list(config.workers), "pinned": runtime.session.pinned()}
+        hetero = {"workers": list(config.workers), "pinned": runtime.session.pinned(),
+                  "team_bound": runtime.session.bound}
         if request.method == "hcmp":
             hetero["partition_ratio"] = config.partition_ratio
         elif request.method == "dovetail":
@@ -196,7 +197,9 @@ def summary_lines(method: str, hetero: dict) -> list[str]:
     """Extra lines of the human-readable ``hetspec run`` summary."""
     lines = []
     if "workers" in hetero:
-        pinned = ", ".join(f"{w}{' (pinned)' if p else ''}" for w, p in hetero.get("pinned", {}).items())
+        bound = hetero.get("team_bound")
+        pinned = ", ".join(f"{w}{' (pinned)' if p else ''}{' (its team bound one thread a core)' if w == bound else ''}"
+                           for w, p in hetero.get("pinned", {}).items())
         lines.append(f"  workers         {','.join(hetero['workers'])}  [{pinned}]")
     if method == "hcmp":
         lines.append(f"  partition_ratio {hetero['partition_ratio']:.3f} of every split operator on {hetero['workers'][0]}")

@@ -469,6 +469,11 @@ class WorkerSession:
     def result(self, i: int) -> Any:
         return self.thread(i).result()
 
+    @property
+    def bound(self) -> str | None:
+        """The worker whose OpenMP team is bound one thread a core (:func:`bind_team`), if any."""
+        return self._main.name if self.binding is not None else None
+
     def pinned(self) -> dict[str, bool]:
         out = {self._main.name: self._state.pinned}
         for w, t in self._threads.items():

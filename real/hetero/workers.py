@@ -225,9 +225,8 @@ def team_helpers(threads: int, seconds: float = TEAM_PROBE_S) -> tuple[int, ...]
         a @ a
     after = _thread_cpu_ticks()
     me = threading.get_native_id()
-    grown = sorted((after[k] - before.get(k, 0), k) for k in after if k != me)
-    busy = [tid for ticks, tid in grown if ticks >= 2]
-    return tuple(sorted(busy)) if len(busy) == threads - 1 else ()
+    busy = tuple(sorted(k for k in after if k != me and after[k] - before.get(k, 0) >= 2))
+    return busy if len(busy) == threads - 1 else ()
 
 
 @dataclass(frozen=True)

@@ -162,8 +162,7 @@ def reprobed_platform(platform, dev: str, worker: str, rounds: int):
     storage and streaming-loop probes on ``worker`` (None where this machine cannot drop pages from its cache)."""
     from datetime import datetime, timezone
 
-    from hwmodels.platform import LoopCosts
-    from real.validation.host_hetero import storage_link, stream_loop_costs
+    from real.validation.host_hetero import storage_link, stream_loop_costs, with_loop_costs
     from real.validation.storage_probe import storage_probe
     from real.validation.stream_probe import stream_loop_probe
 
@@ -174,10 +173,7 @@ def reprobed_platform(platform, dev: str, worker: str, rounds: int):
     old = next(l for l in platform.links if l.kind == "storage")
     by, on = "by hetspec validate before its streaming section", datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     link = replace(storage_link(storage, by, on, device=old.dst, stream=stream), name=old.name, src=old.src)
-    costs, sources = stream_loop_costs(stream, by, on)
-    prev = platform.loop_costs.get(dev)
-    loops = {**platform.loop_costs, dev: LoopCosts(device=dev, costs_us={**(prev.costs_us if prev else {}), **costs},
-                                                   sources={**(prev.sources if prev else {}), **sources})}
+    loops = with_loop_costs(platform.loop_costs, (dev,), *stream_loop_costs(stream, by, on))
     return replace(platform, links=tuple(link if l is old else l for l in platform.links), loop_costs=loops)
 
 

@@ -123,25 +123,29 @@ def hetero_probes(settings) -> dict:
 def add_hetero(cal, loops: dict, links: tuple, workers) -> tuple[dict, tuple]:
     """``loops`` (device -> LoopCosts) with the split step's costs on every single-thread worker, and ``links``
     with the storage link, from the calibration's probes (unchanged where it has none)."""
-    from hwmodels.platform import LoopCosts
-
     by, on = f"by {cal.command}", f"on {cal.cpu}, {cal.date}"
     extra = cal.extra or {}
-
-    def add_costs(costs: dict, sources: dict) -> None:
-        for w in workers:
-            old = loops.get(w)
-            loops[w] = LoopCosts(device=w, costs_us={**(old.costs_us if old else {}), **costs},
-                                 sources={**(old.sources if old else {}), **sources})
-
     if extra.get(SPLIT_KEY) is not None:
-        add_costs(*split_loop_costs(extra[SPLIT_KEY], by, on))
+        loops = with_loop_costs(loops, workers, *split_loop_costs(extra[SPLIT_KEY], by, on))
     stream = extra.get(STREAM_KEY)
     if extra.get(STORAGE_KEY) is not None:
         links = tuple(links) + (storage_link(extra[STORAGE_KEY], by, on, stream=stream),)
     if stream is not None:
-        add_costs(*stream_loop_costs(stream, by, on))
+        loops = with_loop_costs(loops, workers, *stream_loop_costs(stream, by, on))
     return loops, links
+
+
+def with_loop_costs(loops: dict, devices, costs: dict, sources: dict) -> dict:
+    """``loops`` (device -> LoopCosts) with ``costs`` and their ``sources`` added to each of ``devices``' (a
+    device without loop costs gets these alone)."""
+    from hwmodels.platform import LoopCosts
+
+    out = dict(loops)
+    for d in devices:
+        old = out.get(d)
+        out[d] = LoopCosts(device=d, costs_us={**(old.costs_us if old else {}), **costs},
+                           sources={**(old.sources if old else {}), **sources})
+    return out
 
 
 def _per_layer(stream) -> str:

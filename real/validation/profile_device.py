@@ -5,7 +5,8 @@ What is measured, with the same code on every device (CUDA timing where CUDA is)
 
 - the operators of the step graph (:func:`sim.step_graph.build_step_graph`) of every model asked
   for, each at its own shapes: linear layers by (d_in, d_out) at token counts :data:`TOKENS`
-  (1, 2, 4, 8, then every 8 to 256, then 384 and 512), twice: on one weight (``linear``: a small
+  (every count 1 to 16, then every 8 to 256, then 384 and 512: a CPU's GEMM kernels change blocking from one
+  small row count to the next, and speculative decoding verifies a handful of tokens), twice: on one weight (``linear``: a small
   weight stays in the cache, as a model that fits it runs) and on a ring of distinct weights
   :data:`STREAM_CACHE_MULTIPLE` times the last-level cache (``linear_streamed``: every call reads its
   weight from memory, as a decode step of a larger model does); attention by (heads, KV heads, head dim)
@@ -50,8 +51,10 @@ from hwmodels.profile import linear_dims
 from real import openmp_label
 from real.run.repeats import interleaved, median
 
-#: Token counts of the linear and elementwise rows.
-TOKENS = (1, 2, 4, 8) + tuple(range(16, 257, 8)) + (384, 512)
+#: Token counts of the linear and elementwise rows: every count to 16 (where speculative decoding verifies;
+#: a CPU's GEMM time is not linear between 4 and 8 rows there, e.g. 384x1024 streamed from memory took
+#: 113, 132, 133, 112, 103 us at 4..8 rows on the 2-core EPYC of docs/validation.md), then every 8 to 256.
+TOKENS = tuple(range(1, 17)) + tuple(range(24, 257, 8)) + (384, 512)
 #: Fewer token counts for ``--quick`` (still the range 1..512, steps kept where widths live).
 QUICK_TOKENS = (1, 2, 4, 8, 16, 32, 64, 72, 128, 256, 512)
 #: Attention rows: queries (new tokens) x keys attended (cached + new).

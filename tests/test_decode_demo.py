@@ -168,3 +168,39 @@ def test_compare_runs_methods_on_the_same_prompts(demo):
     out = comparison.to_json()
     assert out["methods"][1]["config"]["tree"]["width"] == 6
     assert "medusa" in comparison.table()
+
+
+def test_draft_tree_rounds_count_what_a_real_run_drafts_and_emits(demo):
+    """The profile's draft-tree rounds (real.run.draft_tree_rounds) are the decoder's own: passes, tokens
+    verified and emitted per round of a run on the same prompts, and the strategy priced with them
+    drafts, verifies and emits exactly those per step."""
+    from real.run.draft_tree_rounds import measure_draft_tree_rounds, table_key
+    from sim.strategies import get_strategy
+    from sim.strategies.base import Problem, StrategyConfig
+    from sim.strategies.draft_tree_fallback import measured_rounds
+
+    calibration = corpus_prompts(demo.tokenizer, "calibration", 3, PROMPT_TOKENS, seed=0)
+    tables = measure_draft_tree_rounds(demo, calibration, NEW_TOKENS, (6,))
+    table = tables[table_key(6, DraftTreeConfig().draft_depth)]
+    run = run_prompts(demo, "draft-tree", DraftTreeConfig(tree_width=6), calibration, NEW_TOKENS, warmup=False)
+    assert table["rounds"] == run.steps and table["prompts"] == 3
+    kinds = measured_rounds({"draft_tree_rounds": tables}, 6, DraftTreeConfig().draft_depth)
+    assert sum(w * t for _, _, w, t in kinds) == pytest.approx(run.mean_accepted_per_step, abs=1e-5)
+    assert sum(w * p for p, _, w, _ in kinds) == pytest.approx(sum(r.draft_passes for r in run.results) / run.steps,
+                                                               abs=1e-5)
+    proposed = sum(sum(r.proposed_per_step) for r in run.results) / run.steps
+    assert sum(w * (n - 1) for _, n, w, _ in kinds) == pytest.approx(proposed, abs=1e-5)
+    # the strategy prices exactly those rounds (its own tree model has no side branches)
+    from hwmodels.loader import get_platform
+    from sim.acceptance import AcceptanceModel
+    from sim.model_spec import get_model
+
+    acc = AcceptanceModel(name="p", source="test", draft_alpha=0.8,
+                          meta={"draft_rank_accuracy": [0.8, 0.1], "draft_tree_rounds": tables})
+    problem = Problem(get_model("gpt2-large"), get_platform("jetson-tx2"), acc, context=128, dtype="fp32")
+    strategy = get_strategy("draft-tree")
+    cfg = strategy.resolve(problem, StrategyConfig(method="draft-tree", tree_width=6,
+                                                   draft_depth=DraftTreeConfig().draft_depth))
+    est = strategy.estimate(problem, cfg)
+    assert est.tokens_per_step == pytest.approx(run.mean_accepted_per_step, abs=1e-5)
+    assert est.draft_passes_per_step == pytest.approx(sum(r.draft_passes for r in run.results) / run.steps, abs=1e-5)

@@ -14,7 +14,7 @@ from sim.model_spec import get_model
 from sim.strategies import get_strategy
 from sim.strategies.base import Problem, StrategyConfig
 from sim.strategies.draft_tree import fallback_chain, main_branch_depth
-from sim.strategies.draft_tree_fallback import conditioned_accuracy, replayed_rounds
+from sim.strategies.draft_tree_fallback import conditioned_accuracy, measured_rounds, replayed_rounds, round_tree
 
 
 def test_a_round_drafts_until_the_confidence_product_falls_below_alpha():
@@ -64,8 +64,8 @@ TARGET = get_model("gpt2-large")
 CAP_TABLE = {"weights": [0.5, 0.0, 0.5], "accept": [[0.5], [0.0, 0.0], [0.95, 0.95, 0.95]], "rounds": 100}
 
 
-def _problem(meta: dict) -> Problem:
-    acc = AcceptanceModel(name="p", source="test", draft_alpha=0.8, meta={"draft_rank_accuracy": [0.8], **meta})
+def _problem(meta: dict, ranks=(0.8,)) -> Problem:
+    acc = AcceptanceModel(name="p", source="test", draft_alpha=0.8, meta={"draft_rank_accuracy": list(ranks), **meta})
     return Problem(TARGET, get_platform("jetson-tx2"), acc, context=128, dtype="fp32")
 
 
@@ -84,3 +84,45 @@ def test_the_strategy_weights_its_rounds_by_the_replay_where_the_profile_has_one
     est = strategy.estimate(replayed, strategy.resolve(replayed, cfg))
     assert est.draft_passes_per_step == pytest.approx(0.5 * 1 + 0.5 * 3)
     assert est.tokens_per_step == pytest.approx(0.5 * 1.5 + 0.5 * (1 + 0.95 + 0.95 ** 2 + 0.95 ** 3))
+
+
+RANKS = (0.8, 0.1)
+ROUNDS = {"tree_width": 6, "draft_depth": 3, "branch_threshold": 0.3, "alpha0": 0.01, "prompts": 2, "rounds": 10,
+          "kinds": [[2, 3, 0.5, 2.0], [3, 6, 0.4, 3.5], [0, 1, 0.1, 1.0]]}
+
+
+def test_round_tree_has_the_passes_and_tokens_it_is_asked_for():
+    for passes, size in ((0, 1), (1, 2), (2, 3), (3, 6), (2, 9)):
+        tree = round_tree(passes, size)
+        assert (tree.n_internal, tree.size) == (passes, size)
+        assert main_branch_depth(tree) == passes
+    for bad in ((2, 2), (0, 3), (-1, 1)):
+        with pytest.raises(HetSpecError, match="round_tree"):
+            round_tree(*bad)
+
+
+def test_measured_rounds_replace_the_tree_model_at_their_budget_and_depth():
+    strategy = get_strategy("draft-tree")
+    cfg = StrategyConfig(method="draft-tree", tree_width=6, draft_depth=3)
+    measured = _problem({"draft_tree_rounds": {"6x3": ROUNDS}}, RANKS)
+    est = strategy.estimate(measured, strategy.resolve(measured, cfg))
+    assert est.tokens_per_step == pytest.approx(0.5 * 2.0 + 0.4 * 3.5 + 0.1 * 1.0)
+    assert est.draft_passes_per_step == pytest.approx(0.5 * 2 + 0.4 * 3)
+    # another budget or depth keeps the model
+    plain = strategy.estimate(_problem({}, RANKS), strategy.resolve(_problem({}, RANKS), cfg))
+    other = _problem({"draft_tree_rounds": {"6x4": ROUNDS}}, RANKS)
+    assert strategy.estimate(other, strategy.resolve(other, cfg)).tokens_per_step == pytest.approx(plain.tokens_per_step)
+    assert plain.tokens_per_step != pytest.approx(est.tokens_per_step)
+
+
+@pytest.mark.parametrize("kinds, message", [
+    ([[2, 3, 0.5, 2.0], [3, 6, 0.4, 3.5]], "shares must sum to 1"),
+    ([[3, 3, 1.0, 2.0]], "impossible"),          # as many passes as tokens verified
+    ([[2, 7, 1.0, 2.0]], "impossible"),          # over the budget
+    ([[2, 3, 1.0, 4.0]], "impossible"),          # emits more than it verified
+    ([[2, 3]], "kinds must be"),
+])
+def test_measured_rounds_are_validated(kinds, message):
+    with pytest.raises(HetSpecError, match=message):
+        measured_rounds({"draft_tree_rounds": {"6x3": {**ROUNDS, "kinds": kinds}}}, 6, 3)
+    assert measured_rounds({"draft_tree_rounds": {"6x3": ROUNDS}}, 8, 3) is None

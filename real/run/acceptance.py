@@ -24,9 +24,14 @@ Procedure, per calibration prompt of P tokens:
 7. LLMCad's self-adaptive fallback by main-branch cap (1..8), replayed the same way on the draft's
    per-position confidences and hits (:mod:`real.run.fallback_replay`): how often a round drafts k
    tokens and their acceptance given k (``meta["draft_fallback"]``).
+8. With ``draft_tree_widths``: the real ``draft-tree`` decoder's own rounds at those tree budgets on the
+   same prompts (:mod:`real.run.draft_tree_rounds`, ``meta["draft_tree_rounds"]``): its side branches
+   follow the draft's confidences off the true sequence, which steps 1-7 do not see.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -140,8 +145,9 @@ def _fallback_tables(scored, max_new_tokens: int) -> dict:
 
 
 def measure_profile(models, prompts: list[list[int]], max_new_tokens: int, name: str, source: str,
-                    meta: dict | None = None) -> AcceptanceProfile:
-    """The acceptance profile of ``models`` (any of draft / heads may be absent) on ``prompts``."""
+                    meta: dict | None = None, draft_tree_widths: Sequence[int] = ()) -> AcceptanceProfile:
+    """The acceptance profile of ``models`` (any of draft / heads may be absent) on ``prompts``;
+    ``draft_tree_widths``: tree budgets whose real ``draft-tree`` rounds it also counts (step 8)."""
     if not prompts:
         raise HetSpecError("profile-acceptance needs at least one prompt")
     if max_new_tokens < 2:
@@ -181,6 +187,10 @@ def measure_profile(models, prompts: list[list[int]], max_new_tokens: int, name:
         rank_hits = sum(s["draft_rank_hits"] for s in scored)
         meta["draft_rank_accuracy"] = (rank_hits / len(hit)).round(4).tolist()
         meta["draft_fallback"] = _fallback_tables(scored, max_new_tokens)
+        if draft_tree_widths:
+            from real.run.draft_tree_rounds import measure_draft_tree_rounds
+
+            meta["draft_tree_rounds"] = measure_draft_tree_rounds(models, prompts, max_new_tokens, draft_tree_widths)
         if alpha >= 1.0:
             raise HetSpecError("the draft agreed with the target on every calibration token; "
                                "use more prompts or tokens to measure its acceptance rate")

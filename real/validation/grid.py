@@ -74,6 +74,14 @@ def default_grid(methods: tuple[str, ...] = ("ar", "chain", "draft-tree", "medus
     return tuple(points)
 
 
+def draft_tree_widths(grid) -> tuple[int, ...]:
+    """Tree budgets whose real ``draft-tree`` rounds the acceptance profile counts: the grid's, and the
+    decoder's default (the budget the weight-streaming section runs)."""
+    from real.decode.draft_tree import DEFAULT_MAX_TOKENS
+
+    return tuple(sorted({p.value for p in grid if p.method == "draft-tree"} | {DEFAULT_MAX_TOKENS}))
+
+
 def medusa_tree(width: int, head_accuracy) -> TokenTree:
     """The greedy sparse tree of ``width`` tokens from measured per-depth x per-rank accuracies."""
     return TokenTree.greedy(head_accuracy, width)

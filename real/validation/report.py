@@ -73,6 +73,9 @@ def machine_state(doc: dict) -> str:
         if "triad_now_gbps" in d:
             text += (f", DRAM triad {d['triad_now_gbps']:.1f} vs {d['triad_calibrated_gbps']:.1f} GB/s "
                      f"({_spct(d['triad_change'])})")
+        if "gemm_change" in d:
+            text += (f", GEMM rate {d['gemm_now_gflops']:.1f} vs {d['gemm_calibrated_gflops']:.1f} GFLOP/s "
+                     f"({_spct(d['gemm_change'])})")
         return text
 
     before, after = doc["drift"], doc.get("drift_after")
@@ -80,7 +83,8 @@ def machine_state(doc: dict) -> str:
         return (f"- Machine state: no reference probe (the grid ran on {doc['platform'].get('placement')}, priced on "
                 f"{doc['platform']['name']}, which describes no host CPU to re-time).")
     parts = [probe(before, "before the grid")] + ([probe(after, "after it")] if after else [])
-    moved = any(abs(d.get(k) or 0.0) > d["warning"] for d in (before, after) if d for k in ("change", "triad_change"))
+    moved = any(abs(d.get(k) or 0.0) > d["warning"] for d in (before, after) if d
+                for k in ("change", "triad_change", "gemm_change"))
     policy = before.get("omp_wait_policy")
     return ("- Machine state, the calibration's reference probe re-timed " + "; ".join(parts)
             + (f"; OpenMP: {policy}" if policy else "")
@@ -149,7 +153,8 @@ def markdown(doc: dict) -> str:
         f"{doc['context_priced']} tokens (the middle of the decoded stretch).",
         f"- Predicted: the simulator's closed form (`sim.strategies`) on `{plat['name']}:{plat['device']}` for the "
         "exact configuration run (same Medusa trees, the draft model's own shape, the heads the real path "
-        "computes). Tokens per step: the profile's tables replayed on the calibration prompts.",
+        "computes). Tokens per step: the profile's tables replayed on the calibration prompts (draft-tree: "
+        "the real decoder's rounds on them, by tree budget: its passes, tokens verified and emitted).",
         machine_state(doc),
         "",
         f"## Acceptance check{not_a_validation}",
@@ -215,8 +220,9 @@ def markdown(doc: dict) -> str:
               "ms per decode step. Draft: draft-model passes (chain, draft-tree) or the Medusa heads' proposal; "
               "verify: the target pass; host: acceptance, cache compaction and the Python loop (measured: the "
               "trace's accept records plus untraced time; predicted: what the strategy prices beyond draft and "
-              "verify). Verified tokens and draft passes per step: what the prediction priced (draft-tree: its "
-              "kinds of round weighted by the fallback's stationary distribution) / what the run counted.", "",
+              "verify). Verified tokens and draft passes per step: what the prediction priced (draft-tree: the kinds "
+              "of round the real decoder made on the calibration prompts, weighted by their share) / what the run "
+              "counted.", "",
               "| config | draft pred | draft meas | verify pred | verify meas | host pred | host meas | "
               "verified tokens/step pred / meas | draft passes/step pred / meas |",
               "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]

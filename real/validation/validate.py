@@ -34,6 +34,7 @@ from real.validation.backends import profiled_variant
 from real.validation.gpu_target import validation_target
 from real.validation.machine import (
     DRIFT_WARNING,
+    calibrated_gemm_gflops,
     machine_drift,
     shown_path,
     triad_bytes_of,
@@ -221,7 +222,7 @@ def validate(out: str | Path | None = None, preset: str | None = None, quick: bo
     from real.run.acceptance import measure_profile
     from real.run.session import load_models
     from real.train.corpus import prompts as corpus_prompts
-    from real.validation.grid import default_grid, medusa_tree, real_config
+    from real.validation.grid import default_grid, draft_tree_widths, medusa_tree, real_config
     from real.validation.measure import measure_grid
     from real.validation.microbench import torch_threads
     from real.validation.predict import PredictionContext, predict_point
@@ -243,8 +244,9 @@ def validate(out: str | Path | None = None, preset: str | None = None, quick: bo
               file=sys.stderr)
 
     triad_bytes = triad_bytes_of(host) if placement is None else None
+    gemm_then = calibrated_gemm_gflops(host, threads) if placement is None else None
     # the reference probe before the grid (on a GPU run: of the host's CPU, when the platform describes it)
-    drift = machine_drift(target.drift_device, threads, triad_bytes) if target.drift_device is not None else None
+    drift = machine_drift(target.drift_device, threads, triad_bytes, gemm_then) if target.drift_device is not None else None
     if progress and drift is not None:
         print(drift_line(drift, "before the grid"), file=sys.stderr)
 
@@ -260,7 +262,8 @@ def validate(out: str | Path | None = None, preset: str | None = None, quick: bo
         profile = measure_profile(models, calib, settings.max_new_tokens, name=f"demo-{preset}-validation",
                                   source=f"measured by {command} on {len(calib)} calibration prompts of the demo "
                                          f"{preset} models",
-                                  meta={"preset": preset, "prompt_tokens": settings.prompt_tokens})
+                                  meta={"preset": preset, "prompt_tokens": settings.prompt_tokens},
+                                  draft_tree_widths=draft_tree_widths(grid))
     out.mkdir(parents=True, exist_ok=True)
     profile.save(out / "acceptance-profile.json")
 
@@ -324,7 +327,7 @@ def validate(out: str | Path | None = None, preset: str | None = None, quick: bo
         from real.validation.hetero_setup import settings_for as default_hetero
 
         doc["hetero"] = validate_hetero(models, host, ctx, out, hetero_settings or default_hetero(quick), progress)
-    after = machine_drift(target.drift_device, threads, triad_bytes) if drift is not None else None
+    after = machine_drift(target.drift_device, threads, triad_bytes, gemm_then) if drift is not None else None
     doc["drift_after"] = after                            # and after everything measured
     doc["trust"] = validation_verdict(drift, after, rows, random_rows)
     if progress and after is not None:
@@ -341,10 +344,12 @@ def validate(out: str | Path | None = None, preset: str | None = None, quick: bo
 
 def drift_line(drift: dict, when: str) -> str:
     """The reference probe against the calibration, one line."""
-    moved = max(abs(drift["change"]), abs(drift["triad_change"])) > DRIFT_WARNING
+    moved = max(abs(drift.get(k) or 0.0) for k in ("change", "triad_change", "gemm_change")) > DRIFT_WARNING
+    gemm = (f", GEMM {drift['gemm_now_gflops']:.1f} vs {drift['gemm_calibrated_gflops']:.1f} GFLOP/s "
+            f"({100 * drift['gemm_change']:+.0f} %)" if "gemm_change" in drift else "")
     return (f"reference probe {when}: fixed cost per operator {drift['now_us']:.2f} us vs {drift['calibrated_us']:.2f} "
             f"us at calibration ({100 * drift['change']:+.0f} %), DRAM triad {drift['triad_now_gbps']:.1f} vs "
-            f"{drift['triad_calibrated_gbps']:.1f} GB/s ({100 * drift['triad_change']:+.0f} %)"
+            f"{drift['triad_calibrated_gbps']:.1f} GB/s ({100 * drift['triad_change']:+.0f} %){gemm}"
             + ("  <- the machine's state changed: recalibrate on a quiet machine" if moved else ""))
 
 

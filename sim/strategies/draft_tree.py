@@ -42,7 +42,10 @@ on ``k`` (:func:`fallback_chain`); its stationary distribution weights each roun
 greedy prefix whose main branch reaches depth ``k``). A measured profile that replayed the fallback
 on the draft's own confidences (``meta["draft_fallback"]``, :mod:`sim.strategies.draft_tree_fallback`)
 gives the weights and the main branch's acceptance in rounds of each ``k`` instead: the draft's
-confidence is not its accuracy, and rounds that stop early stop where it is unsure. Expected
+confidence is not its accuracy, and rounds that stop early stop where it is unsure. A profile that
+also holds the real decoder's own rounds at this budget and depth (``meta["draft_tree_rounds"]``:
+passes, verified tokens and emitted tokens per kind of round on the calibration prompts) is priced
+kind by kind instead: the side branches LLMCad opens on the draft's confidence are in them. Expected
 tokens/s = E[tokens] / E[time] (renewal-reward). ``fallback="budget"`` always drafts the whole budget (a fixed trigger, as
 speculative decoding's fixed draft length).
 
@@ -75,7 +78,8 @@ from sim.step_graph import build_step_graph
 from sim.strategies.base import (DEFAULT_DRAFT_MODEL, Estimate, Knob, Problem, Strategy, StrategyConfig, co_resident,
                                  host_seconds)
 from sim.strategies.chain import draft_pass_tasks
-from sim.strategies.draft_tree_fallback import conditioned_accuracy, fallback_chain, replayed_rounds
+from sim.strategies.draft_tree_fallback import (conditioned_accuracy, fallback_chain, measured_rounds, replayed_rounds,
+                                                round_tree)
 from sim.strategies.hcmp_threads import split_costs
 from sim.strategies.streaming_pipeline import READS_PER_LAYER, LayerPlan, layer_plan, pipeline_round
 from sim.tree import TokenTree
@@ -310,6 +314,11 @@ class DraftTreeStrategy(Strategy):
         acc = _accuracy(p, depth)
         if config.option("fallback") == "budget":
             return (Round(config.tree, config.tree.expected_accepted_length(acc), 1.0),)
+        measured = measured_rounds(problem.acceptance.meta, config.tree_width, depth) \
+            if config.tree_shape == "greedy" else None
+        if measured is not None:       # the real decoder's rounds on the calibration prompts
+            return tuple(Round(round_tree(passes, size), tokens, weight)
+                         for passes, size, weight, tokens in measured if weight > 0)
         if config.tree_shape == "chain":
             prefixes = [TokenTree.chain(k) for k in range(config.tree_width)]
         else:

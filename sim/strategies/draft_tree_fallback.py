@@ -15,6 +15,12 @@ Two models of the main branch (the draft's greedy continuation) under the thresh
   token in rounds of ``k`` directly: the draft's confidence is not its accuracy, and a round that
   stops early stops where the draft is unsure, so its tokens are accepted less often than a long
   round's.
+
+Where the profile also carries the real decoder's own rounds at the strategy's budget and depth
+(:func:`measured_rounds`, ``meta["draft_tree_rounds"]``, :mod:`real.run.draft_tree_rounds`), those
+replace both models: LLMCad's tree branches on the draft's confidence, and the side branches it opens
+and extends (passes and verified tokens the main-branch models do not count) follow from confidences
+after tokens off the true sequence, which only decoding sees.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from functools import lru_cache
 import numpy as np
 
 from hwmodels.errors import HetSpecError
+from sim.tree import TokenTree
 
 #: Eq. 3: alpha is halved after a verification that finds no error ("the cumulative confidence of
 #: 3-5 tokens in empirical observations").
@@ -92,3 +99,40 @@ def conditioned_accuracy(acc: np.ndarray, rates) -> np.ndarray:
         out[i, 1:] *= (1.0 - rate) / (1.0 - p0) if p0 < 1.0 else 0.0
         out[i, 0] = rate
     return out
+
+
+def measured_rounds(meta: dict | None, width: int, depth: int) -> tuple[tuple[int, int, float, float], ...] | None:
+    """``(passes, tokens verified, share of rounds, mean tokens emitted)`` of every kind of round the real
+    decoder made at tree budget ``width`` and depth cap ``depth`` on the profile's calibration prompts
+    (``meta["draft_tree_rounds"]["<width>x<depth>"]``), or None where the profile has none for them."""
+    table = (meta or {}).get("draft_tree_rounds", {}).get(f"{width}x{depth}")
+    if table is None:
+        return None
+    where = f"acceptance profile: draft_tree_rounds[{width}x{depth}]"
+    try:
+        kinds = tuple((int(p), int(n), float(w), float(t)) for p, n, w, t in table["kinds"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise HetSpecError(f"{where}: kinds must be [passes, tokens verified, share, tokens emitted] rows ({exc})")
+    for passes, size, weight, tokens in kinds:
+        if not 0 <= passes < size <= width or (passes == 0) != (size == 1) or weight < 0 or not 1.0 <= tokens <= size:
+            raise HetSpecError(f"{where}: round ({passes} passes, {size} tokens verified, share {weight}, "
+                               f"{tokens} emitted) is impossible (passes < tokens verified <= budget, "
+                               "no passes only for the root alone, 1 <= emitted <= verified)")
+    if not kinds or not math.isclose(sum(k[2] for k in kinds), 1.0, abs_tol=1e-4):
+        raise HetSpecError(f"{where}: the kinds' shares must sum to 1")
+    return kinds
+
+
+def round_tree(passes: int, size: int) -> TokenTree:
+    """A tree of ``size`` tokens (root included) of which ``passes`` are fed to the draft (internal nodes):
+    a main branch of ``passes`` fed nodes and its tip, the other leaves side candidates of the fed nodes
+    (rank 1 of the first, of the second, ..., then rank 2), as LLMCad's tree hangs them."""
+    if not 0 <= passes < size or (passes == 0) != (size == 1):
+        raise HetSpecError(f"round_tree: {passes} fed nodes cannot make a tree of {size} tokens")
+    parents, ranks = [-1] + list(range(passes)), [0] * (passes + 1)
+    if passes == 0:
+        return TokenTree((-1,), (0,))
+    for extra in range(size - passes - 1):
+        parents.append(extra % passes)
+        ranks.append(1 + extra // passes)
+    return TokenTree(tuple(parents), tuple(ranks))

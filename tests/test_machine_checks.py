@@ -214,3 +214,24 @@ def test_validate_on_a_changed_machine_is_not_a_validation(tiny_demo, tmp_path, 
     assert main(["validate", "--quick", "--preset", "tiny", "--out", str(out), "--json"]) == EXIT_UNTRUSTED
     check = json.loads(capsys.readouterr().out)
     assert check["trusted"] is False and check["all_pass"] is False and check["headline"].startswith("not a valid")
+
+
+def test_the_gemm_rate_is_part_of_the_probe_and_the_verdict(monkeypatch):
+    """A compute-bound GEMM's rate moves on its own on a shared virtual machine: the probe carries it, a
+    move of it is reported like the others, a probe recorded before it existed is compared without it,
+    and the calibration's rate is read from its raw record."""
+    with_gemm = lambda gflops: {**_probe(10.0), "gemm_gflops": gflops}   # noqa: E731
+    assert probe_moves(with_gemm(200.0), with_gemm(60.0), PROBE_MOVE_LIMIT, "during the grid") == [
+        "GEMM rate 200.0 GFLOP/s -> 60.0 GFLOP/s (-70 %) during the grid"]
+    assert probe_moves(_probe(10.0), with_gemm(60.0), PROBE_MOVE_LIMIT, "during the grid") == []
+    slow = {**_drift(8.0), "gemm_now_gflops": 50.0, "gemm_calibrated_gflops": 200.0, "gemm_change": -0.75}
+    verdict = validation_verdict(slow, None, [_point(0.05)])
+    assert not verdict["trusted"] and "GEMM rate -75 % vs calibration before the grid" in verdict["headline"]
+    from real.validation import host_facts
+
+    record = {"robustness": {"reference": {"1 thread": {"start": {"threads": 1}, "end": {"threads": 1, "gemm_gflops": 90.0}},
+                                           "2 threads": {"end": {"threads": 2, "gemm_gflops": 170.0}}}}}
+    monkeypatch.setattr(host_facts, "raw_record", lambda platform: record)
+    assert machine.calibrated_gemm_gflops(None, 2) == 170.0 and machine.calibrated_gemm_gflops(None, 4) is None
+    monkeypatch.setattr(host_facts, "raw_record", lambda platform: {})
+    assert machine.calibrated_gemm_gflops(None, 2) is None

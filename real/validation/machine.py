@@ -6,8 +6,10 @@ from a multi-threaded operator). Two checks tell a measurement that can be trust
 cannot (docs/validation.md, "Robustness on a shared machine"):
 
 - the **reference probe** (:func:`reference_probe`, about a second): the real path's fixed cost
-  per operator (the calibration's overhead probe, :func:`real.validation.microbench.layer_overhead`)
-  and a STREAM triad on the calibration's DRAM working set. ``hetspec calibrate`` times it at its
+  per operator (the calibration's overhead probe, :func:`real.validation.microbench.layer_overhead`),
+  a STREAM triad on the calibration's DRAM working set, and a compute-bound GEMM's rate
+  (:func:`gemm_rate`: on a shared virtual machine the cores' speed moves on its own, by a fifth within
+  half an hour on the 2-core development machine, while the other two hold). ``hetspec calibrate`` times it at its
   start and its end (:func:`calibration_problems`); ``hetspec validate`` and ``hetspec demo`` time
   it before and after the measured grid and compare it with the calibration
   (:func:`machine_drift`, :func:`validation_verdict`);
@@ -49,7 +51,12 @@ ERROR_LIMIT = 1.0
 #: Repeats of the overhead probe in the reference probe (each: 20 steps of two depths, two masks).
 PROBE_REPEATS = 3
 #: What the reference probe reports, and how a line names it.
-PROBE_KEYS = {"op_us": ("fixed cost per operator", "us"), "triad_gbps": ("DRAM triad bandwidth", "GB/s")}
+PROBE_KEYS = {"op_us": ("fixed cost per operator", "us"), "triad_gbps": ("DRAM triad bandwidth", "GB/s"),
+              "gemm_gflops": ("GEMM rate", "GFLOP/s")}
+#: The GEMM of the reference probe: ``GEMM_PROBE_SHAPE`` = (tokens, d_in, d_out), fp32, its 4 MiB weight in
+#: the cache (compute-bound on a CPU), ``GEMM_PROBE_CALLS`` calls a sample, median of 5 samples.
+GEMM_PROBE_SHAPE = (128, 1024, 1024)
+GEMM_PROBE_CALLS = 4
 #: The spread of a calibration's key measurements, and how a line names it.
 SPREAD_KEYS = {"gemm_cache": "GEMM rate (weights in the cache)", "gemm_dram": "GEMM rate (weights from DRAM)",
                "triad_dram": "DRAM triad bandwidth", "triad_cache": "cache triad bandwidth",
@@ -85,8 +92,31 @@ def reference_probe(threads: int, triad_bytes: int) -> dict:
     t0 = time.perf_counter()
     op_us = layer_overhead(threads, PROBE_REPEATS, 2).per_op_s * 1e6
     triad = stream_bandwidth(triad_bytes, threads, 5, 1) / 1e9
+    gemm = gemm_rate(threads) / 1e9
     return {"threads": threads, "op_us": round(op_us, 3), "triad_gbps": round(triad, 3), "triad_bytes": triad_bytes,
-            "seconds": round(time.perf_counter() - t0, 2)}
+            "gemm_gflops": round(gemm, 3), "seconds": round(time.perf_counter() - t0, 2)}
+
+
+def gemm_rate(threads: int, samples: int = 5) -> float:
+    """FLOP/s of ``F.linear`` at :data:`GEMM_PROBE_SHAPE` on ``threads`` torch threads (median of ``samples``)."""
+    import torch
+    import torch.nn.functional as F
+
+    from real.run.repeats import median
+    from real.validation.microbench import torch_threads
+
+    m, k, n = GEMM_PROBE_SHAPE
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(m, k, generator=g), torch.randn(n, k, generator=g)
+    with torch_threads(threads), torch.inference_mode():
+        F.linear(x, w)
+        times = []
+        for _ in range(samples):
+            t = time.perf_counter()
+            for _ in range(GEMM_PROBE_CALLS):
+                F.linear(x, w)
+            times.append((time.perf_counter() - t) / GEMM_PROBE_CALLS)
+    return 2.0 * m * k * n / median(times)
 
 
 def _value(key: str, x: float) -> str:
@@ -97,6 +127,8 @@ def probe_moves(a: dict, b: dict, limit: float, when: str) -> list[str]:
     """One phrase per quantity of the reference probe that moved more than ``limit`` from ``a`` to ``b``."""
     out = []
     for key, (label, _) in PROBE_KEYS.items():
+        if key not in a or key not in b:     # a probe from before the quantity was measured
+            continue
         c = change(b[key], a[key])
         if not abs(c) <= limit:
             out.append(f"{label} {_value(key, a[key])} -> {_value(key, b[key])} ({100 * c:+.0f} %) {when}")
@@ -131,18 +163,38 @@ def triad_bytes_of(platform) -> int:
         return DRAM_WORKING_SET_LLC * llc_bytes()[0]
 
 
-def machine_drift(dev, threads: int, triad_bytes: int | None = None) -> dict:
+def calibrated_gemm_gflops(platform, threads: int) -> float | None:
+    """The GEMM rate of the reference probe at the end of ``platform``'s calibration, on ``threads``
+    threads (its raw measurements, next to the platform file); None where it has none."""
+    from real.validation.host_facts import raw_record
+
+    try:
+        for probes in (raw_record(platform) or {})["robustness"]["reference"].values():
+            end = probes["end"]
+            if end.get("threads") == threads and end.get("gemm_gflops"):
+                return float(end["gemm_gflops"])
+    except (KeyError, TypeError, AttributeError):
+        pass
+    return None
+
+
+def machine_drift(dev, threads: int, triad_bytes: int | None = None, gemm_calibrated: float | None = None) -> dict:
     """The reference probe re-timed now, against the calibration of ``dev``: how far the machine's
-    state (load, clocks) has moved since ``hetspec calibrate`` measured it (about a second)."""
+    state (load, clocks) has moved since ``hetspec calibrate`` measured it (about a second).
+    ``gemm_calibrated``: the calibration's GEMM rate (:func:`calibrated_gemm_gflops`), when it has one."""
     from real.validation.host_facts import DRAM_WORKING_SET_LLC, llc_bytes
 
     probe = reference_probe(threads, triad_bytes or DRAM_WORKING_SET_LLC * llc_bytes()[0])
     then = dev.bare_cache_overhead_s * 1e6
-    return {"now_us": probe["op_us"], "calibrated_us": then, "change": change(probe["op_us"], then),
-            "triad_now_gbps": probe["triad_gbps"], "triad_calibrated_gbps": dev.mem_bw_gbps,
-            "triad_change": change(probe["triad_gbps"], dev.mem_bw_gbps), "warning": DRIFT_WARNING,
-            "limit": CALIBRATION_CHANGE_LIMIT, "probe": probe,
-            "omp_wait_policy": openmp_label()}
+    out = {"now_us": probe["op_us"], "calibrated_us": then, "change": change(probe["op_us"], then),
+           "triad_now_gbps": probe["triad_gbps"], "triad_calibrated_gbps": dev.mem_bw_gbps,
+           "triad_change": change(probe["triad_gbps"], dev.mem_bw_gbps), "warning": DRIFT_WARNING,
+           "limit": CALIBRATION_CHANGE_LIMIT, "probe": probe,
+           "omp_wait_policy": openmp_label()}
+    if gemm_calibrated:
+        out.update(gemm_now_gflops=probe["gemm_gflops"], gemm_calibrated_gflops=gemm_calibrated,
+                   gemm_change=change(probe["gemm_gflops"], gemm_calibrated))
+    return out
 
 
 def _worst_error(points: list[dict], random_rows: list[dict]) -> tuple[float, str]:
@@ -168,7 +220,8 @@ def validation_verdict(before: dict, after: dict | None, points: list[dict], ran
     for when, d in (("before the grid", before), ("after the grid", after)):
         if d is None:
             continue
-        for key, label in (("change", "fixed cost per operator"), ("triad_change", "DRAM triad bandwidth")):
+        for key, label in (("change", "fixed cost per operator"), ("triad_change", "DRAM triad bandwidth"),
+                           ("gemm_change", "GEMM rate")):
             c = d.get(key)
             if c is not None and not abs(c) <= CALIBRATION_CHANGE_LIMIT:
                 moved.append(f"{label} {100 * c:+.0f} % vs calibration {when}")

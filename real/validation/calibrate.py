@@ -470,6 +470,9 @@ def robustness_lines(cal: Calibration) -> list[str]:
                      f"{b['op_us']:.1f} us ({100 * change(b['op_us'], a['op_us']):+.0f} %), DRAM triad "
                      f"{a['triad_gbps']:.1f} -> {b['triad_gbps']:.1f} GB/s "
                      f"({100 * change(b['triad_gbps'], a['triad_gbps']):+.0f} %)"
+                     + (f", GEMM {a['gemm_gflops']:.1f} -> {b['gemm_gflops']:.1f} GFLOP/s "
+                        f"({100 * change(b['gemm_gflops'], a['gemm_gflops']):+.0f} %)"
+                        if "gemm_gflops" in a and "gemm_gflops" in b else "")
                      + (f"; largest spread {100 * spreads[key]:.0f} % ({SPREAD_KEYS[key]})" if key else ""))
     if rob.get("warning"):
         lines.append(f"  {rob['warning']}")

@@ -144,11 +144,14 @@ def test_run_cli_json_and_trace(demo, tmp_path):
 def test_profile_acceptance_cli_writes_a_loadable_profile(demo, tmp_path):
     out = tmp_path / "tiny-profile.json"
     proc = run_cli("profile-acceptance", "--preset", "tiny", "--out", str(out), "--prompts", "2",
-                   "--prompt-tokens", "24", "--max-new-tokens", "16", env=ONE_THREAD_ENV)
+                   "--prompt-tokens", "24", "--max-new-tokens", "16", "--draft-tree-widths", "6,4,6", env=ONE_THREAD_ENV)
     assert proc.returncode == 0, proc.stderr
     profile = AcceptanceProfile.load(out)
     assert profile.medusa_depths == demo.heads.n_heads and profile.meta["prompts"] == 2
     assert "medusa top-1 accuracy by head" in proc.stdout
+    depth = DraftTreeConfig().draft_depth
+    assert sorted(profile.meta["draft_tree_rounds"]) == [f"4x{depth}", f"6x{depth}"]
+    assert "draft-tree budget 4" in proc.stdout and "draft-tree budget 6" in proc.stdout
 
 
 def test_compare_runs_methods_on_the_same_prompts(demo):

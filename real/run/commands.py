@@ -190,15 +190,20 @@ def register_profile(subparsers) -> None:
     p.add_argument("--prompt-tokens", type=int, default=64, help="tokens per prompt (default 64)")
     p.add_argument("--max-new-tokens", type=int, default=64,
                    help="greedy target tokens scored per prompt (default 64)")
+    p.add_argument("--draft-tree-widths", default=None, metavar="M1,M2",
+                   help="also decode the prompts with the real draft-tree decoder at these tree budgets and keep "
+                        "its rounds (draft passes, tokens verified and emitted), which the simulator's draft-tree "
+                        "strategy then prices at those budgets (default: none)")
     add_placement_flags(p)
     p.set_defaults(func=handle_profile)
 
 
 def handle_profile(args: argparse.Namespace) -> int:
     from real.model.placement import check_device_name, check_dtype_name
-    from real.run.request import check_profile_args
+    from real.run.request import check_profile_args, parse_draft_tree_widths
 
     check_profile_args(args.out, args.prompts, args.prompt_tokens, args.max_new_tokens)
+    widths = parse_draft_tree_widths(args.draft_tree_widths)
     check_device_name(args.device)
     check_dtype_name(args.dtype)
     from real.model.placement import resolve
@@ -207,7 +212,8 @@ def handle_profile(args: argparse.Namespace) -> int:
     args.preset = resolve_preset(args)
     from real.run.session import profile_demo
 
-    profile = profile_demo(args.preset, args.out, args.prompts, args.prompt_tokens, args.max_new_tokens, placement)
+    profile = profile_demo(args.preset, args.out, args.prompts, args.prompt_tokens, args.max_new_tokens, placement,
+                           draft_tree_widths=widths)
     print(f"wrote {args.out}: {profile.name}, {profile.meta.get('positions', 0)} positions")
     if profile.medusa_accuracy is not None:
         top1 = ", ".join(f"{row[0]:.3f}" for row in profile.medusa_accuracy)
@@ -217,6 +223,12 @@ def handle_profile(args: argparse.Namespace) -> int:
         print(f"  tokens/step by width            {lengths}")
     if profile.draft_alpha is not None:
         print(f"  draft per-token acceptance      {profile.draft_alpha:.3f}")
+    for key, table in (profile.meta.get("draft_tree_rounds") or {}).items():
+        passes = sum(w * p for p, _, w, _ in table["kinds"])
+        verified = sum(w * n for _, n, w, _ in table["kinds"])
+        tokens = sum(w * t for _, _, w, t in table["kinds"])
+        print(f"  draft-tree budget {table['tree_width']:<3d} rounds   {table['rounds']} rounds: {passes:.2f} draft passes, "
+              f"{verified:.2f} tokens verified, {tokens:.2f} emitted per round")
     return 0
 
 

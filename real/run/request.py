@@ -137,3 +137,16 @@ def check_profile_args(out: str, prompts: int, prompt_tokens: int, max_new_token
         raise HetSpecError(f"--max-new-tokens must be >= 2, got {max_new_tokens}")
     if Path(out).suffix.lower() != ".json":
         raise HetSpecError(f"--out {out}: an acceptance profile is a .json file")
+
+
+def parse_draft_tree_widths(text: str | None) -> tuple[int, ...]:
+    """``--draft-tree-widths 4,8,16``: tree budgets (>= 2) whose real draft-tree rounds a profile counts."""
+    if not text:
+        return ()
+    try:
+        values = tuple(int(t) for t in text.split(",") if t.strip())
+    except ValueError:
+        raise HetSpecError(f"--draft-tree-widths {text!r}: give tree budgets separated by commas, e.g. 4,8,16") from None
+    if not values or min(values) < 2:
+        raise HetSpecError(f"--draft-tree-widths {text!r}: a tree budget is >= 2 (the root and one draft token)")
+    return tuple(sorted(set(values)))

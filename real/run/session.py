@@ -189,9 +189,10 @@ def demo_profile(models, preset: str) -> AcceptanceProfile:
 
 
 def profile_demo(preset: str, out: str | Path, prompts: int, prompt_tokens: int,
-                 max_new_tokens: int, placement=None) -> AcceptanceProfile:
+                 max_new_tokens: int, placement=None, draft_tree_widths=()) -> AcceptanceProfile:
     """``hetspec profile-acceptance``: measure on calibration prompts and write the profile to ``out``
-    (on ``placement``'s device and dtype, :class:`real.model.placement.Placement`; default: the CPU)."""
+    (on ``placement``'s device and dtype, :class:`real.model.placement.Placement`; default: the CPU);
+    ``draft_tree_widths``: tree budgets whose real draft-tree rounds it also counts."""
     from real.run.acceptance import measure_profile
     from real.train.corpus import prompts as corpus_prompts
 
@@ -203,7 +204,8 @@ def profile_demo(preset: str, out: str | Path, prompts: int, prompt_tokens: int,
                               source=f"measured by hetspec profile-acceptance on {prompts} calibration "
                                      f"prompts of the demo {preset} models",
                               meta={"preset": preset, "prompt_tokens": prompt_tokens,
-                                    "models_fingerprint": models_fingerprint(models), **where})
+                                    "models_fingerprint": models_fingerprint(models), **where},
+                              draft_tree_widths=draft_tree_widths)
     profile.save(out)
     return profile
 

@@ -25,7 +25,7 @@ from cli_runner import run_cli
     (["run", "--compare", "ar,beam"], "unknown method 'beam'"),
     (["profile-acceptance", "--out", "profile.txt"], "an acceptance profile is a .json file"),
     (["profile-acceptance", "--out", "p.json", "--max-new-tokens", "1"], "--max-new-tokens must be >= 2, got 1"),
-    (["profile-acceptance", "--out", "p.json", "--draft-tree-widths", "1,8"], "a tree budget is >= 2"),
+    (["profile-acceptance", "--out", "p.json", "--draft-tree-widths", "1,8"], "tree budgets must be >= 2"),
     (["profile-acceptance", "--out", "p.json", "--draft-tree-widths", "8,x"], "give tree budgets separated by commas"),
 ])
 def test_bad_values_fail_with_one_clear_line(args, message):

@@ -326,13 +326,9 @@ def add_arguments(p) -> None:
 
 
 def parse_tokens(text: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(t) for t in text.split(",") if t.strip())
-    except ValueError:
-        raise HetSpecError(f"--tokens {text!r}: give token counts separated by commas, e.g. 1,16,64") from None
-    if not values or min(values) < 1:
-        raise HetSpecError(f"--tokens {text!r}: token counts must be >= 1")
-    return values
+    from real.run.request import parse_int_list
+
+    return parse_int_list(text, "--tokens", "token counts", "1,16,64", 1)
 
 
 def handle(args) -> int:

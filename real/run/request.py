@@ -139,14 +139,19 @@ def check_profile_args(out: str, prompts: int, prompt_tokens: int, max_new_token
         raise HetSpecError(f"--out {out}: an acceptance profile is a .json file")
 
 
-def parse_draft_tree_widths(text: str | None) -> tuple[int, ...]:
-    """``--draft-tree-widths 4,8,16``: tree budgets (>= 2) whose real draft-tree rounds a profile counts."""
-    if not text:
-        return ()
+def parse_int_list(text: str, flag: str, what: str, example: str, minimum: int) -> tuple[int, ...]:
+    """``--flag 1,2,3``: integers separated by commas, each at least ``minimum`` (one line naming the flag
+    otherwise)."""
     try:
         values = tuple(int(t) for t in text.split(",") if t.strip())
     except ValueError:
-        raise HetSpecError(f"--draft-tree-widths {text!r}: give tree budgets separated by commas, e.g. 4,8,16") from None
-    if not values or min(values) < 2:
-        raise HetSpecError(f"--draft-tree-widths {text!r}: a tree budget is >= 2 (the root and one draft token)")
-    return tuple(sorted(set(values)))
+        raise HetSpecError(f"{flag} {text!r}: give {what} separated by commas, e.g. {example}") from None
+    if not values or min(values) < minimum:
+        raise HetSpecError(f"{flag} {text!r}: {what} must be >= {minimum}")
+    return values
+
+
+def parse_draft_tree_widths(text: str | None) -> tuple[int, ...]:
+    """``--draft-tree-widths 4,8,16``: tree budgets (>= 2: the root and one draft token) whose real
+    draft-tree rounds a profile counts."""
+    return tuple(sorted(set(parse_int_list(text, "--draft-tree-widths", "tree budgets", "4,8,16", 2)))) if text else ()

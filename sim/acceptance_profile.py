@@ -138,3 +138,9 @@ class AcceptanceProfile:
     @classmethod
     def load(cls, path: str | Path) -> "AcceptanceProfile":
         return cls.from_json(read_data_file(path, "acceptance profile"), str(path))
+
+
+def rounds_key(width: int, depth: int) -> str:
+    """The key of a tree budget and depth cap in a profile's ``meta["draft_tree_rounds"]`` (the real
+    ``draft-tree`` decoder's rounds, :mod:`real.run.draft_tree_rounds`)."""
+    return f"{width}x{depth}"

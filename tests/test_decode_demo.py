@@ -177,14 +177,15 @@ def test_draft_tree_rounds_count_what_a_real_run_drafts_and_emits(demo):
     """The profile's draft-tree rounds (real.run.draft_tree_rounds) are the decoder's own: passes, tokens
     verified and emitted per round of a run on the same prompts, and the strategy priced with them
     drafts, verifies and emits exactly those per step."""
-    from real.run.draft_tree_rounds import measure_draft_tree_rounds, table_key
+    from real.run.draft_tree_rounds import measure_draft_tree_rounds
     from sim.strategies import get_strategy
     from sim.strategies.base import Problem, StrategyConfig
+    from sim.acceptance_profile import rounds_key
     from sim.strategies.draft_tree_fallback import measured_rounds
 
     calibration = corpus_prompts(demo.tokenizer, "calibration", 3, PROMPT_TOKENS, seed=0)
     tables = measure_draft_tree_rounds(demo, calibration, NEW_TOKENS, (6,))
-    table = tables[table_key(6, DraftTreeConfig().draft_depth)]
+    table = tables[rounds_key(6, DraftTreeConfig().draft_depth)]
     run = run_prompts(demo, "draft-tree", DraftTreeConfig(tree_width=6), calibration, NEW_TOKENS, warmup=False)
     assert table["rounds"] == run.steps and table["prompts"] == 3
     kinds = measured_rounds({"draft_tree_rounds": tables}, 6, DraftTreeConfig().draft_depth)

@@ -34,7 +34,7 @@ def round_kinds(results) -> tuple[Counter, dict]:
     emitted: dict = defaultdict(int)
     for res in results:
         passes = Counter(r.step for r in res.records if r.phase == "draft")
-        verifies = sorted((r for r in res.records if r.phase == "verify"), key=lambda r: r.step)
+        verifies = [r for r in res.records if r.phase == "verify"]
         if len(verifies) != res.steps:
             raise HetSpecError(f"draft-tree rounds: {len(verifies)} verification records for {res.steps} steps")
         for rec in verifies:
@@ -57,16 +57,13 @@ def rounds_table(results, config) -> dict:
             "prompts": len(results), "rounds": total, "kinds": kinds}
 
 
-def table_key(width: int, depth: int) -> str:
-    return f"{width}x{depth}"
-
-
 def measure_draft_tree_rounds(models, prompts: Sequence[Sequence[int]], max_new_tokens: int,
                               widths: Sequence[int], worker: str = "cpu") -> dict:
     """``meta["draft_tree_rounds"]``: the real decoder's rounds at each tree budget of ``widths`` (the
     decoder's default depth and thresholds) on ``prompts``."""
     from real.decode import draft_tree
     from real.decode.common import Clock
+    from sim.acceptance_profile import rounds_key
 
     if not prompts:
         raise HetSpecError("draft-tree rounds: no prompts")
@@ -74,5 +71,5 @@ def measure_draft_tree_rounds(models, prompts: Sequence[Sequence[int]], max_new_
     for width in sorted(set(widths)):
         config = draft_tree.DraftTreeConfig(tree_width=width)
         results = [draft_tree.generate(models, list(p), max_new_tokens, config, Clock(worker)) for p in prompts]
-        out[table_key(config.tree_width, config.draft_depth)] = rounds_table(results, config)
+        out[rounds_key(config.tree_width, config.draft_depth)] = rounds_table(results, config)
     return out

@@ -53,6 +53,10 @@ PROBE_REPEATS = 3
 #: What the reference probe reports, and how a line names it.
 PROBE_KEYS = {"op_us": ("fixed cost per operator", "us"), "triad_gbps": ("DRAM triad bandwidth", "GB/s"),
               "gemm_gflops": ("GEMM rate", "GFLOP/s")}
+#: The quantities of a drift record (:func:`machine_drift`): their relative change since the calibration,
+#: and how a line names them.
+DRIFT_CHANGES = (("change", "fixed cost per operator"), ("triad_change", "DRAM triad bandwidth"),
+                 ("gemm_change", "GEMM rate"))
 #: The GEMM of the reference probe: ``GEMM_PROBE_SHAPE`` = (tokens, d_in, d_out), fp32, its 4 MiB weight in
 #: the cache (compute-bound on a CPU), ``GEMM_PROBE_CALLS`` calls a sample, median of 5 samples.
 GEMM_PROBE_SHAPE = (128, 1024, 1024)
@@ -102,21 +106,13 @@ def gemm_rate(threads: int, samples: int = 5) -> float:
     import torch
     import torch.nn.functional as F
 
-    from real.run.repeats import median
-    from real.validation.microbench import torch_threads
+    from real.validation.microbench import median_time, torch_threads
 
     m, k, n = GEMM_PROBE_SHAPE
     g = torch.Generator().manual_seed(0)
     x, w = torch.randn(m, k, generator=g), torch.randn(n, k, generator=g)
     with torch_threads(threads), torch.inference_mode():
-        F.linear(x, w)
-        times = []
-        for _ in range(samples):
-            t = time.perf_counter()
-            for _ in range(GEMM_PROBE_CALLS):
-                F.linear(x, w)
-            times.append((time.perf_counter() - t) / GEMM_PROBE_CALLS)
-    return 2.0 * m * k * n / median(times)
+        return 2.0 * m * k * n / median_time(lambda: F.linear(x, w), samples, 1, inner=GEMM_PROBE_CALLS)
 
 
 def _value(key: str, x: float) -> str:
@@ -197,6 +193,11 @@ def machine_drift(dev, threads: int, triad_bytes: int | None = None, gemm_calibr
     return out
 
 
+def drift_moved(drift: dict) -> bool:
+    """Whether any quantity of a drift record moved beyond its warning since the calibration."""
+    return any(abs(drift.get(key) or 0.0) > drift["warning"] for key, _ in DRIFT_CHANGES)
+
+
 def _worst_error(points: list[dict], random_rows: list[dict]) -> tuple[float, str]:
     worst, where = 0.0, ""
     for r in points:
@@ -220,8 +221,7 @@ def validation_verdict(before: dict, after: dict | None, points: list[dict], ran
     for when, d in (("before the grid", before), ("after the grid", after)):
         if d is None:
             continue
-        for key, label in (("change", "fixed cost per operator"), ("triad_change", "DRAM triad bandwidth"),
-                           ("gemm_change", "GEMM rate")):
+        for key, label in DRIFT_CHANGES:
             c = d.get(key)
             if c is not None and not abs(c) <= CALIBRATION_CHANGE_LIMIT:
                 moved.append(f"{label} {100 * c:+.0f} % vs calibration {when}")

@@ -10,6 +10,7 @@ import json
 import math
 from pathlib import Path
 
+from real.validation.machine import drift_moved
 from real.validation.metrics import REGRET_TARGET, STEP_ERROR_TARGET, TPS_ERROR_TARGET
 
 PLOTS = {"step_latency": "step_latency.png", "tokens_per_s": "tokens_per_s.png", "errors": "errors.png",
@@ -83,8 +84,7 @@ def machine_state(doc: dict) -> str:
         return (f"- Machine state: no reference probe (the grid ran on {doc['platform'].get('placement')}, priced on "
                 f"{doc['platform']['name']}, which describes no host CPU to re-time).")
     parts = [probe(before, "before the grid")] + ([probe(after, "after it")] if after else [])
-    moved = any(abs(d.get(k) or 0.0) > d["warning"] for d in (before, after) if d
-                for k in ("change", "triad_change", "gemm_change"))
+    moved = any(drift_moved(d) for d in (before, after) if d)
     policy = before.get("omp_wait_policy")
     return ("- Machine state, the calibration's reference probe re-timed " + "; ".join(parts)
             + (f"; OpenMP: {policy}" if policy else "")

@@ -33,8 +33,8 @@ from real.train.demo import choose_preset
 from real.validation.backends import profiled_variant
 from real.validation.gpu_target import validation_target
 from real.validation.machine import (
-    DRIFT_WARNING,
     calibrated_gemm_gflops,
+    drift_moved,
     machine_drift,
     shown_path,
     triad_bytes_of,
@@ -344,7 +344,7 @@ def validate(out: str | Path | None = None, preset: str | None = None, quick: bo
 
 def drift_line(drift: dict, when: str) -> str:
     """The reference probe against the calibration, one line."""
-    moved = max(abs(drift.get(k) or 0.0) for k in ("change", "triad_change", "gemm_change")) > DRIFT_WARNING
+    moved = drift_moved(drift)
     gemm = (f", GEMM {drift['gemm_now_gflops']:.1f} vs {drift['gemm_calibrated_gflops']:.1f} GFLOP/s "
             f"({100 * drift['gemm_change']:+.0f} %)" if "gemm_change" in drift else "")
     return (f"reference probe {when}: fixed cost per operator {drift['now_us']:.2f} us vs {drift['calibrated_us']:.2f} "

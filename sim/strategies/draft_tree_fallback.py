@@ -31,6 +31,7 @@ from functools import lru_cache
 import numpy as np
 
 from hwmodels.errors import HetSpecError
+from sim.acceptance_profile import rounds_key
 from sim.tree import TokenTree
 
 #: Eq. 3: alpha is halved after a verification that finds no error ("the cumulative confidence of
@@ -105,10 +106,11 @@ def measured_rounds(meta: dict | None, width: int, depth: int) -> tuple[tuple[in
     """``(passes, tokens verified, share of rounds, mean tokens emitted)`` of every kind of round the real
     decoder made at tree budget ``width`` and depth cap ``depth`` on the profile's calibration prompts
     (``meta["draft_tree_rounds"]["<width>x<depth>"]``), or None where the profile has none for them."""
-    table = (meta or {}).get("draft_tree_rounds", {}).get(f"{width}x{depth}")
+    key = rounds_key(width, depth)
+    table = (meta or {}).get("draft_tree_rounds", {}).get(key)
     if table is None:
         return None
-    where = f"acceptance profile: draft_tree_rounds[{width}x{depth}]"
+    where = f"acceptance profile: draft_tree_rounds[{key}]"
     try:
         kinds = tuple((int(p), int(n), float(w), float(t)) for p, n, w, t in table["kinds"])
     except (KeyError, TypeError, ValueError) as exc:

@@ -30,7 +30,11 @@ Columns (all required; one row per operator call):
   optionally ``b<batch>``; an explicit boolean (tree) mask; ``keys`` = keys attended, cached + new),
   ``norm``, ``embedding``, ``add`` (shape ``<hidden>``), ``act_mul``, ``gelu`` (``<intermediate>``),
   ``rope`` (``h<heads>kv<kv heads>d<head dim>``), and the eager-only operators ``kv_write``
-  (``kv<kv heads>d<head dim>``), ``positions``, ``rope_gather``, ``mask_build`` (``<head dim>``);
+  (``kv<kv heads>d<head dim>``), ``positions``, ``rope_gather``, ``mask_build`` (``<head dim>``), and
+  ``forward_rest`` (``L<layers>H<hidden>I<intermediate>h<heads>kv<kv heads>d<head dim>V<vocabulary>``,
+  :func:`sim.step_graph.forward_key`): what a model's whole eager forward of ``tokens`` tokens took beyond
+  the sum of its operators' rows, in ``eager_launch_us`` (``kernel_us`` 0; ``graph_launch_us`` 0 where
+  graphs exist: a replayed graph runs no Python);
 - ``tokens``: the token (GEMM M) count of the call (b x q for linears and elementwise operators, q for
   attention), an integer >= 1;
 - ``keys``: keys attended (attention; ``0`` for every other operator);
@@ -83,6 +87,7 @@ OP_SHAPES: dict[str, str] = {
     "rope": _HEADS,
     "kv_write": rf"kv{_DIM}d{_DIM}",
     "positions": _DIM, "rope_gather": _DIM, "mask_build": _DIM,
+    "forward_rest": rf"L{_DIM}H{_DIM}I{_DIM}{_HEADS}V{_DIM}",
 }
 _HEADER_KEYS = ("format", "dtype", "source", "device", "launch_us.eager", "launch_us.eager.source",
                 "launch_us.graph", "launch_us.graph.source")
@@ -287,8 +292,9 @@ def read_profile(path: str | Path) -> OpProfile:
 def _shape_help(op: str) -> str:
     return {"linear": "<d_in>x<d_out>, e.g. 4096x11008", "linear_streamed": "<d_in>x<d_out>, e.g. 4096x11008",
             "attention": "h<heads>kv<kv heads>d<head dim>[b<batch>], "
-            "e.g. h32kv32d128", "rope": "h<heads>kv<kv heads>d<head dim>", "kv_write": "kv<kv heads>d<head dim>"
-            }.get(op, "<width>, e.g. 4096")
+            "e.g. h32kv32d128", "rope": "h<heads>kv<kv heads>d<head dim>", "kv_write": "kv<kv heads>d<head dim>",
+            "forward_rest": "L<layers>H<hidden>I<intermediate>h<heads>kv<kv heads>d<head dim>V<vocabulary>, "
+            "e.g. L8H384I1024h6kv6d64V4096"}.get(op, "<width>, e.g. 4096")
 
 
 def write_profile(path: str | Path, header: Mapping[str, str], rows, notes=()) -> Path:

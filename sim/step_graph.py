@@ -241,12 +241,22 @@ def build_step_graph(model: ModelSpec, tokens: int, context: int, batch: int = 1
                      eager_ops=eager_extra_ops(model, q, s, b, dt) if llama else ())
 
 
+def forward_key(model: ModelSpec) -> str:
+    """A model's profile key for its whole eager forward (the ``forward_rest`` rows of a measured profile):
+    ``L<layers>H<hidden>I<intermediate>h<heads>kv<KV heads>d<head dim>V<vocabulary>``."""
+    return (f"L{model.n_layers}H{model.hidden}I{model.intermediate}h{model.n_heads}kv{model.n_kv_heads}"
+            f"d{model.head_dim}V{model.vocab}")
+
+
 def eager_extra_ops(model: ModelSpec, q: int, s: int, b: int, dt: float) -> tuple[Op, ...]:
     """What HetSpec's eager real model (real/model, ``Transformer.forward``) launches beyond :func:`build_step_graph`'s
     operators, per forward: the position ids (``arange``; ``int(positions.max())``: a reduction and a
     device-to-host copy that synchronises), the RoPE rows of those positions (cos and sin gathers), the
     attention mask (the committed prefix's ``ones`` and its ``cat`` with the tree mask); per layer: the new
-    keys and values written into the KV cache (two copies).
+    keys and values written into the KV cache (two copies); and ``forward_rest``: what the model's eager
+    forward spends beyond every operator's row (Python module and argument handling, the operators' caches
+    disturbed by one another), measured per model shape and token count by ``hetspec calibrate``
+    (:mod:`real.validation.forward_launch`), nothing where the profile has no row for the model.
 
     Only a profiled device in eager mode prices them (each launch costs at least a host dispatch there);
     the roofline does not, so roofline results do not change (see docs/simulator.md).
@@ -262,4 +272,6 @@ def eager_extra_ops(model: ModelSpec, q: int, s: int, b: int, dt: float) -> tupl
                        shape="1", eager_launches=2, launches=2, **one),
         elementwise_op("kv_write", "elementwise", 2 * T * kv, 0, dt, L, reads=1, writes=1, table="kv_write",
                        shape=f"kv{model.n_kv_heads}d{hd}", eager_launches=2, launches=2, profile_tokens=T),
+        elementwise_op("forward_rest", "elementwise", 0, 0, dt, 1, reads=0, writes=0, table="forward_rest",
+                       shape=forward_key(model), eager_launches=0, launches=0, section="post", profile_tokens=T),
     )

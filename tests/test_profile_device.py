@@ -110,6 +110,40 @@ def test_the_eager_launch_is_the_launch_inside_the_real_forward(tiny_profile):
         assert "the bare dispatch is kept" in dev.timing.profile.launch_sources["eager"]
 
 
+def test_the_forward_rest_rows_price_each_profiled_forward_at_its_measured_time(tiny_profile):
+    from hwmodels.loader import load_platform_file
+    from real.validation.forward_launch import REST_CONTEXT, forward_rest_rows
+    from sim.step_graph import build_step_graph, forward_key
+    from sim.step_timing import price_step
+
+    prof, _, toml_path = tiny_profile
+    (spec, timed), = prof.forwards          # the model asked for, not the launch probe
+    assert spec == SPEC and [t for t, _ in timed] == [1, 2, 8] and all(s > 0 for _, s in timed)
+    dev = load_platform_file(toml_path).device("cpu")
+    assert dev.timing.profile.table("forward_rest", forward_key(prof.forward[0])) is None
+    for tokens, seconds in timed:
+        priced = price_step(build_step_graph(SPEC, tokens, REST_CONTEXT), dev)
+        rest = {p.op.name: p for p in priced.ops}["forward_rest"]
+        assert rest.source == "profile" and rest.timing.compute_s == 0.0
+        if rest.time_s > 0:   # the rest is what the rows left of the measured forward
+            assert priced.total_s == pytest.approx(seconds, rel=1e-6)
+        else:                 # rows timed slower than the forward: never a negative rest
+            assert priced.total_s >= seconds
+    # a forward faster than its rows gives 0; a graph replays none of it
+    for graphs, graph_cell in ((False, math.nan), (True, 0.0)):
+        (row,) = forward_rest_rows(dev, [(SPEC, [(2, 1e-9)])], graphs=graphs)
+        assert row[:5] == ("forward_rest", forward_key(SPEC), 2, 0, 0.0) and row[5] == 0.0
+        assert (math.isnan(row[6]) and math.isnan(graph_cell)) or row[6] == graph_cell
+
+
+def test_forwards_timed_before_and_after_the_rows_are_pooled():
+    from real.validation.forward_launch import bracketed_forwards
+
+    before, after = [(1, [1.0, 2.0, 9.0]), (2, [4.0])], [(1, [3.0, 3.5]), (2, [6.0, 5.0])]
+    assert bracketed_forwards(before, after) == [(1, 3.0), (2, 5.0)]
+    assert bracketed_forwards(before, []) == [(1, 2.0), (2, 4.0)]
+
+
 def test_a_launch_inside_the_forward_is_never_below_the_bare_dispatch(tiny_profile):
     from hwmodels.loader import load_platform_file
     from real.validation.forward_launch import eager_launch_in_forward

@@ -100,7 +100,7 @@ def test_estimate_many_equals_estimate_on_a_profiled_device(which, method, accep
 
 def test_only_eager_mode_prices_the_eager_models_extra_operators():
     graph = build_step_graph(get_model("llama2-7b"), 8, 512, 1)
-    assert [op.name for op in graph.eager_ops] == ["positions", "rope_gather", "mask_build", "kv_write"]
+    assert [op.name for op in graph.eager_ops] == ["positions", "rope_gather", "mask_build", "kv_write", "forward_rest"]
     for dev in (get_platform("a100-80gb-pcie").device("gpu"), VIDUR.device("gpu")):
         assert [p.op.name for p in price_step(graph, dev).ops] == [op.name for op in graph.ops]
     eager = price_step(graph, EAGER.device("gpu"))
@@ -113,6 +113,60 @@ def test_only_eager_mode_prices_the_eager_models_extra_operators():
     by_name = {p.op.name: p for p in eager.ops}
     assert by_name["rope"].timing.overhead_s == pytest.approx(10 * launch)
     assert by_name["mlp_norm"].source.startswith("fallback") and by_name["mlp_norm"].timing.overhead_s == pytest.approx(8 * launch)
+
+
+def _with_forward_rest(device, rows):
+    """``device`` with its profile's rows plus ``rows`` (op, shape, tokens, keys, kernel, eager, graph)."""
+    import csv
+    import tempfile
+    from dataclasses import replace
+
+    from hwmodels.profile import read_profile, write_profile
+
+    old = device.timing.profile
+    with open(old.path) as f:
+        body = [r for r in csv.reader(line for line in f if not line.startswith("#"))][1:]
+    kept = [(r[0], r[1], int(r[2]), int(r[3]), float(r[4]), float("nan") if r[5] == "-" else float(r[5]),
+             float("nan") if r[6] == "-" else float(r[6])) for r in body]
+    path = Path(tempfile.mkdtemp()) / "with-rest.csv"
+    write_profile(path, {"dtype": old.dtype, "source": "test", "launch_us.eager": str(old.launch_us["eager"]),
+                         "launch_us.eager.source": "test"},
+                  kept + rows)
+    return replace(device, timing=replace(device.timing, profile=read_profile(path)))
+
+
+def test_the_forward_rest_of_a_profiled_model_is_priced_in_eager_mode_only():
+    from sim.step_graph import forward_key
+
+    model = get_model("llama2-7b")
+    key = forward_key(model)
+    assert key == "L32H4096I11008h32kv32d128V32000"
+    rows = [("forward_rest", key, 1, 0, 0.0, 500.0, 0.0), ("forward_rest", key, 8, 0, 0.0, 900.0, 0.0)]
+    eager = _with_forward_rest(EAGER.device("gpu"), rows)
+
+    def rest(device, q, b=1, m=model):
+        priced = {p.op.name: p for p in price_step(build_step_graph(m, q, 512, b), device).ops}
+        return priced.get("forward_rest")
+
+    # measured rows exactly, piecewise linear between them, the whole call's time (no launch on top)
+    assert rest(eager, 1).time_s == pytest.approx(500e-6) and rest(eager, 1).source == "profile"
+    assert rest(eager, 8).time_s == pytest.approx(900e-6)
+    assert rest(eager, 4).time_s == pytest.approx((500 + 3 / 7 * 400) * 1e-6)
+    # a forward of b sequences of q tokens looks the rest up at b*q tokens, as the linears
+    assert rest(eager, 4, b=2).time_s == pytest.approx(900e-6)
+    # outside the rows, or for a model without rows: nothing, and the source says why
+    for priced in (rest(eager, 9), rest(eager, 1, m=get_model("vicuna-13b"))):
+        assert priced.time_s == 0.0 and priced.source.startswith("fallback: ")
+    assert "forward_rest L40H5120" in rest(eager, 1, m=get_model("vicuna-13b")).source
+    # the vectorised closed form adds the same
+    base = step_seconds(model, EAGER, "gpu", np.arange(1, 9), 512)
+    from dataclasses import replace
+    plat = replace(EAGER, devices={**EAGER.devices, "gpu": eager})
+    np.testing.assert_allclose(step_seconds(model, plat, "gpu", np.arange(1, 9), 512) - base,
+                               np.interp(np.arange(1, 9), [1, 8], [500e-6, 900e-6]), rtol=1e-9, atol=1e-12)
+    # graph mode does not price it: a replayed graph runs no Python
+    graph_dev = replace(eager, timing=replace(eager.timing, mode="graph"))
+    assert rest(graph_dev, 4) is None
 
 
 def test_attention_at_a_batch_the_profile_lacks_falls_back_and_says_so():

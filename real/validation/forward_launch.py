@@ -1,13 +1,29 @@
-"""What one operator launch costs inside the real path's eager forward on a CPU: the one-token forward of a
-model whose compute is negligible, timed whole, less a profile's kernel times of its operators, over the
-launches the profiled pricing counts (the eager launch cost ``hetspec calibrate --device cpu`` writes into
-every row, :mod:`real.validation.profile_device`)."""
+"""What the real path's eager forward costs beyond its operators' rows, two ways:
+
+- per launch (a CPU): the one-token forward of a model whose compute is negligible, timed whole, less a
+  profile's kernel times of its operators, over the launches the profiled pricing counts (the eager launch
+  cost ``hetspec calibrate --device cpu`` writes into every row, :mod:`real.validation.profile_device`);
+- per model (``forward_rest`` rows, any device): the eager forward of each profiled model (random weights,
+  :data:`REST_CONTEXT` cached tokens) at every profiled token count, timed whole, less what the profile
+  prices for it. Operators timed one by one in a loop of their own run on hot caches and without the
+  Python between them; inside a forward they do not. On the 2-core EPYC of docs/validation.md a 5-token
+  forward of the small demo target took 5.47 ms where its rows add up to 4.92 ms (its linears and
+  attention alone 11 % and 67 % slower than in their own loops); the rest grows with the token count.
+"""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable, Sequence
+
 import torch
 
+from real.run.repeats import interleaved, median
 from real.validation.microbench import PROBE_CONTEXT, median_time
+
+#: Cached tokens of the forwards behind the ``forward_rest`` rows (the smallest key count of the attention rows,
+#: so the forward's attention is priced by its rows).
+REST_CONTEXT = PROBE_CONTEXT
 
 
 def forward_probe_s(calls: int, repeats: int) -> float:
@@ -39,3 +55,86 @@ def eager_launch_in_forward(device, forward, floor_s: float = 0.0) -> tuple[floa
     launches = sum(p.op.count * (1.0 if p.source == PROFILE else p.timing.overhead_s / device.op_overhead_s)
                    for p in priced.ops)
     return max((seconds - kernels) / launches, floor_s, 0.0), kernels, launches
+
+
+def forward_step(model, cache, tokens: int) -> Callable[[], object]:
+    """One eager forward of ``tokens`` new tokens after the cache's committed prefix, as the decoders run it:
+    one token without a mask (a draft pass, ``ar``), more under a chain's tree mask with explicit positions
+    (a verification); the pending tokens are dropped after it."""
+    from sim.tree import TokenTree
+
+    device = cache.k.device
+    if tokens == 1:
+        token = torch.zeros(1, 1, dtype=torch.long, device=device)
+
+        def one():
+            model(token, cache)
+            cache.discard()
+        return one
+    tree = TokenTree.chain(tokens - 1)
+    block = torch.zeros(1, tokens, dtype=torch.long, device=device)
+    mask = torch.from_numpy(tree.attention_mask()).to(device)
+    positions = cache.length + torch.tensor(tree.depths, device=device)
+
+    def many():
+        model(block, cache, positions=positions, tree_mask=mask)
+        cache.discard()
+    return many
+
+
+def time_model_forwards(spec, device: torch.device, dtype: torch.dtype, tokens: Sequence[int],
+                        time_calls: Callable[[Callable[[], object], int], float], calls: int, repeats: int,
+                        tick: Callable[[], None] | None = None) -> list[tuple[int, list[float]]]:
+    """(tokens, samples) of the eager forward of a random-weight ``spec`` model at each of ``tokens`` that fits
+    its positions after :data:`REST_CONTEXT` cached tokens: ``time_calls(fn, calls)`` seconds per call, ``repeats``
+    samples interleaved over the token counts. Empty when the model does not fit the device's memory."""
+    from real.model.transformer import Transformer
+
+    fits = [t for t in tokens if REST_CONTEXT + t <= spec.max_position]
+    if not fits:
+        return []
+    try:
+        torch.manual_seed(0)
+        with torch.device(device):
+            model = Transformer(spec).to(dtype=dtype).eval()
+        cache = model.new_cache(REST_CONTEXT + max(fits))
+        with torch.inference_mode():
+            model(torch.zeros(1, REST_CONTEXT, dtype=torch.long, device=device), cache)
+            cache.keep(range(REST_CONTEXT))
+            steps = [forward_step(model, cache, t) for t in fits]
+            for step in steps:
+                step()   # allocations, kernel selection
+            runs = interleaved(len(steps), repeats, lambda i, *_: time_calls(steps[i], calls), tick=tick)
+    except torch.OutOfMemoryError:
+        return []
+    return [(t, [r[0] for r in runs[i]]) for i, t in enumerate(fits)]
+
+
+def bracketed_forwards(before, after) -> list[tuple[int, float]]:
+    """(tokens, median seconds) of one model's forwards timed before and after the profile's operator rows
+    (:func:`time_model_forwards` twice): the samples of both, so a machine that drifts while the rows are
+    measured moves the forwards' median as it moved the rows."""
+    samples = {t: list(s) for t, s in before}
+    for t, s in after:
+        samples.setdefault(t, []).extend(s)
+    return [(t, median(s)) for t, s in sorted(samples.items())]
+
+
+def forward_rest_rows(device, forwards, graphs: bool) -> list[tuple]:
+    """Profile rows ``forward_rest`` of ``forwards`` ((spec, [(tokens, seconds)]) of :func:`time_model_forwards`),
+    for the profiled ``device`` in eager mode: what each forward took beyond the profile's price of it at
+    :data:`REST_CONTEXT` cached tokens, never below 0 (a forward timed faster than its rows: the rows were
+    timed at a slower moment), in ``eager_launch_us``; a replayed graph (``graphs``) runs none of it."""
+    from dataclasses import replace
+
+    from sim.step_graph import build_step_graph, forward_key
+    from sim.step_timing import price_step
+
+    eager = replace(device, timing=replace(device.timing, mode="eager"))
+    rows = []
+    for spec, timed in forwards:
+        for tokens, seconds in timed:
+            priced = price_step(build_step_graph(spec, tokens, REST_CONTEXT), eager).total_s
+            rows.append(("forward_rest", forward_key(spec), tokens, 0, 0.0, max(seconds - priced, 0.0) * 1e6,
+                         0.0 if graphs else math.nan))
+    return rows

@@ -8,10 +8,13 @@ What is measured, with the same code on every device (CUDA timing where CUDA is)
   (every count 1 to 16, then every 8 to 256, then 384 and 512: a CPU's GEMM kernels change blocking from one
   small row count to the next, and speculative decoding verifies a handful of tokens), twice: on one weight (``linear``: a small
   weight stays in the cache, as a model that fits it runs) and on a ring of distinct weights
-  :data:`STREAM_CACHE_MULTIPLE` times the last-level cache (``linear_streamed``: every call reads its
+  :data:`real.validation.profile_ops.STREAM_CACHE_MULTIPLE` times the last-level cache (``linear_streamed``: every call reads its
   weight from memory, as a decode step of a larger model does); attention by (heads, KV heads, head dim)
   under a boolean tree mask over a (q, keys) grid (:data:`ATTENTION_Q` x :data:`ATTENTION_KEYS`);
   RMSNorm, residual adds, SiLU x mul, RoPE and the embedding lookup at the token counts;
+- the eager forward of every model asked for (random weights, 64 cached tokens) at each token count, timed
+  whole: what it takes beyond the profile's price of its operators is its ``forward_rest`` rows
+  (:mod:`real.validation.forward_launch`);
 - the launch cost of an operator (a one-element add) in each execution mode the device has:
   ``eager`` (the host launches every kernel; on a CPU this is torch's dispatch) and, on CUDA,
   ``graph`` (a captured CUDA graph replayed);
@@ -44,12 +47,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from hwmodels.errors import HetSpecError
-from hwmodels.profile import linear_dims
 from real import openmp_label
 from real.run.repeats import interleaved, median
+from real.validation.profile_ops import (  # noqa: F401  (op_callable, weight_ring: this module's public names)
+    last_level_cache_bytes,
+    op_callable,
+    profile_keys,
+    weight_ring,
+)
 
 #: Token counts of the linear and elementwise rows: every count to 16 (where speculative decoding verifies;
 #: a CPU's GEMM time is not linear between 4 and 8 rows there, e.g. 384x1024 streamed from memory took
@@ -62,8 +69,6 @@ ATTENTION_Q = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 ATTENTION_KEYS = (64, 256, 1024, 4096)
 QUICK_ATTENTION_Q = (1, 8, 64, 256)
 QUICK_ATTENTION_KEYS = (256, 1024)
-#: Size of the ring of distinct weights behind a ``linear_streamed`` row, in last-level caches.
-STREAM_CACHE_MULTIPLE = 4
 #: The dtype the real path runs on each kind of device by default.
 DEFAULT_DTYPE = {"cpu": "fp32", "cuda": "fp16"}
 TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
@@ -111,6 +116,13 @@ class DeviceProfile:
     #: (:func:`forward_probe_s`); None where not measured (CUDA)
     forward: tuple | None = None
     forward_launch_us: float | None = None   # one launch inside that forward (set when the profile is written)
+    #: (spec, [(tokens, seconds)]): the eager forward of every profiled model, timed whole at each token count
+    #: (:func:`real.validation.forward_launch.time_model_forwards`; its ``forward_rest`` rows)
+    forwards: list = field(default_factory=list)
+    #: the CPU's last-level cache (0: not used, a GPU): a model whose weights fit it is priced by the ``linear``
+    #: rows, a larger one by ``linear_streamed`` (the written platform's ``cache_gb``)
+    cache_bytes: int = 0
+    cache_source: str = ""
 
 
 # ---------------------------------------------------------------------------- timing one callable
@@ -200,111 +212,6 @@ def device_has_graphs(samples: Sequence[OpTiming]) -> bool:
     return any(not math.isnan(s.graph_launch_s) for s in samples)
 
 
-# ---------------------------------------------------------------------------- the operators
-def _rms_norm(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """RMSNorm as HetSpec's model computes it (fp32 statistics)."""
-    h = x.float()
-    return (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype) * weight
-
-
-def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    x1, x2 = x[..., :half], x[..., half:]
-    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
-
-
-def _heads(shape: str) -> tuple[int, int, int]:
-    h, rest = shape[1:].split("kv")
-    kv, d = rest.split("d")
-    return int(h), int(kv), int(d.split("b")[0])
-
-
-def last_level_cache_bytes(device: torch.device) -> int:
-    """The device's last-level cache: the CPU's (:func:`real.validation.host_facts.llc_bytes`) or the GPU's L2."""
-    if device.type == "cuda":
-        return int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0)) or 50 * 2**20
-    from real.validation.host_facts import llc_bytes
-
-    return llc_bytes()[0]
-
-
-def weight_ring(shape: str, device: torch.device, dtype: torch.dtype, cache_bytes: int) -> list[torch.Tensor]:
-    """Distinct ``d_out x d_in`` weights totalling :data:`STREAM_CACHE_MULTIPLE` x ``cache_bytes`` (two at least)."""
-    d_in, d_out = linear_dims(shape)
-    nbytes = d_in * d_out * torch.finfo(dtype).bits // 8
-    count = max(2, -(-STREAM_CACHE_MULTIPLE * cache_bytes // nbytes))
-    g = torch.Generator(device="cpu").manual_seed(1)
-    return [(torch.randn(d_out, d_in, generator=g) * d_in ** -0.5).to(device=device, dtype=dtype)
-            for _ in range(count)]
-
-
-def op_callable(table: str, shape: str, tokens: int, keys: int, vocab: int, device: torch.device,
-                dtype: torch.dtype, ring: Sequence[torch.Tensor] = ()) -> Callable[[], object] | None:
-    """A closure running one call of a step-graph operator of profile key (``table``, ``shape``) at
-    ``tokens`` (and ``keys`` for attention), on preallocated tensors; None for an operator not profiled.
-    ``linear_streamed`` takes each call's weight from ``ring`` (:func:`weight_ring`) in turn."""
-    g = torch.Generator(device="cpu").manual_seed(0)
-
-    def rand(*size):
-        return torch.randn(*size, generator=g, dtype=torch.float32).to(device=device, dtype=dtype)
-
-    if table == "linear":
-        d_in, d_out = (int(v) for v in shape.split("x"))
-        x, w = rand(tokens, d_in), rand(d_out, d_in) * d_in ** -0.5
-        return lambda: F.linear(x, w)
-    if table == "linear_streamed":
-        if len(ring) < 2:
-            raise HetSpecError("linear_streamed: give a ring of at least two weights (weight_ring)")
-        x = rand(tokens, linear_dims(shape)[0])
-        turn = [0]
-
-        def streamed():
-            turn[0] = (turn[0] + 1) % len(ring)
-            return F.linear(x, ring[turn[0]])
-        return streamed
-    if table == "attention":
-        h, kv, d = _heads(shape)
-        q, k, v = rand(1, h, tokens, d), rand(1, kv, keys, d), rand(1, kv, keys, d)
-        mask = torch.ones(tokens, keys, dtype=torch.bool, device=device).tril(diagonal=keys - tokens)
-        gqa = kv != h
-        return lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
-    if table == "norm":
-        x, w = rand(tokens, int(shape)), rand(int(shape))
-        return lambda: _rms_norm(x, w)
-    if table == "add":
-        x, y = rand(tokens, int(shape)), rand(tokens, int(shape))
-        return lambda: x + y
-    if table == "act_mul":
-        a, b = rand(tokens, int(shape)), rand(tokens, int(shape))
-        return lambda: F.silu(a) * b
-    if table == "gelu":
-        a = rand(tokens, int(shape))
-        return lambda: F.gelu(a)
-    if table == "rope":
-        h, kv, d = _heads(shape)
-        q, k = rand(1, h, tokens, d), rand(1, kv, tokens, d)
-        cos, sin = rand(tokens, d), rand(tokens, d)
-        return lambda: (_rope(q, cos, sin), _rope(k, cos, sin))
-    if table == "embedding":
-        table_w = rand(vocab, int(shape))
-        ids = torch.randint(0, vocab, (tokens,), generator=g).to(device)
-        return lambda: F.embedding(ids, table_w)
-    return None
-
-
-def profile_keys(models) -> dict[tuple[str, str], int]:
-    """(table, shape) -> vocabulary of the step-graph operators of ``models`` (ModelSpecs) that a profile
-    row can hold."""
-    from sim.step_graph import build_step_graph
-
-    keys: dict[tuple[str, str], int] = {}
-    for spec in models:
-        for op in build_step_graph(spec, 1, 16).ops:
-            if op.table:
-                keys.setdefault((op.table, op.shape), spec.vocab)
-    return keys
-
-
 # ---------------------------------------------------------------------------- bandwidth, links
 def copy_bandwidth(device: torch.device, nbytes: int, settings: ProfileSettings) -> float:
     """Bytes per second of a device-to-device copy (read + write counted)."""
@@ -360,6 +267,7 @@ def profile_device(device_text: str, models, settings: ProfileSettings = Profile
     if device.type == "cuda":
         out.launch_us["graph"] = median(s.graph_launch_s + s.kernel_s for s in launch_samples) * 1e6
 
+    forward_models = [spec for spec in models if spec.arch == "llama"]
     probe = None
     if device.type == "cpu":       # the forward that prices a launch inside the real model (eager_launch_in_forward)
         from real.validation.microbench import probe_specs
@@ -375,8 +283,23 @@ def profile_device(device_text: str, models, settings: ProfileSettings = Profile
         if table == "linear":
             work += [("linear_streamed", shape, t, 0, vocab) for t in settings.tokens]
     cache_bytes = last_level_cache_bytes(device)
+    if device.type == "cpu":
+        out.cache_bytes = cache_bytes
+        out.cache_source = f"the CPU's last-level cache ({cache_bytes / 2**20:.0f} MiB, read from the system)"
     ring: tuple[str, list] = ("", [])     # the current shape's ring of weights (the work is grouped by shape)
-    bar = tqdm(total=len(work), desc=f"profiling {device}", unit="op", disable=not progress, file=sys.stderr)
+    from real.validation.forward_launch import REST_CONTEXT, bracketed_forwards, time_model_forwards
+
+    # every model's whole forward, timed before and after the rows (its forward_rest rows)
+    forward_work = 2 * sum(REST_CONTEXT + t <= spec.max_position for spec in forward_models
+                           for t in settings.tokens) * settings.repeats
+    bar = tqdm(total=len(work) + forward_work, desc=f"profiling {device}", unit="op", disable=not progress,
+               file=sys.stderr)
+
+    def forwards(spec):
+        return time_model_forwards(spec, device, tdtype, settings.tokens, lambda fn, n: _wall_per_call(fn, device, n),
+                                   settings.calls, settings.repeats, tick=lambda: bar.update(1))
+
+    before = {id(spec): forwards(spec) for spec in forward_models}
     for table, shape, tokens, keys, vocab in work:
         try:
             if table == "linear_streamed" and ring[0] != shape:
@@ -394,6 +317,11 @@ def profile_device(device_text: str, models, settings: ProfileSettings = Profile
         out.rows.append((table, shape, tokens, keys, timing.kernel_s * 1e6, timing.eager_launch_s * 1e6,
                          timing.graph_launch_s * 1e6))
         bar.update(1)
+    after = {id(spec): forwards(spec) for spec in forward_models}
+    for spec in forward_models:
+        timed = bracketed_forwards(before[id(spec)], after[id(spec)])
+        if timed:
+            out.forwards.append((spec, timed))
     bar.close()
     if probe is not None:
         from real.validation.forward_launch import forward_probe_s
@@ -473,6 +401,14 @@ def write_device_profile(prof: DeviceProfile, out: str | Path, command: str) -> 
         rows = [(*r[:5], launch_s * 1e6, r[6]) for r in rows]
         prof.forward_launch_us = launch_s * 1e6
         device = _written_device(prof, csv_path, header, rows, notes, mode, by)
+    if prof.forwards:
+        from real.validation.forward_launch import REST_CONTEXT, forward_rest_rows
+
+        rows = rows + forward_rest_rows(device, prof.forwards, graphs=mode == "graph")
+        notes = notes + (f"forward_rest: each profiled model's eager forward (random weights, {REST_CONTEXT} cached "
+                         "tokens; timed before and after the operator rows, the median of both) less the rows' "
+                         "price of it, never below 0",)
+        device = _written_device(prof, csv_path, header, rows, notes, mode, by)
     platform = Platform(name=toml_path.stem, description=f"{prof.name} ({prof.device}), profiled by {command} on {date}",
                         devices={device.name: device})
     write_platform_file(platform, toml_path)
@@ -506,10 +442,14 @@ def _written_device(prof: DeviceProfile, csv_path: Path, header: dict, rows, not
         "token_tile": "1: the profile's rows keep the steps of tiling (measured token counts)",
         "sparse_attn_efficiency": "0: tree attention priced dense, as the profile measured it (boolean mask)",
     }
+    if prof.cache_bytes:
+        src["cache_gb"] = (f"{prof.cache_source}: a model whose weights fit it is priced by the linear rows, a larger "
+                           "one by linear_streamed")
     return Device(name=kind, kind=kind, peak_tflops={prof.dtype: float(f"{peak:.6g}")}, mem_bw_gbps=round(mem_bw, 3),
                   mem_capacity_gb=round(capacity / 1e9, 3), bw_efficiency=round(eff["bw_efficiency"], 3),
                   compute_efficiency=round(eff["compute_efficiency"], 3),
                   op_overhead_us=round(profile.launch_us[mode], 3), token_tile=1, sparse_attn_efficiency=0.0,
+                  cache_gb=prof.cache_bytes / 1e9 if prof.cache_bytes else None,
                   description=f"{prof.name} ({prof.device}), {prof.dtype}, priced by its measured profile",
                   sources=src,
                   timing=DeviceTiming("profiled", mode, profile, csv_path.name,
@@ -533,7 +473,24 @@ def summary_lines(prof: DeviceProfile, csv_path: Path, toml_path: Path) -> list[
              f"  copy {prof.copy_gbps:.1f} GB/s, best one-token linear {prof.gemv_gbps:.1f} GB/s, "
              f"best linear {prof.gemm_tflops * 1e3:.1f} GFLOP/s"]
     lines += [f"  {k}: {v['latency_us']:.1f} us, {v['bw_gbps']:.1f} GB/s" for k, v in prof.links.items()]
+    lines += forward_rest_lines(csv_path)
     lines += [f"wrote {csv_path} and {toml_path}"]
+    return lines
+
+
+def forward_rest_lines(csv_path: Path) -> list[str]:
+    """One line per model with ``forward_rest`` rows in the written profile: what its eager forward took beyond its
+    operators' rows, at a few token counts."""
+    from hwmodels.profile import read_profile
+
+    lines = []
+    for (table, shape), tab in sorted(read_profile(csv_path).tables.items()):
+        if table != "forward_rest":
+            continue
+        _, tokens, _, eager, _ = tab.lines[0]
+        shown = [i for i, t in enumerate(tokens) if t in (1, 2, 4, 8, 16, 64, 256)] or [0, len(tokens) - 1]
+        lines.append(f"  eager forward of {shape} beyond its rows: "
+                     + ", ".join(f"{eager[i]:.0f} us at {tokens[i]}" for i in shown) + " tokens")
     return lines
 
 
@@ -564,7 +521,8 @@ def resolve_models(names: Sequence[str]):
 
 
 def profile_and_write(device_text: str, model_names: Sequence[str] | None, dtype: str | None, quick: bool,
-                      out: str | Path | None, command: str, progress: bool = True) -> list[str]:
+                      out: str | Path | None, command: str, progress: bool = True,
+                      cache: tuple[float, str] | None = None) -> list[str]:
     """``hetspec calibrate --device D``: profile ``device_text`` for ``model_names`` (default
     :func:`default_models`), write ``out`` (default ``profiled-<device>.toml`` in the user platform
     folder) and its CSV; returns the summary lines."""
@@ -575,6 +533,8 @@ def profile_and_write(device_text: str, model_names: Sequence[str] | None, dtype
     models = resolve_models(list(model_names) if model_names else default_models(str(device)))
     out = out or str(user_platform_dir() / f"{profiled_platform_name(str(device))}.toml")
     prof = profile_device(device_text, models, QUICK if quick else ProfileSettings(), dtype, progress=progress)
+    if cache is not None and prof.cache_bytes:     # the cache a calibrated host platform measured
+        prof.cache_bytes, prof.cache_source = int(cache[0] * 1e9), cache[1]
     csv_path, toml_path = write_device_profile(prof, out, command)
     return summary_lines(prof, csv_path, toml_path)
 
@@ -585,6 +545,11 @@ def profile_cpu_beside(host_path: str | Path, quick: bool, progress: bool = True
     the roofline (:mod:`real.validation.backends`)."""
     from real.validation.backends import PROFILED_CPU
 
+    from hwmodels.loader import load_platform_file
+
     out = Path(host_path).parent / f"{PROFILED_CPU}.toml"
+    cache_gb = load_platform_file(host_path).device("cpu").cache_gb
+    cache = None if cache_gb is None else (
+        cache_gb, f"{Path(host_path).name}'s cache_gb ({cache_gb * 1e3:.1f} MB, measured by the same calibration)")
     return profile_and_write("cpu", None, None, quick, out,
-                             "hetspec calibrate" + (" --quick" if quick else ""), progress)
+                             "hetspec calibrate" + (" --quick" if quick else ""), progress, cache)

@@ -136,6 +136,36 @@ def test_the_forward_rest_rows_price_each_profiled_forward_at_its_measured_time(
         assert (math.isnan(row[6]) and math.isnan(graph_cell)) or row[6] == graph_cell
 
 
+def test_every_timed_forward_sample_follows_untimed_calls_of_the_same_forward(monkeypatch):
+    from real.validation import forward_launch
+
+    calls: list[int] = []      # token count of every forward run, timed or not
+    timed: list[tuple[int, int]] = []
+    real_step = forward_launch.forward_step
+
+    def counting_step(model, cache, tokens):
+        step = real_step(model, cache, tokens)
+
+        def run():
+            calls.append(tokens)
+            return step()
+        run.tokens = tokens
+        return run
+
+    def time_calls(fn, n):
+        timed.append((fn.tokens, len(calls)))
+        for _ in range(n):
+            fn()
+        return 1e-3
+
+    monkeypatch.setattr(forward_launch, "forward_step", counting_step)
+    out = forward_launch.time_model_forwards(SPEC, torch.device("cpu"), torch.float32, (1, 2, 8, 100), time_calls,
+                                             calls=3, repeats=2)
+    assert [t for t, _ in out] == [1, 2, 8] and all(s == [1e-3, 1e-3] for _, s in out)   # 64 + 100 > 128 positions
+    for tokens, before in timed:   # the calls just before each sample: the same forward, WARM_CALLS of them
+        assert calls[before - forward_launch.WARM_CALLS:before] == [tokens] * forward_launch.WARM_CALLS
+
+
 def test_forwards_timed_before_and_after_the_rows_are_pooled():
     from real.validation.forward_launch import bracketed_forwards
 

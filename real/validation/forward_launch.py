@@ -7,8 +7,9 @@
   :data:`REST_CONTEXT` cached tokens) at every profiled token count, timed whole, less what the profile
   prices for it. Operators timed one by one in a loop of their own run on hot caches and without the
   Python between them; inside a forward they do not. On the 2-core EPYC of docs/validation.md a 5-token
-  forward of the small demo target took 5.47 ms where its rows add up to 4.92 ms (its linears and
-  attention alone 11 % and 67 % slower than in their own loops); the rest grows with the token count.
+  forward of the small demo target took 5.47 ms where its rows add up to 4.92 ms (in torch's profiler its
+  attention call took 67 % longer than its row, and the draft's GEMMs 20-30 % longer than in loops of their
+  own); the target's rest grows with the token count.
 """
 
 from __future__ import annotations
@@ -89,12 +90,14 @@ def time_model_forwards(spec, device: torch.device, dtype: torch.dtype, tokens: 
                         tick: Callable[[], None] | None = None) -> list[tuple[int, list[float]]]:
     """(tokens, samples) of the eager forward of a random-weight ``spec`` model at each of ``tokens`` that fits
     its positions after :data:`REST_CONTEXT` cached tokens: ``time_calls(fn, calls)`` seconds per call after
-    :data:`WARM_CALLS` untimed ones, ``repeats`` samples interleaved over the token counts. Empty when the model does not fit the device's memory."""
+    :data:`WARM_CALLS` untimed ones, ``repeats`` samples interleaved over the token counts. Empty when the
+    model does not fit the device's memory."""
     from real.model.transformer import Transformer
 
     fits = [t for t in tokens if REST_CONTEXT + t <= spec.max_position]
     if not fits:
         return []
+
     def warm_then_time(step) -> float:
         # the forward as a loop of its own runs it (the rows' protocol): the forward of another token count just
         # before it leaves the caches to another working set (the draft's one-token forward took 0.54 ms timed
@@ -132,7 +135,7 @@ def bracketed_forwards(before, after) -> list[tuple[int, float]]:
 
 
 def forward_rest_rows(device, forwards, graphs: bool) -> list[tuple]:
-    """Profile rows ``forward_rest`` of ``forwards`` ((spec, [(tokens, seconds)]) of :func:`time_model_forwards`),
+    """Profile rows ``forward_rest`` of ``forwards`` ((spec, [(tokens, seconds)]) of :func:`bracketed_forwards`),
     for the profiled ``device`` in eager mode: what each forward took beyond the profile's price of it at
     :data:`REST_CONTEXT` cached tokens, never below 0 (a forward timed faster than its rows: the rows were
     timed at a slower moment), in ``eager_launch_us``; a replayed graph (``graphs``) runs none of it."""

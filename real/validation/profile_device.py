@@ -8,8 +8,8 @@ What is measured, with the same code on every device (CUDA timing where CUDA is)
   (every count 1 to 16, then every 8 to 256, then 384 and 512: a CPU's GEMM kernels change blocking from one
   small row count to the next, and speculative decoding verifies a handful of tokens), twice: on one weight (``linear``: a small
   weight stays in the cache, as a model that fits it runs) and on a ring of distinct weights
-  :data:`real.validation.profile_ops.STREAM_CACHE_MULTIPLE` times the last-level cache (``linear_streamed``: every call reads its
-  weight from memory, as a decode step of a larger model does); attention by (heads, KV heads, head dim)
+  :data:`real.validation.profile_ops.STREAM_CACHE_MULTIPLE` times the last-level cache (``linear_streamed``:
+  every call reads its weight from memory, as a decode step of a larger model does); attention by (heads, KV heads, head dim)
   under a boolean tree mask over a (q, keys) grid (:data:`ATTENTION_Q` x :data:`ATTENTION_KEYS`);
   RMSNorm, residual adds, SiLU x mul, RoPE and the embedding lookup at the token counts;
 - the eager forward of every model asked for (random weights, 64 cached tokens) at each token count, timed

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from real.run.repeats import interleaved, median
-from real.validation.microbench import PROBE_CONTEXT, median_time
+from real.validation.microbench import PROBE_CONTEXT, forward_step, median_time, prefilled_cache
 
 #: Cached tokens of the forwards behind the ``forward_rest`` rows (the smallest key count of the attention rows,
 #: so the forward's attention is priced by its rows).
@@ -60,31 +60,6 @@ def eager_launch_in_forward(device, forward, floor_s: float = 0.0) -> tuple[floa
     return max((seconds - kernels) / launches, floor_s, 0.0), kernels, launches
 
 
-def forward_step(model, cache, tokens: int) -> Callable[[], object]:
-    """One eager forward of ``tokens`` new tokens after the cache's committed prefix, as the decoders run it:
-    one token without a mask (a draft pass, ``ar``), more under a chain's tree mask with explicit positions
-    (a verification); the pending tokens are dropped after it."""
-    from sim.tree import TokenTree
-
-    device = cache.k.device
-    if tokens == 1:
-        token = torch.zeros(1, 1, dtype=torch.long, device=device)
-
-        def one():
-            model(token, cache)
-            cache.discard()
-        return one
-    tree = TokenTree.chain(tokens - 1)
-    block = torch.zeros(1, tokens, dtype=torch.long, device=device)
-    mask = torch.from_numpy(tree.attention_mask()).to(device)
-    positions = cache.length + torch.tensor(tree.depths, device=device)
-
-    def many():
-        model(block, cache, positions=positions, tree_mask=mask)
-        cache.discard()
-    return many
-
-
 def time_model_forwards(spec, device: torch.device, dtype: torch.dtype, tokens: Sequence[int],
                         time_calls: Callable[[Callable[[], object], int], float], calls: int, repeats: int,
                         tick: Callable[[], None] | None = None) -> list[tuple[int, list[float]]]:
@@ -111,10 +86,8 @@ def time_model_forwards(spec, device: torch.device, dtype: torch.dtype, tokens: 
         torch.manual_seed(0)
         with torch.device(device):
             model = Transformer(spec).to(dtype=dtype).eval()
-        cache = model.new_cache(REST_CONTEXT + max(fits))
         with torch.inference_mode():
-            model(torch.zeros(1, REST_CONTEXT, dtype=torch.long, device=device), cache)
-            cache.keep(range(REST_CONTEXT))
+            cache = prefilled_cache(model, REST_CONTEXT, REST_CONTEXT + max(fits))
             steps = [forward_step(model, cache, t) for t in fits]
             for step in steps:
                 step()   # allocations, kernel selection

@@ -282,31 +282,44 @@ def probe_specs(shape: dict = PROBE_SHAPE):
     return _probe_spec(REFERENCE_LAYERS, shape), _probe_spec(1, shape)
 
 
-def _probe_step(model, masked: bool, tokens: int = 2) -> Callable[[], object]:
-    """A decode step at ``PROBE_CONTEXT`` cached tokens: one token without a mask (as ``ar`` and a
-    draft pass run it) or ``tokens`` tokens (a chain) under a tree mask with explicit positions (a
-    verification)."""
+def prefilled_cache(model, context: int, max_len: int):
+    """A KV cache of ``max_len`` slots holding ``context`` committed tokens of ``model`` (a prompt of zeros)."""
+    cache = model.new_cache(max_len)
+    model(torch.zeros(1, context, dtype=torch.long, device=cache.k.device), cache)
+    cache.keep(range(context))
+    return cache
+
+
+def forward_step(model, cache, tokens: int) -> Callable[[], object]:
+    """One eager forward of ``tokens`` new tokens after the cache's committed prefix, as the decoders run it:
+    one token without a mask (a draft pass, ``ar``), more under a chain's tree mask with explicit positions
+    (a verification); the pending tokens are dropped after it."""
     from sim.tree import TokenTree
 
-    cache = model.new_cache(2 * PROBE_CONTEXT)
-    model(torch.zeros(1, PROBE_CONTEXT, dtype=torch.long), cache)
-    cache.keep(range(PROBE_CONTEXT))
-    if not masked:
-        token = torch.zeros(1, 1, dtype=torch.long)
+    device = cache.k.device
+    if tokens == 1:
+        token = torch.zeros(1, 1, dtype=torch.long, device=device)
 
-        def step():
+        def one():
             model(token, cache)
             cache.discard()
-        return step
+        return one
     tree = TokenTree.chain(tokens - 1)
-    block = torch.zeros(1, tree.size, dtype=torch.long)
-    mask = torch.from_numpy(tree.attention_mask())
-    positions = cache.length + torch.tensor(tree.depths)
+    block = torch.zeros(1, tokens, dtype=torch.long, device=device)
+    mask = torch.from_numpy(tree.attention_mask()).to(device)
+    positions = cache.length + torch.tensor(tree.depths, device=device)
 
-    def step():
+    def many():
         model(block, cache, positions=positions, tree_mask=mask)
         cache.discard()
-    return step
+    return many
+
+
+def _probe_step(model, masked: bool, tokens: int = 2) -> Callable[[], object]:
+    """A decode step at ``PROBE_CONTEXT`` cached tokens: one token without a mask (as ``ar`` and a
+    draft pass run it) or ``tokens`` tokens (a chain, at least 2) under a tree mask with explicit positions
+    (a verification)."""
+    return forward_step(model, prefilled_cache(model, PROBE_CONTEXT, 2 * PROBE_CONTEXT), tokens if masked else 1)
 
 
 def count_aten_ops(fn: Callable[[], object]) -> int:

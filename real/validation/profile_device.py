@@ -299,7 +299,7 @@ def profile_device(device_text: str, models, settings: ProfileSettings = Profile
         return time_model_forwards(spec, device, tdtype, settings.tokens, lambda fn, n: _wall_per_call(fn, device, n),
                                    settings.calls, settings.repeats, tick=lambda: bar.update(1))
 
-    before = {id(spec): forwards(spec) for spec in forward_models}
+    before = [forwards(spec) for spec in forward_models]
     for table, shape, tokens, keys, vocab in work:
         try:
             if table == "linear_streamed" and ring[0] != shape:
@@ -317,9 +317,9 @@ def profile_device(device_text: str, models, settings: ProfileSettings = Profile
         out.rows.append((table, shape, tokens, keys, timing.kernel_s * 1e6, timing.eager_launch_s * 1e6,
                          timing.graph_launch_s * 1e6))
         bar.update(1)
-    after = {id(spec): forwards(spec) for spec in forward_models}
-    for spec in forward_models:
-        timed = bracketed_forwards(before[id(spec)], after[id(spec)])
+    after = [forwards(spec) for spec in forward_models]
+    for spec, early, late in zip(forward_models, before, after):
+        timed = bracketed_forwards(early, late)
         if timed:
             out.forwards.append((spec, timed))
     bar.close()
@@ -543,9 +543,8 @@ def profile_cpu_beside(host_path: str | Path, quick: bool, progress: bool = True
     """The CPU's operator profile written beside a freshly calibrated ``host.toml`` (``profiled-cpu``), with
     the calibration's threads and OpenMP settings: what ``hetspec validate`` prices the grid with next to
     the roofline (:mod:`real.validation.backends`)."""
-    from real.validation.backends import PROFILED_CPU
-
     from hwmodels.loader import load_platform_file
+    from real.validation.backends import PROFILED_CPU
 
     out = Path(host_path).parent / f"{PROFILED_CPU}.toml"
     cache_gb = load_platform_file(host_path).device("cpu").cache_gb

@@ -117,6 +117,40 @@ def test_validate_end_to_end_on_tiny(tiny_demo, tmp_path, monkeypatch):
     assert "| chain | roofline |" in report and "| chain | profiled |" in report
 
 
+@pytest.mark.slow
+def test_grid_repeats_in_fresh_processes_decode_as_in_this_one(tiny_demo):
+    """Each repeat in a process of its own decodes exactly what this process decodes (greedy), ticks once per
+    point, and keeps each repeat's samples."""
+    from real.decode.chain import ChainConfig
+    from real.validation.measure import measure_grid
+
+    prompts = [[5, 6, 7, 8, 9, 10], [11, 12, 13, 14]]
+    points = (GridPoint("ar"), GridPoint("chain", 2))
+    configs = [real_config_of(p) for p in points]
+    assert isinstance(configs[1], ChainConfig)
+    ticks = []
+    fresh = measure_grid(tiny_demo, points, configs, prompts, 10, 2, tick=lambda: ticks.append(1),
+                         fresh_processes=True, threads=1)
+    here = measure_grid(tiny_demo, points, configs, prompts, 10, 1)
+    assert len(ticks) == 4
+    for a, b in zip(fresh, here):
+        assert a.tokens_per_step == b.tokens_per_step and len(a.step_samples) == 2 and a.step_s > 0
+
+
+def test_a_failing_repeat_in_its_own_process_is_one_line(tiny_demo):
+    from real.validation.measure import measure_grid
+
+    with pytest.raises(HetSpecError, match=r"^repeat 1, in its own process: \w+Error") as err:
+        measure_grid(tiny_demo, (GridPoint("chain", 2),), ["not a config"], [[5, 6, 7]], 4, 1, fresh_processes=True)
+    assert "\n" not in str(err.value)
+
+
+def real_config_of(point):
+    from real.validation.grid import real_config
+
+    return real_config(point)
+
+
 def write_cpu_profile(models, folder) -> None:
     """A small operator profile of the demo models' shapes as ``profiled-cpu`` in ``folder``."""
     from pathlib import Path

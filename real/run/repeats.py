@@ -6,6 +6,10 @@ experiment of HetSpec (``run --compare``, the validation grid, the heterogeneous
 measures its items in *rounds*: each repeat visits every item once per round, in an order rotated
 by repeat and round, so a drift hits every item alike; results are reported as medians over
 repeats.
+
+A process also keeps an offset of its own per item that all its repeats share (measured on the demo
+models: :mod:`real.validation.measure`). :func:`interleaved_repeats` can therefore run each repeat in a
+process of its own, so the median over repeats is taken over processes too.
 """
 
 from __future__ import annotations
@@ -56,3 +60,70 @@ def median(values: Iterable[float]) -> float:
 def median_index(values: list[float]) -> int:
     """The index of the median element (the upper one of an even count): whose trace a report shows."""
     return sorted(range(len(values)), key=lambda i: values[i])[len(values) // 2]
+
+
+def interleaved_repeats(n: int, repeats: int, measure: Callable[[object, int, int, bool], T], payload: object,
+                        tick: Callable[[], None] | None = None, fresh_processes: bool = False,
+                        threads: int | None = None) -> list[list[T]]:
+    """``out[item][repeat]`` of ``measure(payload, item, repeat, first)``: :func:`interleaved` with one round,
+    in this process or (``fresh_processes``) each repeat in a spawned process of its own with ``threads``
+    torch threads. ``first`` says that this process has not measured the item before (every item of a
+    fresh process; the first repeat here), so a warm-up is due. ``measure`` is a module-level function and
+    ``payload`` is pickled over (models included). ``tick`` after every measurement. A failure in a
+    process is raised here as one line."""
+    if not fresh_processes:
+        return [[r[0] for r in row] for row in interleaved(n, repeats, lambda i, rep, _j: measure(payload, i, rep,
+                                                                                                  rep == 0), tick=tick)]
+    if repeats < 1:
+        raise HetSpecError(f"repeats must be >= 1, got {repeats}")
+    if n < 1:
+        raise HetSpecError("nothing to measure: 0 items")
+    runs = [_one_repeat(n, rep, measure, payload, tick, threads) for rep in range(repeats)]
+    return [[runs[rep][i] for rep in range(repeats)] for i in range(n)]
+
+def _one_repeat(n: int, rep: int, measure, payload, tick, threads) -> list:
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    parent, child = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_repeat_child, args=(child, n, rep, measure, payload, threads), daemon=True)
+    proc.start()
+    child.close()
+    got: dict[int, object] = {}
+    try:
+        while True:
+            try:
+                message = parent.recv()
+            except EOFError:
+                raise HetSpecError(f"the measuring process of repeat {rep + 1} ended without its results "
+                                   f"(exit code {proc.exitcode})") from None
+            if message[0] == "error":
+                raise HetSpecError(f"repeat {rep + 1}, in its own process: {message[1]}")
+            if message[0] == "done":
+                break
+            got[message[1]] = message[2]
+            if tick is not None:
+                tick()
+    finally:
+        parent.close()
+        proc.join(timeout=60)
+        if proc.is_alive():
+            proc.kill()
+    return [got[i] for i in range(n)]
+
+
+def _repeat_child(conn, n: int, rep: int, measure, payload, threads) -> None:
+    """The spawned process of one repeat: sends ``("item", i, result)`` per item, then ``("done",)``; a
+    failure as ``("error", one line)``."""
+    try:
+        if threads:
+            import torch
+
+            torch.set_num_threads(threads)
+        for i in rotation(n, rep):
+            conn.send(("item", i, measure(payload, i, rep, True)))
+        conn.send(("done",))
+    except Exception as exc:            # handed to the parent, which raises it in one line
+        conn.send(("error", f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"))
+    finally:
+        conn.close()

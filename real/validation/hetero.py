@@ -54,6 +54,7 @@ from real.validation.hetero_setup import (
     HeteroSettings,
     default_cpu_pair,
     default_pair,
+    fresh_processes,
     settings_for,
     split_prompts,
 )
@@ -72,7 +73,7 @@ def validate_hetero(models, platform, ctx, out: str | Path, settings: HeteroSett
     out = output_folder(out, "report folder")
     pair = pair or default_pair()
     t0 = time.perf_counter()
-    doc = {"settings": asdict(settings), "pair": list(pair)}
+    doc = {"settings": asdict(settings), "pair": list(pair), "fresh_processes": fresh_processes(settings, pair)}
 
     def announce(text: str) -> None:
         if progress:

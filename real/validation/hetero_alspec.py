@@ -15,11 +15,12 @@ and S, predicted from calibration prompts and measured on evaluation prompts.
 
 from __future__ import annotations
 
-from real.run.repeats import interleaved, median_index
+from real.run.repeats import interleaved_repeats, median_index
 from real.validation.hetero_setup import (
     HeteroSettings,
     default_cpu_pair,
     finite_median,
+    fresh_processes,
     platform_device,
     progress_bar,
     split_prompts,
@@ -67,16 +68,10 @@ def alspec_table(models, settings: HeteroSettings, pair: tuple[str, str], progre
     prompts = split_prompts(models, "evaluation", settings.alspec_prompts, settings.prompt_tokens)
     exact = exact_ids(prompts)
 
-    def measure(i: int, _rep: int, _round: int):
-        with prepare(models, configs[i]) as rt:
-            res = run_runtime(rt, "alspec", configs[i], prompts, new, pair[0], warmup=True,
-                              on_clock=lambda _clock: rt.reset_stats())   # the warm-up's checks do not count
-            return {"step_s": res.decode_s / res.steps, "tokens_per_s": res.tokens_per_s, "hit_rate": rt.hit_rate,
-                    "hit_rate_by_layer": rt.hit_rates_by_layer(), "median_relative_error": finite_median(rt.rel_errors),
-                    **agreement([r.ids for r in res.results], exact)}
-
+    payload = (models, configs, prompts, new, pair[0], exact)
     with progress_bar(n * settings.alspec_repeats, "alspec lambda x S", progress) as bar:
-        samples = [[r[0] for r in row] for row in interleaved(n, settings.alspec_repeats, measure, tick=bar.update)]
+        samples = interleaved_repeats(n, settings.alspec_repeats, _measure_setting, payload, bar.update,
+                                      fresh_processes(settings, pair))
 
     # 3. prediction from the calibration hit rates
     p_dev = s_dev = None
@@ -103,10 +98,25 @@ def alspec_table(models, settings: HeteroSettings, pair: tuple[str, str], progre
             out["tokens_per_s_error"] = relative_error(out["pred_tokens_per_s"], out["meas_tokens_per_s"])
         rows.append(out)
     doc = {"workers": list(pair), "prompts": len(prompts), "calibration_prompts": len(calib), "max_new_tokens": new,
+           "fresh_processes": fresh_processes(settings, pair),
            "repeats": settings.alspec_repeats, "agreement_floor": settings.alspec_agreement, "rows": rows,
            "missing": missing, "context_priced": ctx.context if ctx is not None else None}
     doc.update(best_under_floor(rows, settings.alspec_agreement))
     return doc
+
+
+def _measure_setting(payload, i: int, _rep: int, _first: bool) -> dict:
+    """One (S, lambda)'s timed run on the evaluation prompts (after its warm-up, whose checks do not count)."""
+    from real.hetero.alspec import prepare
+    from real.hetero.runner import agreement, run_runtime
+
+    models, configs, prompts, new, sender, exact = payload
+    with prepare(models, configs[i]) as rt:
+        res = run_runtime(rt, "alspec", configs[i], prompts, new, sender, warmup=True,
+                          on_clock=lambda _clock: rt.reset_stats())
+        return {"step_s": res.decode_s / res.steps, "tokens_per_s": res.tokens_per_s, "hit_rate": rt.hit_rate,
+                "hit_rate_by_layer": rt.hit_rates_by_layer(), "median_relative_error": finite_median(rt.rel_errors),
+                **agreement([r.ids for r in res.results], exact)}
 
 
 def _predict(platform, ctx, sender: str, receiver: str, window: int, lam: float, by_layer) -> dict:

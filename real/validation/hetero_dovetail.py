@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from real.run.repeats import interleaved, median_index
+from real.run.repeats import interleaved_repeats, median_index
 from real.validation.hetero_setup import (
     HeteroSettings,
     finite_median,
+    fresh_processes,
     placements,
     platform_device,
     progress_bar,
@@ -15,6 +16,23 @@ from real.validation.hetero_setup import (
     with_worker_links,
 )
 
+
+def _measure_placement(payload, i: int, _rep: int, _first: bool):
+    """One placement's run (after its warm-up): round seconds, tokens/s, tokens per round, ms per part."""
+    from real.hetero.dovetail import prepare
+    from real.hetero.runner import run_runtime
+
+    models, configs, verifiers, prompts, max_new_tokens = payload
+    with prepare(models, configs[i]) as rt:
+        res = run_runtime(rt, "dovetail", configs[i], prompts, max_new_tokens, verifiers[i], warmup=True)
+    phase = {}
+    for r in res.records:
+        phase[r.phase] = phase.get(r.phase, 0.0) + r.duration_s
+    parts = {k: 1e3 * phase.get(k, 0.0) / res.steps for k in ("draft", "verify", "transfer")}
+    # host: the round's time outside its drafter passes, transfers and verification (the tree's Python,
+    # acceptance): what the prediction prices as the drafter device's dovetail host costs
+    parts["host"] = 1e3 * res.decode_s / res.steps - sum(parts.values())
+    return res.decode_s / res.steps, res.tokens_per_s, res.mean_accepted_per_step, parts
 
 def dovetail_placements(models, platform, ctx, settings: HeteroSettings, pair: tuple[str, str],
                         progress: bool = True) -> dict:
@@ -35,20 +53,10 @@ def dovetail_placements(models, platform, ctx, settings: HeteroSettings, pair: t
                           warmup=False).mean_accepted_per_step
     prompts = split_prompts(models, "evaluation", settings.eval_prompts, settings.prompt_tokens)
 
-    def measure(i: int, _rep: int, _round: int):
-        with prepare(models, configs[i]) as rt:
-            res = run_runtime(rt, "dovetail", configs[i], prompts, settings.max_new_tokens, places[i][1], warmup=True)
-        phase = {}
-        for r in res.records:
-            phase[r.phase] = phase.get(r.phase, 0.0) + r.duration_s
-        parts = {k: 1e3 * phase.get(k, 0.0) / res.steps for k in ("draft", "verify", "transfer")}
-        # host: the round's time outside its drafter passes, transfers and verification (the tree's Python,
-        # acceptance): what the prediction prices as the drafter device's dovetail host costs
-        parts["host"] = 1e3 * res.decode_s / res.steps - sum(parts.values())
-        return res.decode_s / res.steps, res.tokens_per_s, res.mean_accepted_per_step, parts
-
+    payload = (models, configs, [v for _, v in places], prompts, settings.max_new_tokens)
     with progress_bar(len(places) * settings.repeats, "dovetail placements", progress) as bar:
-        samples = [[r[0] for r in row] for row in interleaved(len(places), settings.repeats, measure, tick=bar.update)]
+        samples = interleaved_repeats(len(places), settings.repeats, _measure_placement, payload, bar.update,
+                                      fresh_processes(settings, pair))
     draft_config = str(Path(models.folder) / "draft" / "config.json")
     plat = with_worker_links(platform)
     strategy = get_strategy("dovetail")

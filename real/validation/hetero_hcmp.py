@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from hwmodels.errors import HetSpecError
-from real.run.repeats import interleaved
+from real.run.repeats import interleaved_repeats
 from real.validation.hetero_setup import (
     HeteroSettings,
     finite_median,
+    fresh_processes,
     platform_device,
     progress_bar,
     split_prompts,
@@ -18,10 +19,8 @@ def hcmp_sweep(models, platform, ctx, settings: HeteroSettings, pair: tuple[str,
     """Measured and predicted hcmp step latency and tokens/s at every ratio of ``settings.ratios``."""
     import numpy as np
 
-    from real.hetero.hcmp import HcmpConfig, prepare
-    from real.hetero.runner import main_worker, run_runtime
-    from real.hetero.split_model import SplitTarget
-    from real.hetero.workers import WorkerSession, barrier_round_trip_s, parse_workers
+    from real.hetero.hcmp import HcmpConfig
+    from real.hetero.workers import barrier_round_trip_s, parse_workers
     from real.validation.metrics import regret
     from sim.strategies import get_strategy
     from sim.strategies.base import Problem, StrategyConfig
@@ -37,20 +36,11 @@ def hcmp_sweep(models, platform, ctx, settings: HeteroSettings, pair: tuple[str,
     ratios = list(settings.ratios)
     configs = [HcmpConfig(tree=tree, partition_ratio=r, workers=pair) for r in ratios]
     prompts = split_prompts(models, "evaluation", settings.eval_prompts, settings.prompt_tokens)
-    tokens_seen: list = [None] * len(ratios)
-    splits = [SplitTarget(models.target, models.heads, r, (workers[0].device, workers[1].device)) for r in ratios]
-
-    def measure(i: int, rep: int, _round: int):
-        # at ratio 0 the secondary runs the whole step on the calling thread (its own session order)
-        with WorkerSession(splits[i].session_order(workers)) as session:
-            runtime = prepare(models, configs[i], session, splits[i])
-            res = run_runtime(runtime, "hcmp", configs[i], prompts, settings.max_new_tokens,
-                              main_worker("hcmp", configs[i]), warmup=rep == 0)
-        tokens_seen[i] = [list(r.ids) for r in res.results]
-        return res.decode_s / res.steps, res.tokens_per_s, res.mean_accepted_per_step
-
+    payload = (models, configs, pair, prompts, settings.max_new_tokens)
     with progress_bar(len(ratios) * settings.repeats, "hcmp ratio sweep", progress) as bar:
-        samples = [[r[0] for r in row] for row in interleaved(len(ratios), settings.repeats, measure, tick=bar.update)]
+        samples = interleaved_repeats(len(ratios), settings.repeats, _measure_ratio, payload, bar.update,
+                                      fresh_processes(settings, pair))
+    tokens_seen = [row[-1][3] for row in samples]
     meas_step = [finite_median(s[0] for s in row) for row in samples]
     meas_tps = [finite_median(s[1] for s in row) for row in samples]
     meas_tokens = [samples[i][0][2] for i in range(len(ratios))]
@@ -98,6 +88,24 @@ def hcmp_sweep(models, platform, ctx, settings: HeteroSettings, pair: tuple[str,
         "context_priced": ctx.context, "split_costs_us": {k: 1e6 * v for k, v in costs.items()},
         "pred_parts_ms_at_half": parts, "tokens_per_step_check": tokens_check(models, profile, tree, prompts, settings),
     }
+
+
+def _measure_ratio(payload, i: int, _rep: int, first: bool):
+    """One ratio's run: step seconds, tokens/s, tokens per step and the tokens decoded."""
+    from real.hetero.hcmp import prepare
+    from real.hetero.runner import main_worker, run_runtime
+    from real.hetero.split_model import SplitTarget
+    from real.hetero.workers import WorkerSession, parse_workers
+
+    models, configs, pair, prompts, max_new_tokens = payload
+    workers = parse_workers(pair, 2)
+    split = SplitTarget(models.target, models.heads, configs[i].partition_ratio, (workers[0].device, workers[1].device))
+    # at ratio 0 the secondary runs the whole step on the calling thread (its own session order)
+    with WorkerSession(split.session_order(workers)) as session:
+        runtime = prepare(models, configs[i], session, split)
+        res = run_runtime(runtime, "hcmp", configs[i], prompts, max_new_tokens, main_worker("hcmp", configs[i]),
+                          warmup=first)
+    return res.decode_s / res.steps, res.tokens_per_s, res.mean_accepted_per_step, [list(r.ids) for r in res.results]
 
 
 def tokens_check(models, profile, tree, eval_prompts, settings: HeteroSettings) -> dict:

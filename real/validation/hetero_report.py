@@ -46,7 +46,9 @@ def markdown(doc: dict, standalone: bool = False) -> list[str]:
     lines += [
         f"Workers `{h['workers'][0]}` (primary) and `{h['workers'][1]}` (secondary); {s['eval_prompts']} held-out "
         f"evaluation prompts of {s['prompt_tokens']} tokens, {s['max_new_tokens']} new tokens each, greedy, "
-        f"{s['repeats']} interleaved repeats, medians.", "",
+        f"{s['repeats']} interleaved repeats"
+        + (" (hcmp, dovetail and alspec: each repeat in a process of its own; the weight streaming in one)"
+           if doc.get("fresh_processes") else "") + ", medians.", "",
         "### hcmp: partition ratio sweep, predicted vs measured", "",
         f"Medusa tree of {h['tree_width']} tokens (depth {h['tree_depth']}, greedy from the head accuracies measured "
         f"on calibration prompts), {h['heads']} heads; every linear split by output columns at ratio r "
@@ -161,7 +163,8 @@ def alspec_lines(a: dict) -> list[str]:
              f"{a.get('calibration_prompts', 0)} calibration prompts (what the prediction uses: the `alspec` strategy, "
              f"option loop=hetspec, per-layer hit rates, KV context {a.get('context_priced')}), speed, hit rate and "
              f"agreement measured on {a['prompts']} evaluation prompts, {a['max_new_tokens']} new tokens, "
-             f"{a.get('repeats', 1)} interleaved repeats (medians); agreement = tokens equal to exact greedy decoding "
+             f"{a.get('repeats', 1)} interleaved repeats"
+             + (" each in a process of its own" if a.get("fresh_processes") else "") + " (medians); agreement = tokens equal to exact greedy decoding "
              "position by position.", ""]
     if a.get("missing"):
         lines += [f"No prediction: {a['missing']}.", ""]

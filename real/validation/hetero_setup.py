@@ -39,6 +39,7 @@ class HeteroSettings:
     stream_fractions: tuple[float, ...] = (1.0, 0.75, 0.5, 0.25, 0.0)   # shares of the target's layers resident
     calibration_prompts: int = 48      # acceptance of --hetero-only on its own (as the main validation's)
     stream_probe_rounds: int = 5       # rounds of the storage and streaming-loop probes re-run before the streaming
+    fresh_processes: bool = True       # hcmp, dovetail, alspec: each repeat in a process of its own (real.run.repeats)
 
 
 #: 11 ratios (0, 0.1, ..., 1), Dovetail's tree (top-k 10, depth 7, 16 tokens), ALSpec's lambda range
@@ -130,6 +131,12 @@ def default_cpu_pair() -> tuple[str, str]:
 def finite_median(xs) -> float:
     """The median of the finite values of ``xs`` (NaN when none)."""
     return median(x for x in xs if x is not None and math.isfinite(x))
+
+
+def fresh_processes(settings: HeteroSettings, pair) -> bool:
+    """Whether a section measures each repeat in a process of its own: on CPU workers only (a GPU run
+    measures in this process, as the single-device validation does)."""
+    return settings.fresh_processes and not any(str(w).startswith("cuda") for w in pair)
 
 
 def split_prompts(models, split: str, n: int, tokens: int) -> list[list[int]]:

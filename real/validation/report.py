@@ -149,7 +149,9 @@ def markdown(doc: dict) -> str:
         f"- Acceptance profile measured on {st['calibration_prompts']} **calibration** prompts "
         f"({doc['acceptance'].get('positions')} positions); real runs on {st['eval_prompts']} held-out "
         f"**evaluation** prompts of {st['prompt_tokens']} tokens, {st['max_new_tokens']} new tokens each, greedy, "
-        f"{st['repeats']} interleaved repeats, medians. Predictions priced at a KV context of "
+        f"{st['repeats']} interleaved repeats"
+        + (", each in a process of its own (the models handed over, a warm-up per point)" if doc.get("fresh_processes")
+           else "") + ", medians. Predictions priced at a KV context of "
         f"{doc['context_priced']} tokens (the middle of the decoded stretch).",
         f"- Predicted: the simulator's closed form (`sim.strategies`) on `{plat['name']}:{plat['device']}` for the "
         "exact configuration run (same Medusa trees, the draft model's own shape, the heads the real path "

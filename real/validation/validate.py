@@ -89,6 +89,7 @@ class Settings:
     random_repeats: int
     random_context: int
     label: str = "full"
+    fresh_processes: bool = True  # on a CPU, each repeat in a process of its own (real.validation.measure)
 
 
 #: Quick: the acceptance run (under 10 minutes on the 2-core reference machine with the
@@ -286,10 +287,11 @@ def validate(out: str | Path | None = None, preset: str | None = None, quick: bo
     evaluation = [list(p) for p in corpus_prompts(models.tokenizer, "evaluation", settings.eval_prompts,
                                                   settings.prompt_tokens, seed=0)]
     configs = [real_config(p, profile.medusa_accuracy, trees.get(p)) for p in grid]
+    fresh = settings.fresh_processes and placement is None       # a GPU run measures in this process
     with tqdm(total=len(grid) * settings.repeats, desc="real runs", unit="run", disable=not progress,
               file=sys.stderr) as bar, torch_threads(threads):
         meas = measure_grid(models, grid, configs, evaluation, settings.max_new_tokens, settings.repeats,
-                            worker=device, tick=bar.update)
+                            worker=device, tick=bar.update, fresh_processes=fresh, threads=threads)
 
     banner(f"[6/6] random-weight timing runs: {', '.join(settings.random_models) or 'none'}", progress)
     random_rows = _random_weight(settings, host, device, threads, progress, placement) if settings.random_models else []
@@ -306,6 +308,7 @@ def validate(out: str | Path | None = None, preset: str | None = None, quick: bo
                      "placement": placement.describe() if placement is not None else None},
         "settings": asdict(settings),
         "context_priced": ctx.context,
+        "fresh_processes": fresh,
         "drift": drift,
         "models": {"target": models.target.spec.to_dict(), "draft": models.draft.spec.to_dict(),
                    "medusa_heads": models.heads.n_heads, "summary": {k: models.summary.get(k) for k in (

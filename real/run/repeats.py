@@ -81,6 +81,7 @@ def interleaved_repeats(n: int, repeats: int, measure: Callable[[object, int, in
     runs = [_one_repeat(n, rep, measure, payload, tick, threads) for rep in range(repeats)]
     return [[runs[rep][i] for rep in range(repeats)] for i in range(n)]
 
+
 def _one_repeat(n: int, rep: int, measure, payload, tick, threads) -> list:
     import multiprocessing
 

@@ -82,7 +82,6 @@ def summarize(points: Sequence[GridPoint], runs) -> tuple[Measurement, ...]:
     return tuple(out)
 
 
-
 def _measure_point(payload, i: int, _rep: int, first: bool):
     """One point's run (after a warm-up where this process has not run it before)."""
     from real.run.session import run_prompts

@@ -34,6 +34,7 @@ def _measure_placement(payload, i: int, _rep: int, _first: bool):
     parts["host"] = 1e3 * res.decode_s / res.steps - sum(parts.values())
     return res.decode_s / res.steps, res.tokens_per_s, res.mean_accepted_per_step, parts
 
+
 def dovetail_placements(models, platform, ctx, settings: HeteroSettings, pair: tuple[str, str],
                         progress: bool = True) -> dict:
     """Measured and predicted dovetail round time and tokens/s for each (drafter, verifier) placement."""

@@ -100,6 +100,16 @@ def test_the_section_end_to_end(tiny_demo, tmp_path):
     text = (tmp_path / "hetero.md").read_text()
     assert "regret" in text and "hcmp: partition ratio sweep" in text and "## Acceptance check" in text
     assert "the target of 5 %" in text               # the section's regret target, not the single-device 10 %
+    assert doc["fresh_processes"] and doc["alspec"]["fresh_processes"]   # CPU workers: a process per repeat
+    assert "each repeat in a process of its own" in text
+
+
+def test_a_gpu_worker_measures_in_this_process():
+    from real.validation.hetero_setup import fresh_processes
+
+    settings = _mini_settings()
+    assert fresh_processes(settings, ("cpu0", "cpu1")) and not fresh_processes(settings, ("cuda:0", "cpu"))
+    assert not fresh_processes(replace(settings, fresh_processes=False), ("cpu0", "cpu1"))
 
 
 def _renamed(platform: Platform, pair) -> Platform:

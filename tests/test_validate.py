@@ -233,3 +233,35 @@ def test_reports_show_no_absolute_path_of_the_machine(tmp_path, monkeypatch):
     assert shown_path(home / ".local/share/hetspec/platforms/host.toml") == "~/.local/share/hetspec/platforms/host.toml"
     assert shown_path(work / "my-box.toml") == "my-box.toml"
     assert shown_path(tmp_path / "elsewhere" / "box.toml") == "box.toml"
+
+
+@pytest.mark.parametrize("value", ["0", "-2"])
+def test_validate_repeats_below_one_is_one_line(capsys, tmp_path, value):
+    from tests.cli_runner import one_line_error
+
+    one_line_error(capsys, "validate", "--repeats", value, "--out", str(tmp_path / "r"),
+                   match=f"--repeats must be at least 1, got {value}")
+
+
+def test_validate_repeats_reach_the_grid_and_the_heterogeneous_section(monkeypatch, tmp_path):
+    """``--repeats N`` sets the grid's and every timed heterogeneous section's repeats, and the command the
+    report prints says so."""
+    import real.validation.validate as validate_module
+    from hetspec.cli import main
+
+    seen = {}
+
+    def fake_validate(out, **kw):
+        seen.update(kw)
+        raise SystemExit(0)              # what was asked is all this test needs
+
+    monkeypatch.setattr(validate_module, "validate", fake_validate)
+    with pytest.raises(SystemExit):
+        main(["validate", "--hetero", "--repeats", "5", "--out", str(tmp_path / "r")])
+    assert seen["settings"].repeats == 5 and seen["settings"].eval_prompts == validate_module.FULL.eval_prompts
+    assert seen["hetero_settings"].repeats == 5 and seen["hetero_settings"].alspec_repeats == 5
+    assert seen["command"] == f"hetspec validate --hetero --repeats 5 --out {tmp_path / 'r'}"
+    seen.clear()
+    with pytest.raises(SystemExit):
+        main(["validate", "--quick", "--out", str(tmp_path / "r")])
+    assert seen["settings"] is None and seen["hetero_settings"] is None      # the defaults: validate's own

@@ -114,6 +114,9 @@ def register_validate(subparsers) -> None:
     p.add_argument("--alspec-agreement", type=float, default=None, metavar="F",
                    help="heterogeneous section: the best alspec (S, lambda) keeps at least this share of the exact "
                         "greedy tokens (default 0.99)")
+    p.add_argument("--repeats", type=int, default=None, metavar="N",
+                   help="interleaved repeats of every timing, each in a process of its own on a CPU (default 3); "
+                        "more repeats average more of a process's own offsets (docs/validation.md)")
     p.add_argument("--json", action="store_true",
                    help="print the acceptance check (per method: median errors, best configs, regret) as JSON")
     p.set_defaults(func=handle_validate)
@@ -141,6 +144,9 @@ def handle_validate(args: argparse.Namespace) -> int:
 
     if args.preset is not None and args.preset not in ("tiny", "small"):
         raise HetSpecError(f"unknown demo preset {args.preset!r}; valid: small, tiny")
+    repeats = getattr(args, "repeats", None)
+    if repeats is not None and repeats < 1:
+        raise HetSpecError(f"--repeats must be at least 1, got {repeats}")
     from real.validation.gpu_target import check_placement
 
     check_placement(args.device, args.dtype, args.graphs)   # a GPU this machine lacks: one line, before anything
@@ -161,17 +167,23 @@ def handle_validate(args: argparse.Namespace) -> int:
     parts = ["hetspec validate"] + (["--quick"] if args.quick else []) + (["--hetero"] if args.hetero else []) + \
         ([f"--preset {args.preset}"] if args.preset else []) + \
         ([f"--platform {args.platform}"] if args.platform != "host" else []) + _device_parts(args) + [f"--out {out}"]
-    hetero_settings = None
+    from dataclasses import replace
+
+    from real.validation.hetero_setup import settings_for, with_repeats
+    from real.validation.validate import settings_for as grid_settings
+
+    hetero_settings = settings = None
+    if floor is not None or repeats is not None:
+        hetero_settings = with_repeats(settings_for(args.quick), repeats)
     if floor is not None:
-        from dataclasses import replace
-
-        from real.validation.hetero_setup import settings_for
-
-        hetero_settings = replace(settings_for(args.quick), alspec_agreement=floor)
+        hetero_settings = replace(hetero_settings, alspec_agreement=floor)
         parts.insert(-1, f"--alspec-agreement {floor:g}")
+    if repeats is not None:
+        settings = replace(grid_settings(args.quick), repeats=repeats)
+        parts.insert(-1, f"--repeats {repeats}")
     doc = validate(out, preset=args.preset, quick=args.quick, device=args.device, platform=args.platform,
-                   progress=True, command=" ".join(parts), hetero=args.hetero, dtype=args.dtype, graphs=args.graphs,
-                   hetero_settings=hetero_settings)
+                   progress=True, command=" ".join(parts), settings=settings, hetero=args.hetero, dtype=args.dtype,
+                   graphs=args.graphs, hetero_settings=hetero_settings)
     check = acceptance_check(doc)
     if doc.get("hetero"):
         check["hcmp_ratio_regret"] = doc["hetero"]["hcmp"]["regret"]
@@ -200,9 +212,10 @@ def _hetero_only(args: argparse.Namespace, out: str) -> int:
     parts = ["hetspec validate --hetero-only"] + (["--quick"] if args.quick else []) + \
         ([f"--preset {args.preset}"] if args.preset else []) + \
         ([f"--platform {args.platform}"] if args.platform != "host" else []) + \
-        ([f"--alspec-agreement {floor:g}"] if floor is not None else []) + [f"--out {out}"]
+        ([f"--alspec-agreement {floor:g}"] if floor is not None else []) + \
+        ([f"--repeats {args.repeats}"] if getattr(args, "repeats", None) is not None else []) + [f"--out {out}"]
     doc = validate_hetero_only(out, preset=args.preset, quick=args.quick, platform=args.platform, progress=True,
-                               command=" ".join(parts), alspec_agreement=floor)
+                               command=" ".join(parts), alspec_agreement=floor, repeats=getattr(args, "repeats", None))
     h, d = doc["hcmp"], doc["dovetail"]
     methods = (doc.get("summary") or {}).get("methods", {})
     summary = {"report": f"{out}/{MARKDOWN_FILE}", "hcmp_regret": h["regret"],

@@ -57,6 +57,7 @@ from real.validation.hetero_setup import (
     fresh_processes,
     settings_for,
     split_prompts,
+    with_repeats,
 )
 from real.validation.hetero_streaming import streaming_table
 from real.validation.hetero_summary import hetero_summary
@@ -103,9 +104,9 @@ def validate_hetero(models, platform, ctx, out: str | Path, settings: HeteroSett
 
 def validate_hetero_only(out: str | Path, preset: str | None = None, quick: bool = False, platform: str = "host",
                          progress: bool = True, command: str = "hetspec validate --hetero-only",
-                         alspec_agreement: float | None = None) -> dict:
+                         alspec_agreement: float | None = None, repeats: int | None = None) -> dict:
     """The section on its own (``hetspec validate --hetero-only``): models, host, acceptance on calibration
-    prompts, then :func:`validate_hetero`."""
+    prompts, then :func:`validate_hetero`. ``repeats``: of every timed section (default: the settings')."""
     import torch
 
     from real.run.acceptance import measure_profile
@@ -114,7 +115,7 @@ def validate_hetero_only(out: str | Path, preset: str | None = None, quick: bool
     from real.validation.machine import load_host
     from real.validation.predict import PredictionContext
 
-    settings = settings_for(quick)
+    settings = with_repeats(settings_for(quick), repeats)
     if alspec_agreement is not None:
         settings = replace(settings, alspec_agreement=float(alspec_agreement))
     host = load_host(platform)

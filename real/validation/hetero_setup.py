@@ -133,6 +133,12 @@ def finite_median(xs) -> float:
     return median(x for x in xs if x is not None and math.isfinite(x))
 
 
+def with_repeats(settings: HeteroSettings, repeats: int | None) -> HeteroSettings:
+    """``settings`` with ``repeats`` interleaved repeats of every timed section (the ALSpec grid's too);
+    unchanged for None."""
+    return settings if repeats is None else replace(settings, repeats=int(repeats), alspec_repeats=int(repeats))
+
+
 def fresh_processes(settings: HeteroSettings, pair) -> bool:
     """Whether a section measures each repeat in a process of its own: on CPU workers only (a GPU run
     measures in this process, as the single-device validation does)."""

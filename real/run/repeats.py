@@ -37,10 +37,7 @@ def interleaved(n: int, repeats: int, measure: Callable[[int, int, int], T], rou
     that repeat's measurements, one per round. ``tick`` is called after every measurement (a
     progress bar's ``update``).
     """
-    if repeats < 1:
-        raise HetSpecError(f"repeats must be >= 1, got {repeats}")
-    if n < 1 or rounds < 1:
-        raise HetSpecError(f"nothing to measure: {n} items, {rounds} rounds")
+    _check_counts(n, repeats, rounds)
     out: list[list[list[T]]] = [[[] for _ in range(repeats)] for _ in range(n)]
     for rep in range(repeats):
         for j in range(rounds):
@@ -49,6 +46,13 @@ def interleaved(n: int, repeats: int, measure: Callable[[int, int, int], T], rou
                 if tick is not None:
                     tick()
     return out
+
+
+def _check_counts(n: int, repeats: int, rounds: int) -> None:
+    if repeats < 1:
+        raise HetSpecError(f"repeats must be >= 1, got {repeats}")
+    if n < 1 or rounds < 1:
+        raise HetSpecError(f"nothing to measure: {n} items, {rounds} rounds")
 
 
 def median(values: Iterable[float]) -> float:
@@ -74,10 +78,7 @@ def interleaved_repeats(n: int, repeats: int, measure: Callable[[object, int, in
     if not fresh_processes:
         return [[r[0] for r in row] for row in interleaved(n, repeats, lambda i, rep, _j: measure(payload, i, rep,
                                                                                                   rep == 0), tick=tick)]
-    if repeats < 1:
-        raise HetSpecError(f"repeats must be >= 1, got {repeats}")
-    if n < 1:
-        raise HetSpecError("nothing to measure: 0 items")
+    _check_counts(n, repeats, 1)
     runs = [_one_repeat(n, rep, measure, payload, tick, threads) for rep in range(repeats)]
     return [[runs[rep][i] for rep in range(repeats)] for i in range(n)]
 

@@ -144,7 +144,7 @@ def handle_validate(args: argparse.Namespace) -> int:
 
     if args.preset is not None and args.preset not in ("tiny", "small"):
         raise HetSpecError(f"unknown demo preset {args.preset!r}; valid: small, tiny")
-    repeats = getattr(args, "repeats", None)
+    repeats = args.repeats
     if repeats is not None and repeats < 1:
         raise HetSpecError(f"--repeats must be at least 1, got {repeats}")
     from real.validation.gpu_target import check_placement
@@ -213,9 +213,9 @@ def _hetero_only(args: argparse.Namespace, out: str) -> int:
         ([f"--preset {args.preset}"] if args.preset else []) + \
         ([f"--platform {args.platform}"] if args.platform != "host" else []) + \
         ([f"--alspec-agreement {floor:g}"] if floor is not None else []) + \
-        ([f"--repeats {args.repeats}"] if getattr(args, "repeats", None) is not None else []) + [f"--out {out}"]
+        ([f"--repeats {args.repeats}"] if args.repeats is not None else []) + [f"--out {out}"]
     doc = validate_hetero_only(out, preset=args.preset, quick=args.quick, platform=args.platform, progress=True,
-                               command=" ".join(parts), alspec_agreement=floor, repeats=getattr(args, "repeats", None))
+                               command=" ".join(parts), alspec_agreement=floor, repeats=args.repeats)
     h, d = doc["hcmp"], doc["dovetail"]
     methods = (doc.get("summary") or {}).get("methods", {})
     summary = {"report": f"{out}/{MARKDOWN_FILE}", "hcmp_regret": h["regret"],

@@ -68,10 +68,9 @@ def alspec_table(models, settings: HeteroSettings, pair: tuple[str, str], progre
     prompts = split_prompts(models, "evaluation", settings.alspec_prompts, settings.prompt_tokens)
     exact = exact_ids(prompts)
 
-    payload = (models, configs, prompts, new, pair[0], exact)
+    payload, fresh = (models, configs, prompts, new, pair[0], exact), fresh_processes(settings, pair)
     with progress_bar(n * settings.alspec_repeats, "alspec lambda x S", progress) as bar:
-        samples = interleaved_repeats(n, settings.alspec_repeats, _measure_setting, payload, bar.update,
-                                      fresh_processes(settings, pair))
+        samples = interleaved_repeats(n, settings.alspec_repeats, _measure_setting, payload, bar.update, fresh)
 
     # 3. prediction from the calibration hit rates
     p_dev = s_dev = None
@@ -98,7 +97,7 @@ def alspec_table(models, settings: HeteroSettings, pair: tuple[str, str], progre
             out["tokens_per_s_error"] = relative_error(out["pred_tokens_per_s"], out["meas_tokens_per_s"])
         rows.append(out)
     doc = {"workers": list(pair), "prompts": len(prompts), "calibration_prompts": len(calib), "max_new_tokens": new,
-           "fresh_processes": fresh_processes(settings, pair),
+           "fresh_processes": fresh,
            "repeats": settings.alspec_repeats, "agreement_floor": settings.alspec_agreement, "rows": rows,
            "missing": missing, "context_priced": ctx.context if ctx is not None else None}
     doc.update(best_under_floor(rows, settings.alspec_agreement))

@@ -164,8 +164,8 @@ def alspec_lines(a: dict) -> list[str]:
              f"option loop=hetspec, per-layer hit rates, KV context {a.get('context_priced')}), speed, hit rate and "
              f"agreement measured on {a['prompts']} evaluation prompts, {a['max_new_tokens']} new tokens, "
              f"{a.get('repeats', 1)} interleaved repeats"
-             + (" each in a process of its own" if a.get("fresh_processes") else "") + " (medians); agreement = tokens equal to exact greedy decoding "
-             "position by position.", ""]
+             + (" each in a process of its own" if a.get("fresh_processes") else "")
+             + " (medians); agreement = tokens equal to exact greedy decoding position by position.", ""]
     if a.get("missing"):
         lines += [f"No prediction: {a['missing']}.", ""]
     lines += ["| S | lambda | hit rate (calib / eval) | agreement (calib / eval) | predicted step (ms) | measured step "

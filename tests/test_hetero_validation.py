@@ -11,9 +11,15 @@ import pytest
 
 from hwmodels.platform import Device, Link, LoopCosts, MemoryDomain, Platform
 from real.hetero.workers import allowed_cores
+from real.run.contention import Guard
 
 pytestmark = [pytest.mark.skipif(len(allowed_cores()) < 2, reason="two CPU workers need two cores"),
               pytest.mark.usefixtures("one_torch_thread")]
+
+
+def steady_probe() -> float:
+    """A contention probe that always reads 1 FLOP/s (module level: pickled into the measuring processes)."""
+    return 1.0
 
 
 def _device(name: str, threads: int) -> Device:
@@ -64,7 +70,10 @@ def test_the_section_end_to_end(tiny_demo, tmp_path):
                             medusa_heads=tiny_demo.heads.n_heads, platform=host_like(), device="cpu", context=40,
                             profile=profile)
     pair, platform = _pair_and_platform()
-    doc = validate_hetero(tiny_demo, platform, ctx, tmp_path, settings, progress=False, pair=pair)
+    # the contention guard, with a probe that always reads its reference (the real one times a GEMM)
+    settings = replace(settings, contention_guard=True)
+    guard = Guard(probe=steady_probe, reference=1.0, source="test")
+    doc = validate_hetero(tiny_demo, platform, ctx, tmp_path, settings, progress=False, pair=pair, guard=guard)
 
     h = doc["hcmp"]
     assert h["ratios"] == [0.0, 0.5, 1.0] and not h["missing"]
@@ -102,6 +111,11 @@ def test_the_section_end_to_end(tiny_demo, tmp_path):
     assert "the target of 5 %" in text               # the section's regret target, not the single-device 10 %
     assert doc["fresh_processes"] and doc["alspec"]["fresh_processes"]   # CPU workers: a process per repeat
     assert "each repeat in a process of its own" in text
+    for name in ("hcmp", "dovetail", "alspec"):             # every timed measurement bracketed by the probe
+        assert doc[name]["contention"]["retaken"] == 0 and doc[name]["contention"]["measurements"] > 0
+    assert doc["hcmp"]["contention"]["measurements"] == len(h["ratios"]) * settings.repeats
+    n = len(h["ratios"]) * settings.repeats
+    assert "Contention guard" in text and f"hcmp: all {n} measurements taken with the probe above the floor" in text
 
 
 def test_a_gpu_worker_measures_in_this_process():
@@ -110,6 +124,15 @@ def test_a_gpu_worker_measures_in_this_process():
     settings = _mini_settings()
     assert fresh_processes(settings, ("cpu0", "cpu1")) and not fresh_processes(settings, ("cuda:0", "cpu"))
     assert not fresh_processes(replace(settings, fresh_processes=False), ("cpu0", "cpu1"))
+
+
+def test_the_sections_guard_cpu_workers_only_and_when_asked():
+    from real.validation.hetero_setup import section_guard
+
+    guard, on = Guard(probe=steady_probe, reference=1.0), replace(_mini_settings(), contention_guard=True)
+    assert section_guard(on, ("cpu0", "cpu1"), None, guard) is guard
+    assert section_guard(on, ("cuda:0", "cpu"), None, guard) is None
+    assert section_guard(replace(on, contention_guard=False), ("cpu0", "cpu1"), None, guard) is None
 
 
 def _renamed(platform: Platform, pair) -> Platform:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Iterable
+from functools import partial
 from typing import TypeVar
 
 from hwmodels.errors import HetSpecError
@@ -68,27 +69,41 @@ def median_index(values: list[float]) -> int:
 
 def interleaved_repeats(n: int, repeats: int, measure: Callable[[object, int, int, bool], T], payload: object,
                         tick: Callable[[], None] | None = None, fresh_processes: bool = False,
-                        threads: int | None = None) -> list[list[T]]:
+                        threads: int | None = None, guard=None, log: list | None = None) -> list[list[T]]:
     """``out[item][repeat]`` of ``measure(payload, item, repeat, first)``: :func:`interleaved` with one round,
     in this process or (``fresh_processes``) each repeat in a spawned process of its own with ``threads``
     torch threads. ``first`` says that this process has not measured the item before (every item of a
     fresh process; the first repeat here), so a warm-up is due. ``measure`` is a module-level function and
     ``payload`` is pickled over (models included). ``tick`` after every measurement. A failure in a
-    process is raised here as one line."""
+    process is raised here as one line. ``guard`` (:class:`real.run.contention.Guard`): each measurement
+    bracketed by its probe and retaken while the cores were slowed from outside; its records are appended
+    to ``log``."""
+    from real.run.contention import guarded
+
+    records: list = []
+
+    def one(i: int, rep: int, _j: int):
+        result, record = guarded(guard, partial(measure, payload, i, rep), i, rep, rep == 0)
+        records.append(record)
+        return result
+
     if not fresh_processes:
-        return [[r[0] for r in row] for row in interleaved(n, repeats, lambda i, rep, _j: measure(payload, i, rep,
-                                                                                                  rep == 0), tick=tick)]
-    _check_counts(n, repeats, 1)
-    runs = [_one_repeat(n, rep, measure, payload, tick, threads) for rep in range(repeats)]
-    return [[runs[rep][i] for rep in range(repeats)] for i in range(n)]
+        out = [[r[0] for r in row] for row in interleaved(n, repeats, one, tick=tick)]
+    else:
+        _check_counts(n, repeats, 1)
+        runs = [_one_repeat(n, rep, measure, payload, tick, threads, guard, records) for rep in range(repeats)]
+        out = [[runs[rep][i] for rep in range(repeats)] for i in range(n)]
+    if log is not None:
+        log.extend(r for r in records if r is not None)
+    return out
 
 
-def _one_repeat(n: int, rep: int, measure, payload, tick, threads) -> list:
+def _one_repeat(n: int, rep: int, measure, payload, tick, threads, guard=None, records: list | None = None) -> list:
     import multiprocessing
 
     ctx = multiprocessing.get_context("spawn")
     parent, child = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_repeat_child, args=(child, n, rep, measure, payload, threads), daemon=True)
+    proc = ctx.Process(target=_repeat_child, args=(child, n, rep, measure, payload, threads, guard), daemon=True)
     proc.start()
     child.close()
     got: dict[int, object] = {}
@@ -104,6 +119,8 @@ def _one_repeat(n: int, rep: int, measure, payload, tick, threads) -> list:
             if message[0] == "done":
                 break
             got[message[1]] = message[2]
+            if records is not None:
+                records.append(message[3])
             if tick is not None:
                 tick()
     finally:
@@ -114,16 +131,19 @@ def _one_repeat(n: int, rep: int, measure, payload, tick, threads) -> list:
     return [got[i] for i in range(n)]
 
 
-def _repeat_child(conn, n: int, rep: int, measure, payload, threads) -> None:
-    """The spawned process of one repeat: sends ``("item", i, result)`` per item, then ``("done",)``; a
-    failure as ``("error", one line)``."""
+def _repeat_child(conn, n: int, rep: int, measure, payload, threads, guard=None) -> None:
+    """The spawned process of one repeat: sends ``("item", i, result, guard record)`` per item, then
+    ``("done",)``; a failure as ``("error", one line)``."""
+    from real.run.contention import guarded
+
     try:
         if threads:
             import torch
 
             torch.set_num_threads(threads)
         for i in rotation(n, rep):
-            conn.send(("item", i, measure(payload, i, rep, True)))
+            result, record = guarded(guard, partial(measure, payload, i, rep), i, rep, True)
+            conn.send(("item", i, result, record))
         conn.send(("done",))
     except Exception as exc:            # handed to the parent, which raises it in one line
         conn.send(("error", f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"))

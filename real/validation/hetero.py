@@ -55,6 +55,7 @@ from real.validation.hetero_setup import (
     default_cpu_pair,
     default_pair,
     fresh_processes,
+    section_guard,
     settings_for,
     split_prompts,
     with_repeats,
@@ -65,8 +66,10 @@ from real.validation.worker_drift import calibrated_step_s, drift_lines, drift_r
 
 
 def validate_hetero(models, platform, ctx, out: str | Path, settings: HeteroSettings, progress: bool = True,
-                    pair: tuple[str, str] | None = None) -> dict:
-    """Run the four parts, write the plots and ``hetero.md`` / ``hetero.json`` into ``out``; return the document."""
+                    pair: tuple[str, str] | None = None, guard=None) -> dict:
+    """Run the four parts, write the plots and ``hetero.md`` / ``hetero.json`` into ``out``; return the document.
+    ``guard`` (:class:`real.run.contention.Guard`): the contention guard of the timed sections on CPU workers
+    when the settings ask for one (default: one with a reference timed here)."""
     import json
 
     from real.validation.hetero_report import markdown, write_plots
@@ -75,6 +78,7 @@ def validate_hetero(models, platform, ctx, out: str | Path, settings: HeteroSett
     pair = pair or default_pair()
     t0 = time.perf_counter()
     doc = {"settings": asdict(settings), "pair": list(pair), "fresh_processes": fresh_processes(settings, pair)}
+    guard = section_guard(settings, pair, platform, guard)
 
     def announce(text: str) -> None:
         if progress:
@@ -83,11 +87,11 @@ def validate_hetero(models, platform, ctx, out: str | Path, settings: HeteroSett
     calibrated = calibrated_step_s(platform) if not pair[0].startswith("cuda") else None
     before = worker_step_s(pair[0]) if calibrated else None
     announce(f"hcmp ratio sweep on {pair[0]} + {pair[1]}")
-    doc["hcmp"] = hcmp_sweep(models, platform, ctx, settings, pair, progress)
+    doc["hcmp"] = hcmp_sweep(models, platform, ctx, settings, pair, progress, guard)
     announce("dovetail placements")
-    doc["dovetail"] = dovetail_placements(models, platform, ctx, settings, pair, progress)
+    doc["dovetail"] = dovetail_placements(models, platform, ctx, settings, pair, progress, guard)
     announce("alspec hit rate and speed vs lambda and S")
-    doc["alspec"] = alspec_table(models, settings, pair, progress, platform=platform, ctx=ctx)
+    doc["alspec"] = alspec_table(models, settings, pair, progress, platform=platform, ctx=ctx, guard=guard)
     announce("LLMCad weight streaming")
     doc["streaming"] = streaming_table(models, settings, default_cpu_pair()[0], progress, platform=platform, ctx=ctx)
     doc["worker_drift"] = drift_record(pair[0], calibrated, before, worker_step_s(pair[0]) if calibrated else None)

@@ -15,6 +15,7 @@ and S, predicted from calibration prompts and measured on evaluation prompts.
 
 from __future__ import annotations
 
+from real.run.contention import guard_summary
 from real.run.repeats import interleaved_repeats, median_index
 from real.validation.hetero_setup import (
     HeteroSettings,
@@ -34,8 +35,9 @@ def _hit_profile(label: str, by_layer, source: str):
 
 
 def alspec_table(models, settings: HeteroSettings, pair: tuple[str, str], progress: bool = True, platform=None,
-                 ctx=None) -> dict:
-    """Hit rates, agreement, predicted and measured speed for every (lambda, S); the best under the agreement floor."""
+                 ctx=None, guard=None) -> dict:
+    """Hit rates, agreement, predicted and measured speed for every (lambda, S); the best under the agreement
+    floor. ``guard``: :mod:`real.run.contention`."""
     from real.decode.ar import ArConfig
     from real.hetero.alspec import AlspecConfig, prepare
     from real.hetero.runner import agreement, run_runtime
@@ -69,8 +71,10 @@ def alspec_table(models, settings: HeteroSettings, pair: tuple[str, str], progre
     exact = exact_ids(prompts)
 
     payload, fresh = (models, configs, prompts, new, pair[0], exact), fresh_processes(settings, pair)
+    log: list = []
     with progress_bar(n * settings.alspec_repeats, "alspec lambda x S", progress) as bar:
-        samples = interleaved_repeats(n, settings.alspec_repeats, _measure_setting, payload, bar.update, fresh)
+        samples = interleaved_repeats(n, settings.alspec_repeats, _measure_setting, payload, bar.update, fresh,
+                                      guard=guard, log=log)
 
     # 3. prediction from the calibration hit rates
     p_dev = s_dev = None
@@ -99,7 +103,8 @@ def alspec_table(models, settings: HeteroSettings, pair: tuple[str, str], progre
     doc = {"workers": list(pair), "prompts": len(prompts), "calibration_prompts": len(calib), "max_new_tokens": new,
            "fresh_processes": fresh,
            "repeats": settings.alspec_repeats, "agreement_floor": settings.alspec_agreement, "rows": rows,
-           "missing": missing, "context_priced": ctx.context if ctx is not None else None}
+           "missing": missing, "context_priced": ctx.context if ctx is not None else None,
+           "contention": guard_summary(guard, log)}
     doc.update(best_under_floor(rows, settings.alspec_agreement))
     return doc
 

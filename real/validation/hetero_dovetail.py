@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from real.run.contention import guard_summary
 from real.run.repeats import interleaved_repeats, median_index
 from real.validation.hetero_setup import (
     HeteroSettings,
@@ -36,8 +37,9 @@ def _measure_placement(payload, i: int, _rep: int, _first: bool):
 
 
 def dovetail_placements(models, platform, ctx, settings: HeteroSettings, pair: tuple[str, str],
-                        progress: bool = True) -> dict:
-    """Measured and predicted dovetail round time and tokens/s for each (drafter, verifier) placement."""
+                        progress: bool = True, guard=None) -> dict:
+    """Measured and predicted dovetail round time and tokens/s for each (drafter, verifier) placement;
+    ``guard``: :mod:`real.run.contention`."""
     from real.hetero.dovetail import DovetailConfig, prepare
     from real.hetero.runner import run_runtime
     from real.validation.metrics import regret
@@ -54,10 +56,10 @@ def dovetail_placements(models, platform, ctx, settings: HeteroSettings, pair: t
                           warmup=False).mean_accepted_per_step
     prompts = split_prompts(models, "evaluation", settings.eval_prompts, settings.prompt_tokens)
 
-    payload = (models, configs, [v for _, v in places], prompts, settings.max_new_tokens)
+    payload, log = (models, configs, [v for _, v in places], prompts, settings.max_new_tokens), []
     with progress_bar(len(places) * settings.repeats, "dovetail placements", progress) as bar:
         samples = interleaved_repeats(len(places), settings.repeats, _measure_placement, payload, bar.update,
-                                      fresh_processes(settings, pair))
+                                      fresh_processes(settings, pair), guard=guard, log=log)
     draft_config = str(Path(models.folder) / "draft" / "config.json")
     plat = with_worker_links(platform)
     strategy = get_strategy("dovetail")
@@ -82,7 +84,8 @@ def dovetail_placements(models, platform, ctx, settings: HeteroSettings, pair: t
                      "meas_step_ms_samples": [1e3 * s[0] for s in row], **pred})
     usable = [r for r in rows if not r["missing"]]
     out = {"tau_calibration": tau, "drafter": "demo draft model", "width": settings.dovetail_width,
-           "depth": settings.dovetail_depth, "top_k": settings.dovetail_top_k, "placements": rows}
+           "depth": settings.dovetail_depth, "top_k": settings.dovetail_top_k, "placements": rows,
+           "contention": guard_summary(guard, log)}
     if usable:
         reg, p_best, m_best = regret([r["pred_tokens_per_s"] for r in usable], [r["meas_tokens_per_s"] for r in usable])
         out.update({"regret": reg, "predicted_best": usable[p_best]["label"], "measured_best": usable[m_best]["label"]})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from hwmodels.errors import HetSpecError
+from real.run.contention import guard_summary
 from real.run.repeats import interleaved_repeats
 from real.validation.hetero_setup import (
     HeteroSettings,
@@ -15,8 +16,10 @@ from real.validation.hetero_setup import (
 )
 
 
-def hcmp_sweep(models, platform, ctx, settings: HeteroSettings, pair: tuple[str, str], progress: bool = True) -> dict:
-    """Measured and predicted hcmp step latency and tokens/s at every ratio of ``settings.ratios``."""
+def hcmp_sweep(models, platform, ctx, settings: HeteroSettings, pair: tuple[str, str], progress: bool = True,
+               guard=None) -> dict:
+    """Measured and predicted hcmp step latency and tokens/s at every ratio of ``settings.ratios``; ``guard``:
+    :mod:`real.run.contention`."""
     import numpy as np
 
     from real.hetero.hcmp import HcmpConfig
@@ -36,10 +39,10 @@ def hcmp_sweep(models, platform, ctx, settings: HeteroSettings, pair: tuple[str,
     ratios = list(settings.ratios)
     configs = [HcmpConfig(tree=tree, partition_ratio=r, workers=pair) for r in ratios]
     prompts = split_prompts(models, "evaluation", settings.eval_prompts, settings.prompt_tokens)
-    payload = (models, configs, pair, prompts, settings.max_new_tokens)
+    payload, log = (models, configs, pair, prompts, settings.max_new_tokens), []
     with progress_bar(len(ratios) * settings.repeats, "hcmp ratio sweep", progress) as bar:
         samples = interleaved_repeats(len(ratios), settings.repeats, _measure_ratio, payload, bar.update,
-                                      fresh_processes(settings, pair))
+                                      fresh_processes(settings, pair), guard=guard, log=log)
     tokens_seen = [row[-1][3] for row in samples]
     meas_step = [finite_median(s[0] for s in row) for row in samples]
     meas_tps = [finite_median(s[1] for s in row) for row in samples]
@@ -87,6 +90,7 @@ def hcmp_sweep(models, platform, ctx, settings: HeteroSettings, pair: tuple[str,
         "sync_s_barrier": sync_s, "sync_s_calibrated": link.latency_s if link else None,
         "context_priced": ctx.context, "split_costs_us": {k: 1e6 * v for k, v in costs.items()},
         "pred_parts_ms_at_half": parts, "tokens_per_step_check": tokens_check(models, profile, tree, prompts, settings),
+        "contention": guard_summary(guard, log),
     }
 
 

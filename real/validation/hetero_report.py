@@ -49,6 +49,7 @@ def markdown(doc: dict, standalone: bool = False) -> list[str]:
         f"{s['repeats']} interleaved repeats"
         + (" (hcmp, dovetail and alspec: each repeat in a process of its own; the weight streaming in one)"
            if doc.get("fresh_processes") else "") + ", medians.", "",
+        *contention_lines(doc),
         "### hcmp: partition ratio sweep, predicted vs measured", "",
         f"Medusa tree of {h['tree_width']} tokens (depth {h['tree_depth']}, greedy from the head accuracies measured "
         f"on calibration prompts), {h['heads']} heads; every linear split by output columns at ratio r "
@@ -331,3 +332,15 @@ def write_plots(doc: dict, out: Path) -> dict:
     plot_alspec(doc["alspec"], out / PLOTS["alspec"])
     plot_streaming(doc["streaming"], out / PLOTS["streaming"])
     return dict(PLOTS)
+
+
+def contention_lines(doc: dict) -> list[str]:
+    """The contention guard's record of the timed sections (:mod:`real.run.contention`), one paragraph."""
+    from real.run.contention import guard_counts, guard_head
+
+    sections = [(name, (doc.get(name) or {}).get("contention")) for name in ("hcmp", "dovetail", "alspec")]
+    sections = [(name, c) for name, c in sections if c]
+    if not sections:
+        return []
+    return [guard_head(sections[0][1]) + ": " + "; ".join(f"{name}: {guard_counts(c)}" for name, c in sections)
+            + ".", ""]

@@ -40,6 +40,7 @@ class HeteroSettings:
     calibration_prompts: int = 48      # acceptance of --hetero-only on its own (as the main validation's)
     stream_probe_rounds: int = 5       # rounds of the storage and streaming-loop probes re-run before the streaming
     fresh_processes: bool = True       # hcmp, dovetail, alspec: each repeat in a process of its own (real.run.repeats)
+    contention_guard: bool = False     # hcmp, dovetail, alspec on CPU workers: retake a run the cores were slowed under
 
 
 #: 11 ratios (0, 0.1, ..., 1), Dovetail's tree (top-k 10, depth 7, 16 tokens), ALSpec's lambda range
@@ -56,7 +57,8 @@ QUICK = HeteroSettings(eval_prompts=4, prompt_tokens=64, max_new_tokens=64, repe
 #: streaming, slower per token, decodes 24 (12 gave 4.10 tokens per round against 3.80 from the calibration
 #: prompts in the same run).
 FULL = replace(QUICK, eval_prompts=48, max_new_tokens=96, repeats=3, tau_prompts=96, alspec_prompts=6,
-               stream_prompts=24, alspec_calib_prompts=8, calibration_prompts=96, stream_probe_rounds=9, label="full")
+               stream_prompts=24, alspec_calib_prompts=8, calibration_prompts=96, stream_probe_rounds=9, label="full",
+               contention_guard=True)
 
 
 def settings_for(quick: bool) -> HeteroSettings:
@@ -143,6 +145,22 @@ def fresh_processes(settings: HeteroSettings, pair) -> bool:
     """Whether a section measures each repeat in a process of its own: on CPU workers only (a GPU run
     measures in this process, as the single-device validation does)."""
     return settings.fresh_processes and not any(str(w).startswith("cuda") for w in pair)
+
+
+def section_guard(settings: HeteroSettings, pair, platform, guard=None):
+    """The contention guard of the timed sections (:mod:`real.run.contention`): ``guard``, else one on the
+    process's torch threads with its reference timed now (and the platform's calibrated GEMM rate); None
+    where the settings ask for none or a worker is a GPU."""
+    import torch
+
+    from real.validation.machine import calibrated_gemm_gflops, contention_guard
+
+    if not settings.contention_guard or any(str(w).startswith("cuda") for w in pair):
+        return None
+    if guard is not None:
+        return guard
+    threads = torch.get_num_threads()
+    return contention_guard(threads, (calibrated_gemm_gflops(platform, threads) or 0) * 1e9)
 
 
 def split_prompts(models, split: str, n: int, tokens: int) -> list[list[int]]:

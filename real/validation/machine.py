@@ -115,6 +115,30 @@ def gemm_rate(threads: int, samples: int = 5) -> float:
         return 2.0 * m * k * n / median_time(lambda: F.linear(x, w), samples, 1, inner=GEMM_PROBE_CALLS)
 
 
+#: The contention guard's probe (:mod:`real.run.contention`): :func:`gemm_rate` with this many samples
+#: (about 25 ms), and the share of its reference below which the cores were slowed from outside. On the
+#: development machine a quiet probe moves by under a tenth, a slowed one reads about two thirds.
+GUARD_PROBE_SAMPLES = 3
+GUARD_LIMIT = 0.2
+
+
+def contention_guard(threads: int, calibrated: float | None = None, now: float | None = None):
+    """The :class:`real.run.contention.Guard` of a validation's timed runs on ``threads`` threads: its
+    reference is the larger of the calibration's GEMM rate (``calibrated``) and one timed now (``now``,
+    else timed here), both FLOP/s of :func:`gemm_rate`: a machine already slowed when the validation starts
+    does not lower the bar."""
+    from functools import partial
+
+    from real.run.contention import Guard
+
+    now = now if now else gemm_rate(threads)
+    ref, where = (calibrated, "the calibration's reference probe") if calibrated and calibrated > now else (
+        now, "timed before the runs")
+    return Guard(probe=partial(gemm_rate, threads, GUARD_PROBE_SAMPLES), reference=ref, limit=GUARD_LIMIT,
+                 source=f"{where}, a {'x'.join(map(str, GEMM_PROBE_SHAPE))} F.linear on {threads} thread"
+                        f"{'s' if threads > 1 else ''}")
+
+
 def _value(key: str, x: float) -> str:
     return f"{x:.1f} {PROBE_KEYS[key][1]}"
 

@@ -51,15 +51,16 @@ class Measurement:
 def measure_grid(models, points: Sequence[GridPoint], configs: Sequence, prompts: Sequence[Sequence[int]],
                  max_new_tokens: int, repeats: int, worker: str = "cpu",
                  tick: Callable[[], None] | None = None, fresh_processes: bool = False,
-                 threads: int | None = None) -> tuple[Measurement, ...]:
+                 threads: int | None = None, guard=None, log: list | None = None) -> tuple[Measurement, ...]:
     """Decode ``prompts`` with every (point, config) ``repeats`` interleaved times; medians per point.
     ``fresh_processes``: each repeat in a process of its own with ``threads`` torch threads (module
-    docstring); else all in this one, the first repeat of each point after a warm-up."""
+    docstring); else all in this one, the first repeat of each point after a warm-up. ``guard`` and ``log``:
+    :func:`real.run.repeats.interleaved_repeats`."""
     from real.run.repeats import interleaved_repeats
 
     payload = (models, list(points), list(configs), [list(p) for p in prompts], max_new_tokens, worker)
     return summarize(points, interleaved_repeats(len(points), repeats, _measure_point, payload, tick, fresh_processes,
-                                                 threads))
+                                                 threads, guard, log))
 
 
 def summarize(points: Sequence[GridPoint], runs) -> tuple[Measurement, ...]:

@@ -10,6 +10,7 @@ import json
 import math
 from pathlib import Path
 
+from real.run.contention import guard_line
 from real.validation.machine import drift_moved
 from real.validation.metrics import REGRET_TARGET, STEP_ERROR_TARGET, TPS_ERROR_TARGET
 
@@ -158,6 +159,7 @@ def markdown(doc: dict) -> str:
         "computes). Tokens per step: the profile's tables replayed on the calibration prompts (draft-tree: "
         "the real decoder's rounds on them, by tree budget: its passes, tokens verified and emitted).",
         machine_state(doc),
+        *([f"- {guard_line(doc['contention'])}"] if doc.get("contention") else []),
         "",
         f"## Acceptance check{not_a_validation}",
         "",

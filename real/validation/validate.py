@@ -34,6 +34,7 @@ from real.validation.backends import profiled_variant
 from real.validation.gpu_target import validation_target
 from real.validation.machine import (
     calibrated_gemm_gflops,
+    contention_guard,
     drift_moved,
     machine_drift,
     shown_path,
@@ -90,6 +91,7 @@ class Settings:
     random_context: int
     label: str = "full"
     fresh_processes: bool = True  # on a CPU, each repeat in a process of its own (real.validation.measure)
+    contention_guard: bool = False  # on a CPU, retake a run the cores were slowed under (real.run.contention)
 
 
 #: Quick: the acceptance run (under 10 minutes on the 2-core reference machine with the
@@ -103,6 +105,7 @@ QUICK = Settings(calibration_prompts=48, eval_prompts=6, prompt_tokens=64, max_n
                  random_models=("random-smollm-135m", "random-smollm-360m"), random_tokens=(1, 4, 16, 64),
                  random_repeats=3, random_context=128, label="quick")
 FULL = Settings(calibration_prompts=96, eval_prompts=48, prompt_tokens=64, max_new_tokens=96, repeats=3,
+                contention_guard=True,
                 random_models=("random-smollm-135m", "random-smollm-360m"), random_tokens=(1, 2, 4, 8, 16, 32, 64),
                 random_repeats=5, random_context=256, label="full")
 
@@ -224,6 +227,8 @@ def validate(out: str | Path | None = None, preset: str | None = None, quick: bo
     from real.run.session import load_models
     from real.train.corpus import prompts as corpus_prompts
     from real.validation.grid import default_grid, draft_tree_widths, medusa_tree, real_config
+    from real.run.contention import guard_line, guard_summary
+    from real.validation.hetero_setup import settings_for as default_hetero
     from real.validation.measure import measure_grid
     from real.validation.microbench import torch_threads
     from real.validation.predict import PredictionContext, predict_point
@@ -288,10 +293,20 @@ def validate(out: str | Path | None = None, preset: str | None = None, quick: bo
                                                   settings.prompt_tokens, seed=0)]
     configs = [real_config(p, profile.medusa_accuracy, trees.get(p)) for p in grid]
     fresh = settings.fresh_processes and placement is None       # a GPU run measures in this process
+    hetero_settings = (hetero_settings or default_hetero(quick)) if hetero else None
+    cpu_guard = (contention_guard(threads, (gemm_then or 0) * 1e9, (drift or {}).get("gemm_now_gflops", 0) * 1e9)
+                 if placement is None and (settings.contention_guard or (hetero and hetero_settings.contention_guard))
+                 else None)
+    guard = cpu_guard if settings.contention_guard else None
+    guard_log: list = []
     with tqdm(total=len(grid) * settings.repeats, desc="real runs", unit="run", disable=not progress,
               file=sys.stderr) as bar, torch_threads(threads):
         meas = measure_grid(models, grid, configs, evaluation, settings.max_new_tokens, settings.repeats,
-                            worker=device, tick=bar.update, fresh_processes=fresh, threads=threads)
+                            worker=device, tick=bar.update, fresh_processes=fresh, threads=threads, guard=guard,
+                            log=guard_log)
+    contention = guard_summary(guard, guard_log)
+    if progress and contention:
+        print(guard_line(contention), file=sys.stderr)
 
     banner(f"[6/6] random-weight timing runs: {', '.join(settings.random_models) or 'none'}", progress)
     random_rows = _random_weight(settings, host, device, threads, progress, placement) if settings.random_models else []
@@ -309,6 +324,7 @@ def validate(out: str | Path | None = None, preset: str | None = None, quick: bo
         "settings": asdict(settings),
         "context_priced": ctx.context,
         "fresh_processes": fresh,
+        "contention": contention,
         "drift": drift,
         "models": {"target": models.target.spec.to_dict(), "draft": models.draft.spec.to_dict(),
                    "medusa_heads": models.heads.n_heads, "summary": {k: models.summary.get(k) for k in (
@@ -327,9 +343,8 @@ def validate(out: str | Path | None = None, preset: str | None = None, quick: bo
     }
     if hetero:   # hcmp ratio sweep, dovetail placements, alspec, streaming (real/validation/hetero.py)
         from real.validation.hetero import validate_hetero
-        from real.validation.hetero_setup import settings_for as default_hetero
 
-        doc["hetero"] = validate_hetero(models, host, ctx, out, hetero_settings or default_hetero(quick), progress)
+        doc["hetero"] = validate_hetero(models, host, ctx, out, hetero_settings, progress, guard=cpu_guard)
     after = machine_drift(target.drift_device, threads, triad_bytes, gemm_then) if drift is not None else None
     doc["drift_after"] = after                            # and after everything measured
     doc["trust"] = validation_verdict(drift, after, rows, random_rows)

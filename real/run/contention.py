@@ -1,0 +1,128 @@
+"""The contention guard: a timed measurement taken while the cores were slowed from outside is retaken.
+
+On a shared virtual machine the cores' compute speed drops for tens of seconds at a time while the
+memory bandwidth holds: on the 2-core development machine a cache-resident 64-token linear layer ran at
+270-310 us for minutes, then at 410-520 us for about 70 s, then back, in one process with nothing else of
+ours running, while a one-token linear (weights from DRAM) kept 105-112 us (docs/validation.md,
+"Contention from outside"). A decode run that falls in such a stretch measures the neighbour, not the
+decoder: wide verification trees lose a quarter of their speed, autoregressive steps nothing.
+
+A :class:`Guard` brackets each measurement with a short compute-bound probe (its ``probe``: FLOP/s of
+a cache-resident GEMM, about 15 ms). Before it, the guard waits until the probe reads at least
+``1 - limit`` of its ``reference`` (polling every ``pause_s``, at most ``max_wait_s``); after it, a
+probe below that floor discards the measurement and takes it again, at most ``retakes`` times; the last
+one is kept and marked contended. Every decision is a :class:`GuardRecord`, which the reports count.
+Nothing here looks at what is measured: only the probe decides.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Guard:
+    probe: Callable[[], float]    # FLOP/s now (a module-level function or a partial of one: it is pickled)
+    reference: float              # FLOP/s of the machine without contention
+    limit: float = 0.2            # a probe below (1 - limit) x reference is contended
+    pause_s: float = 5.0          # between probes while waiting
+    max_wait_s: float = 120.0     # longest wait for the probe to recover, per attempt
+    retakes: int = 3              # measurements discarded at most, per item and repeat
+    source: str = ""              # where the reference came from (for the reports)
+
+    def __post_init__(self) -> None:
+        if not (self.reference > 0 and 0 < self.limit < 1 and self.pause_s >= 0 and self.max_wait_s >= 0
+                and self.retakes >= 0):
+            raise ValueError(f"contention guard: invalid settings {self}")
+
+    @property
+    def floor(self) -> float:
+        return (1.0 - self.limit) * self.reference
+
+
+@dataclass
+class GuardRecord:
+    item: int
+    repeat: int
+    retakes: int = 0              # measurements discarded because the probe after them read contended
+    waited_s: float = 0.0         # time spent waiting for the probe to recover
+    contended: bool = False       # the kept measurement's probe still read contended (retakes spent)
+    rates: list = field(default_factory=list)   # every probe's reading / reference, in order
+
+
+def wait_quiet(guard: Guard, record: GuardRecord, sleep: Callable[[float], None] = time.sleep) -> bool:
+    """Probe until the reading reaches the floor or the wait is spent; whether it did."""
+    waited = 0.0
+    while True:
+        rate = guard.probe()
+        record.rates.append(round(rate / guard.reference, 4))
+        if rate >= guard.floor:
+            return True
+        if waited + guard.pause_s > guard.max_wait_s:
+            return False
+        sleep(guard.pause_s)
+        waited += guard.pause_s
+        record.waited_s = round(record.waited_s + guard.pause_s, 3)
+
+
+def guarded(guard: Guard | None, measure: Callable[[bool], T], item: int, repeat: int, first: bool,
+            sleep: Callable[[float], None] = time.sleep) -> tuple[T, GuardRecord | None]:
+    """``measure(first)`` bracketed by the guard's probe (see the module docstring); without a guard, once.
+    A retake passes ``first=False``: the warm-up has been done."""
+    if guard is None:
+        return measure(first), None
+    record = GuardRecord(item, repeat)
+    while True:
+        wait_quiet(guard, record, sleep)
+        result = measure(first)
+        first = False
+        rate = guard.probe()
+        record.rates.append(round(rate / guard.reference, 4))
+        if rate >= guard.floor:
+            return result, record
+        if record.retakes >= guard.retakes:
+            record.contended = True
+            return result, record
+        record.retakes += 1
+
+
+def guard_summary(guard: Guard | None, records: Sequence[GuardRecord | None]) -> dict | None:
+    """What a report says of a guarded set of measurements (None without a guard)."""
+    records = [r for r in records if r is not None]
+    if guard is None:
+        return None
+    lowest = min((x for r in records for x in r.rates), default=float("nan"))
+    return {"measurements": len(records), "retaken": sum(r.retakes > 0 for r in records),
+            "retakes": sum(r.retakes for r in records), "kept_contended": sum(r.contended for r in records),
+            "waited_s": round(sum(r.waited_s for r in records), 1), "lowest_probe": lowest,
+            "reference_gflops": round(guard.reference / 1e9, 2), "limit": guard.limit, "source": guard.source,
+            "records": [asdict(r) for r in records if r.retakes or r.waited_s or r.contended]}
+
+
+def guard_head(summary: dict) -> str:
+    """What the guard does, as a report introduces it."""
+    return (f"Contention guard: each measurement bracketed by a compute-bound GEMM probe (reference "
+            f"{summary['reference_gflops']:.1f} GFLOP/s, {summary['source']}; below {1 - summary['limit']:.0%} of "
+            f"it the cores were slowed from outside)")
+
+
+def guard_counts(summary: dict) -> str:
+    """What the guard did to one set of measurements."""
+    n, k = summary["measurements"], summary["retaken"]
+    if k == 0 and not summary["waited_s"]:
+        return f"all {n} measurements taken with the probe above the floor, none retaken"
+    text = (f"{k} of {n} measurements retaken ({summary['retakes']} discarded), {summary['waited_s']:.0f} s "
+            f"waited for the probe to recover, lowest probe {summary['lowest_probe']:.0%} of the reference")
+    if summary["kept_contended"]:
+        text += f"; {summary['kept_contended']} kept although the probe still read slow (retakes spent)"
+    return text
+
+
+def guard_line(summary: dict | None) -> str:
+    """One sentence of a report on a guard summary ("" without one)."""
+    return f"{guard_head(summary)}: {guard_counts(summary)}." if summary else ""

@@ -141,6 +141,8 @@ def _repeat_child(conn, n: int, rep: int, measure, payload, threads, guard=None)
             import torch
 
             torch.set_num_threads(threads)
+        if guard is not None:
+            guard.probe()        # discarded: a fresh process's first GEMMs read low, and would cost a wait
         for i in rotation(n, rep):
             result, record = guarded(guard, partial(measure, payload, i, rep), i, rep, True)
             conn.send(("item", i, result, record))

@@ -134,3 +134,62 @@ def test_each_process_brackets_its_measurements_and_hands_the_records_back():
     assert sorted((r.item, r.repeat) for r in log) == [(0, 0), (0, 1), (1, 0), (1, 1)]
     assert all(r.rates == [1.0, 1.0] and r.retakes == 0 for r in log)
     assert all(pid != os.getpid() and first for row in out for pid, first in row)
+
+
+# ---------------------------------------------------------------------- a long run of short measurements
+class Clock:
+    """A clock that advances one second per measurement taken (``step``)."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_batches_without_a_guard_measure_each_item_once():
+    from real.run.contention import guarded_batches
+
+    ticks = []
+    out, records = guarded_batches(None, [1, 2, 3], lambda x: 10 * x, tick=ticks.append)
+    assert out == [10, 20, 30] and records == [] and ticks == [1, 1, 1]
+
+
+def test_a_batch_the_probe_read_slow_after_is_measured_again_and_kept_in_order():
+    from real.run.contention import guarded_batches
+
+    clock, calls, ticks = Clock(), [], []
+
+    def measure(x):
+        calls.append(x)
+        clock.now += 1.0
+        return x * x
+
+    # batches of 2 s = 2 items; probes: before batch 1, after it (slow), before the retake, after it, after batch 2
+    probe = scripted([100, 50, 100, 100, 100, 100])
+    g = Guard(probe=probe, reference=100.0, pause_s=0.0)
+    out, records = guarded_batches(g, [1, 2, 3, 4], measure, every_s=2.0, tick=ticks.append, clock=clock)
+    assert out == [1, 4, 9, 16]
+    assert calls == [1, 2, 1, 2, 3, 4]                   # the first batch measured twice
+    assert ticks == [2, 2] and [r.retakes for r in records] == [1, 0] and not any(r.contended for r in records)
+    assert [r.item for r in records] == [0, 2]            # a record per batch, named by its first item
+
+
+def test_a_batch_still_slow_after_its_retakes_is_kept_and_marked():
+    from real.run.contention import guarded_batches
+
+    clock = Clock()
+
+    def measure(x):
+        clock.now += 5.0
+        return x
+
+    g = Guard(probe=scripted([100, 50]), reference=100.0, pause_s=0.0, max_wait_s=0.0, retakes=1)
+    out, records = guarded_batches(g, ["a", "b"], measure, every_s=2.0, clock=clock)
+    assert out == ["a", "b"] and all(r.contended and r.retakes == 1 for r in records)
+
+
+def test_a_guard_without_a_pause_never_waits():
+    m, sleeps = Measure(), []
+    _, rec = guarded(guard_of([50] * 10, pause_s=0.0, retakes=0), m, 0, 0, True, sleep=sleeps.append)
+    assert sleeps == [] and rec.waited_s == 0.0 and rec.rates == [0.5, 0.5] and rec.contended

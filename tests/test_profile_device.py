@@ -29,6 +29,23 @@ def tiny_profile(tmp_path_factory):
     return prof, csv_path, toml_path
 
 
+def test_a_guarded_profile_retakes_the_rows_measured_while_the_probe_read_slow():
+    from real.run.contention import Guard
+    from real.validation.profile_device import ProfileSettings, contention_note, profile_device
+
+    readings = iter([1.0, 0.5] + [1.0] * 10000)     # the first batch's closing probe reads slow
+    settings = ProfileSettings(tokens=(1, 2), attention_q=(1,), attention_keys=(8,), repeats=1, calls=2,
+                               graph_copies=2)
+    guard = Guard(probe=lambda: next(readings), reference=1.0, pause_s=0.0, source="test")
+    prof = profile_device("cpu", [SPEC], settings, progress=False, guard=guard)
+    plain = profile_device("cpu", [SPEC], settings, progress=False)
+    assert [r[:4] for r in prof.rows] == [r[:4] for r in plain.rows]        # the same rows, once each
+    c = prof.contention
+    assert c["retaken"] == 1 and c["retakes"] == 1 and c["kept_contended"] == 0 and c["lowest_probe"] == 0.5
+    note = contention_note(c)       # what the written profile's notes and the summary say
+    assert note.startswith("Contention guard") and "1 of" in note and "batches of about 2 s" in note
+
+
 def test_the_profile_covers_the_step_graph_operators_at_every_token_count(tiny_profile):
     prof, csv_path, _ = tiny_profile
     from hwmodels.profile import read_profile

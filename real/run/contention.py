@@ -30,7 +30,7 @@ class Guard:
     probe: Callable[[], float]    # FLOP/s now (a module-level function or a partial of one: it is pickled)
     reference: float              # FLOP/s of the machine without contention
     limit: float = 0.2            # a probe below (1 - limit) x reference is contended
-    pause_s: float = 5.0          # between probes while waiting
+    pause_s: float = 5.0          # between probes while waiting (0: never wait)
     max_wait_s: float = 120.0     # longest wait for the probe to recover, per attempt
     retakes: int = 3              # measurements discarded at most, per item and repeat
     source: str = ""              # where the reference came from (for the reports)
@@ -63,7 +63,7 @@ def wait_quiet(guard: Guard, record: GuardRecord, sleep: Callable[[float], None]
         record.rates.append(round(rate / guard.reference, 4))
         if rate >= guard.floor:
             return True
-        if waited + guard.pause_s > guard.max_wait_s:
+        if guard.pause_s <= 0 or waited + guard.pause_s > guard.max_wait_s:
             return False
         sleep(guard.pause_s)
         waited += guard.pause_s
@@ -89,6 +89,44 @@ def guarded(guard: Guard | None, measure: Callable[[bool], T], item: int, repeat
             record.contended = True
             return result, record
         record.retakes += 1
+
+
+def guarded_batches(guard: Guard | None, items: Sequence, measure: Callable[[object], T], every_s: float = 2.0,
+                    tick: Callable[[int], None] | None = None, sleep: Callable[[float], None] = time.sleep,
+                    clock: Callable[[], float] = time.monotonic) -> tuple[list[T], list[GuardRecord]]:
+    """``measure(item)`` for every item, in order, for a long run of short measurements (a calibration's rows):
+    the guard's probe is taken before the first and after every ``every_s`` seconds of measuring; a probe
+    below the floor discards the batch measured since the last probe and measures it again after waiting
+    for quiet (at most ``guard.retakes`` times a batch, the last kept and marked). ``tick(k)`` when a batch
+    of ``k`` is kept. Without a guard: each item once, one tick each."""
+    if guard is None:
+        out = []
+        for item in items:
+            out.append(measure(item))
+            if tick is not None:
+                tick(1)
+        return out, []
+    out, records, start = [], [], 0
+    while start < len(items):
+        record = GuardRecord(start, 0)
+        while True:
+            wait_quiet(guard, record, sleep)
+            batch, t0, end = [], clock(), start
+            while end < len(items) and (end == start or clock() - t0 < every_s):
+                batch.append(measure(items[end]))
+                end += 1
+            rate = guard.probe()
+            record.rates.append(round(rate / guard.reference, 4))
+            if rate >= guard.floor or record.retakes >= guard.retakes:
+                record.contended = rate < guard.floor
+                break
+            record.retakes += 1
+        out += batch
+        records.append(record)
+        if tick is not None:
+            tick(len(batch))
+        start = end
+    return out, records
 
 
 def guard_summary(guard: Guard | None, records: Sequence[GuardRecord | None]) -> dict | None:

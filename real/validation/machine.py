@@ -117,7 +117,8 @@ def gemm_rate(threads: int, samples: int = 5) -> float:
 
 #: The contention guard's probe (:mod:`real.run.contention`): :func:`gemm_rate` with this many samples
 #: (about 25 ms), and the share of its reference below which the cores were slowed from outside. On the
-#: development machine a quiet probe moves by under a tenth, a slowed one reads about two thirds.
+#: 2-core development machine quiet probes read within about a tenth of their median, slowed ones 0.33-0.78
+#: of the reference (docs/validation.md, "Contention from outside").
 GUARD_PROBE_SAMPLES = 3
 GUARD_LIMIT = 0.2
 

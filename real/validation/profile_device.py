@@ -122,6 +122,9 @@ class DeviceProfile:
     #: the CPU's last-level cache (0: not used, a GPU): a model whose weights fit it is priced by the ``linear``
     #: rows, a larger one by ``linear_streamed`` (the written platform's ``cache_gb``)
     cache_bytes: int = 0
+    #: what the contention guard did to the operator rows (:func:`real.run.contention.guard_summary`; None
+    #: without a guard)
+    contention: dict | None = None
     cache_source: str = ""
 
 
@@ -244,9 +247,14 @@ def link_timings(device: torch.device, settings: ProfileSettings) -> dict[str, d
 
 # ---------------------------------------------------------------------------- the whole measurement
 def profile_device(device_text: str, models, settings: ProfileSettings = ProfileSettings(), dtype: str | None = None,
-                   progress: bool = True) -> DeviceProfile:
-    """Measure the operators of ``models`` (ModelSpecs) and the device's bandwidth, launch costs and links."""
+                   progress: bool = True, guard=None) -> DeviceProfile:
+    """Measure the operators of ``models`` (ModelSpecs) and the device's bandwidth, launch costs and links.
+    ``guard`` (:class:`real.run.contention.Guard`): the operator rows measured in batches of a few seconds,
+    each retaken while the guard's probe reads the cores slowed from outside
+    (:func:`real.run.contention.guarded_batches`)."""
     from tqdm.auto import tqdm
+
+    from real.run.contention import guard_summary, guarded_batches
 
     device = parse_device(device_text)
     dtype = dtype or DEFAULT_DTYPE[device.type]
@@ -299,24 +307,28 @@ def profile_device(device_text: str, models, settings: ProfileSettings = Profile
         return time_model_forwards(spec, device, tdtype, settings.tokens, lambda fn, n: _wall_per_call(fn, device, n),
                                    settings.calls, settings.repeats, tick=lambda: bar.update(1))
 
-    before = [forwards(spec) for spec in forward_models]
-    for table, shape, tokens, keys, vocab in work:
+    def row(item) -> tuple | None:
+        """One profile row (microseconds), None where the operator does not apply or does not fit."""
+        nonlocal ring
+        table, shape, tokens, keys, vocab = item
         try:
             if table == "linear_streamed" and ring[0] != shape:
                 ring = ("", [])           # free the last ring before the next one
                 ring = (shape, weight_ring(shape, device, tdtype, cache_bytes))
             fn = op_callable(table, shape, tokens, keys, vocab, device, tdtype, ring[1])
             if fn is None:
-                bar.update(1)
-                continue
+                return None
             sample = time_op(fn, device, settings, dispatch_s=dispatch)
             timing = _median_timing([r[0] for r in interleaved(1, settings.repeats, lambda *_: sample())[0]])
         except torch.OutOfMemoryError:
-            bar.update(1)
-            continue
-        out.rows.append((table, shape, tokens, keys, timing.kernel_s * 1e6, timing.eager_launch_s * 1e6,
-                         timing.graph_launch_s * 1e6))
-        bar.update(1)
+            return None
+        return (table, shape, tokens, keys, timing.kernel_s * 1e6, timing.eager_launch_s * 1e6,
+                timing.graph_launch_s * 1e6)
+
+    before = [forwards(spec) for spec in forward_models]
+    rows, records = guarded_batches(guard, work, row, tick=bar.update)
+    out.rows += [r for r in rows if r is not None]
+    out.contention = guard_summary(guard, records)
     after = [forwards(spec) for spec in forward_models]
     for spec, early, late in zip(forward_models, before, after):
         timed = bracketed_forwards(early, late)
@@ -383,6 +395,8 @@ def write_device_profile(prof: DeviceProfile, out: str | Path, command: str) -> 
     notes = (f"copy bandwidth {prof.copy_gbps:.1f} GB/s, best one-token linear {prof.gemv_gbps:.1f} GB/s, best linear "
              f"{prof.gemm_tflops:.3f} TFLOP/s",) + tuple(
         f"link {k}: {v['latency_us']:.1f} us, {v['bw_gbps']:.1f} GB/s" for k, v in prof.links.items())
+    if prof.contention:
+        notes += (contention_note(prof.contention),)
     device = _written_device(prof, csv_path, header, rows, notes, mode, by)
     if prof.forward is not None and mode == "eager":
         from real.validation.forward_launch import eager_launch_in_forward
@@ -464,6 +478,14 @@ def _physical_memory() -> int:
     return physical_memory_bytes()
 
 
+def contention_note(summary: dict) -> str:
+    """What the contention guard did to the operator rows, as the profile's notes and summary say it."""
+    from real.run.contention import guard_counts, guard_head
+
+    return (f"{guard_head(summary)}; the operator rows measured in batches of about 2 s, a batch per "
+            f"measurement: {guard_counts(summary)}")
+
+
 def summary_lines(prof: DeviceProfile, csv_path: Path, toml_path: Path) -> list[str]:
     lines = [f"{prof.name} ({prof.device}), {prof.dtype}: {len(prof.rows)} operator rows in {prof.seconds:.0f} s",
              f"  launch: eager {prof.launch_us['eager']:.2f} us"
@@ -474,6 +496,7 @@ def summary_lines(prof: DeviceProfile, csv_path: Path, toml_path: Path) -> list[
              f"best linear {prof.gemm_tflops * 1e3:.1f} GFLOP/s"]
     lines += [f"  {k}: {v['latency_us']:.1f} us, {v['bw_gbps']:.1f} GB/s" for k, v in prof.links.items()]
     lines += forward_rest_lines(csv_path)
+    lines += [f"  {contention_note(prof.contention)}"] if prof.contention else []
     lines += [f"wrote {csv_path} and {toml_path}"]
     return lines
 
@@ -522,7 +545,7 @@ def resolve_models(names: Sequence[str]):
 
 def profile_and_write(device_text: str, model_names: Sequence[str] | None, dtype: str | None, quick: bool,
                       out: str | Path | None, command: str, progress: bool = True,
-                      cache: tuple[float, str] | None = None) -> list[str]:
+                      cache: tuple[float, str] | None = None, guard=None) -> list[str]:
     """``hetspec calibrate --device D``: profile ``device_text`` for ``model_names`` (default
     :func:`default_models`), write ``out`` (default ``profiled-<device>.toml`` in the user platform
     folder) and its CSV; returns the summary lines."""
@@ -532,7 +555,8 @@ def profile_and_write(device_text: str, model_names: Sequence[str] | None, dtype
     device = parse_device(device_text)
     models = resolve_models(list(model_names) if model_names else default_models(str(device)))
     out = out or str(user_platform_dir() / f"{profiled_platform_name(str(device))}.toml")
-    prof = profile_device(device_text, models, QUICK if quick else ProfileSettings(), dtype, progress=progress)
+    prof = profile_device(device_text, models, QUICK if quick else ProfileSettings(), dtype, progress=progress,
+                          guard=guard)
     if cache is not None and prof.cache_bytes:     # the cache a calibrated host platform measured
         prof.cache_bytes, prof.cache_source = int(cache[0] * 1e9), cache[1]
     csv_path, toml_path = write_device_profile(prof, out, command)
@@ -547,8 +571,15 @@ def profile_cpu_beside(host_path: str | Path, quick: bool, progress: bool = True
     from real.validation.backends import PROFILED_CPU
 
     out = Path(host_path).parent / f"{PROFILED_CPU}.toml"
-    cache_gb = load_platform_file(host_path).device("cpu").cache_gb
+    host = load_platform_file(host_path)
+    cache_gb = host.device("cpu").cache_gb
     cache = None if cache_gb is None else (
         cache_gb, f"{Path(host_path).name}'s cache_gb ({cache_gb * 1e3:.1f} MB, measured by the same calibration)")
+    guard = None
+    if not quick:     # the full calibration's rows, guarded against the cores slowed from outside
+        from real.validation.machine import calibrated_gemm_gflops, contention_guard
+
+        threads = torch.get_num_threads()
+        guard = contention_guard(threads, (calibrated_gemm_gflops(host, threads) or 0) * 1e9)
     return profile_and_write("cpu", None, None, quick, out,
-                             "hetspec calibrate" + (" --quick" if quick else ""), progress, cache)
+                             "hetspec calibrate" + (" --quick" if quick else ""), progress, cache, guard)

@@ -55,13 +55,18 @@ class GuardRecord:
     rates: list = field(default_factory=list)   # every probe's reading / reference, in order
 
 
+def reading(guard: Guard, record: GuardRecord) -> float:
+    """The probe now (FLOP/s), its share of the reference added to ``record``."""
+    rate = guard.probe()
+    record.rates.append(round(rate / guard.reference, 4))
+    return rate
+
+
 def wait_quiet(guard: Guard, record: GuardRecord, sleep: Callable[[float], None] = time.sleep) -> bool:
     """Probe until the reading reaches the floor or the wait is spent; whether it did."""
     waited = 0.0
     while True:
-        rate = guard.probe()
-        record.rates.append(round(rate / guard.reference, 4))
-        if rate >= guard.floor:
+        if reading(guard, record) >= guard.floor:
             return True
         if guard.pause_s <= 0 or waited + guard.pause_s > guard.max_wait_s:
             return False
@@ -81,9 +86,7 @@ def guarded(guard: Guard | None, measure: Callable[[bool], T], item: int, repeat
         wait_quiet(guard, record, sleep)
         result = measure(first)
         first = False
-        rate = guard.probe()
-        record.rates.append(round(rate / guard.reference, 4))
-        if rate >= guard.floor:
+        if reading(guard, record) >= guard.floor:
             return result, record
         if record.retakes >= guard.retakes:
             record.contended = True
@@ -115,10 +118,9 @@ def guarded_batches(guard: Guard | None, items: Sequence, measure: Callable[[obj
             while end < len(items) and (end == start or clock() - t0 < every_s):
                 batch.append(measure(items[end]))
                 end += 1
-            rate = guard.probe()
-            record.rates.append(round(rate / guard.reference, 4))
-            if rate >= guard.floor or record.retakes >= guard.retakes:
-                record.contended = rate < guard.floor
+            quiet = reading(guard, record) >= guard.floor
+            if quiet or record.retakes >= guard.retakes:
+                record.contended = not quiet
                 break
             record.retakes += 1
         out += batch

@@ -1,14 +1,13 @@
 """The contention guard: a timed measurement taken while the cores were slowed from outside is retaken.
 
-On a shared virtual machine the cores' compute speed drops for tens of seconds at a time while the
-memory bandwidth holds: on the 2-core development machine a cache-resident 64-token linear layer ran at
-270-310 us for minutes, then at 410-520 us for about 70 s, then back, in one process with nothing else of
-ours running, while a one-token linear (weights from DRAM) kept 105-112 us (docs/validation.md,
-"Contention from outside"). A decode run that falls in such a stretch measures the neighbour, not the
-decoder: wide verification trees lose a quarter of their speed, autoregressive steps nothing.
+On a shared virtual machine the cores' compute speed drops for a minute or two at a time while the
+memory bandwidth holds, with nothing else of ours running (docs/validation.md, "Contention from outside";
+``python -m real.validation.contention_trace`` shows it). A decode run that falls in such a stretch
+measures the neighbour, not the decoder: wide verification trees lose up to a quarter of their speed,
+autoregressive steps nothing.
 
 A :class:`Guard` brackets each measurement with a short compute-bound probe (its ``probe``: FLOP/s of
-a cache-resident GEMM, about 15 ms). Before it, the guard waits until the probe reads at least
+a cache-resident GEMM, about 25 ms). Before it, the guard waits until the probe reads at least
 ``1 - limit`` of its ``reference`` (polling every ``pause_s``, at most ``max_wait_s``); after it, a
 probe below that floor discards the measurement and takes it again, at most ``retakes`` times; the last
 one is kept and marked contended. Every decision is a :class:`GuardRecord`, which the reports count.
@@ -75,6 +74,21 @@ def wait_quiet(guard: Guard, record: GuardRecord, sleep: Callable[[float], None]
         record.waited_s = round(record.waited_s + guard.pause_s, 3)
 
 
+def until_quiet(guard: Guard, record: GuardRecord, attempt: Callable[[int], T],
+                sleep: Callable[[float], None] = time.sleep) -> T:
+    """``attempt(k)`` (k = 0, 1, ...: the retake) after waiting for quiet, again while the probe after it reads
+    below the floor, at most ``guard.retakes`` more times; the last result, marked in ``record`` when the
+    probe still read slow."""
+    while True:
+        wait_quiet(guard, record, sleep)
+        result = attempt(record.retakes)
+        quiet = reading(guard, record) >= guard.floor
+        if quiet or record.retakes >= guard.retakes:
+            record.contended = not quiet
+            return result
+        record.retakes += 1
+
+
 def guarded(guard: Guard | None, measure: Callable[[bool], T], item: int, repeat: int, first: bool,
             sleep: Callable[[float], None] = time.sleep) -> tuple[T, GuardRecord | None]:
     """``measure(first)`` bracketed by the guard's probe (see the module docstring); without a guard, once.
@@ -82,16 +96,7 @@ def guarded(guard: Guard | None, measure: Callable[[bool], T], item: int, repeat
     if guard is None:
         return measure(first), None
     record = GuardRecord(item, repeat)
-    while True:
-        wait_quiet(guard, record, sleep)
-        result = measure(first)
-        first = False
-        if reading(guard, record) >= guard.floor:
-            return result, record
-        if record.retakes >= guard.retakes:
-            record.contended = True
-            return result, record
-        record.retakes += 1
+    return until_quiet(guard, record, lambda k: measure(first and k == 0), sleep), record
 
 
 def guarded_batches(guard: Guard | None, items: Sequence, measure: Callable[[object], T], every_s: float = 2.0,
@@ -109,33 +114,30 @@ def guarded_batches(guard: Guard | None, items: Sequence, measure: Callable[[obj
             if tick is not None:
                 tick(1)
         return out, []
+    def batch_from(start: int) -> list:
+        """Items from ``start`` on, for ``every_s`` seconds (at least one)."""
+        batch, t0 = [], clock()
+        while start + len(batch) < len(items) and (not batch or clock() - t0 < every_s):
+            batch.append(measure(items[start + len(batch)]))
+        return batch
+
     out, records, start = [], [], 0
     while start < len(items):
         record = GuardRecord(start, 0)
-        while True:
-            wait_quiet(guard, record, sleep)
-            batch, t0, end = [], clock(), start
-            while end < len(items) and (end == start or clock() - t0 < every_s):
-                batch.append(measure(items[end]))
-                end += 1
-            quiet = reading(guard, record) >= guard.floor
-            if quiet or record.retakes >= guard.retakes:
-                record.contended = not quiet
-                break
-            record.retakes += 1
+        batch = until_quiet(guard, record, lambda _k: batch_from(start), sleep)
         out += batch
         records.append(record)
         if tick is not None:
             tick(len(batch))
-        start = end
+        start += len(batch)
     return out, records
 
 
 def guard_summary(guard: Guard | None, records: Sequence[GuardRecord | None]) -> dict | None:
     """What a report says of a guarded set of measurements (None without a guard)."""
-    records = [r for r in records if r is not None]
     if guard is None:
         return None
+    records = [r for r in records if r is not None]
     lowest = min((x for r in records for x in r.rates), default=float("nan"))
     return {"measurements": len(records), "retaken": sum(r.retakes > 0 for r in records),
             "retakes": sum(r.retakes for r in records), "kept_contended": sum(r.contended for r in records),

@@ -7,9 +7,9 @@ measures its items in *rounds*: each repeat visits every item once per round, in
 by repeat and round, so a drift hits every item alike; results are reported as medians over
 repeats.
 
-A process also keeps an offset of its own per item that all its repeats share (measured on the demo
-models: :mod:`real.validation.measure`). :func:`interleaved_repeats` can therefore run each repeat in a
-process of its own, so the median over repeats is taken over processes too.
+:func:`interleaved_repeats` can run each repeat in a process of its own, so the median over repeats is
+taken over processes too (:mod:`real.validation.measure`), and can bracket each measurement with the
+contention guard (:mod:`real.run.contention`), which retakes a measurement the cores were slowed under.
 """
 
 from __future__ import annotations

@@ -116,7 +116,7 @@ def register_validate(subparsers) -> None:
                         "greedy tokens (default 0.99)")
     p.add_argument("--repeats", type=int, default=None, metavar="N",
                    help="interleaved repeats of every timing, each in a process of its own on a CPU (default 3); "
-                        "more repeats average more of a process's own offsets (docs/validation.md)")
+                        "more repeats average more of the machine's slow stretches (docs/validation.md)")
     p.add_argument("--json", action="store_true",
                    help="print the acceptance check (per method: median errors, best configs, regret) as JSON")
     p.set_defaults(func=handle_validate)

@@ -15,8 +15,10 @@ copied to new memory in between (9.83 / 9.45 / 9.61 / 9.88 ms for gamma = 4), wh
 after the other gave gamma = 5 at 9.95, 9.02, 9.16 and 9.97 ms and ranked gamma = 5 against gamma = 4
 both ways. Repeats in one process measure that process's offsets three times; a repeat in a process of
 its own (spawned, the models handed over pickled, its own warm-up per point) samples them, and the median
-over repeats averages them out. The cause is not established (it survives new weight memory, so it is
-not where the weights lie).
+over repeats averages them out. What the offsets were came later: stretches of a minute or two in which the
+cores were slowed from outside, so that the configurations a process measured then came out slow; the
+contention guard (:mod:`real.run.contention`) now retakes those (docs/validation.md, "Contention from
+outside").
 """
 
 from __future__ import annotations

@@ -224,10 +224,10 @@ def validate(out: str | Path | None = None, preset: str | None = None, quick: bo
     from tqdm.auto import tqdm
 
     from real.run.acceptance import measure_profile
+    from real.run.contention import guard_line, guard_summary
     from real.run.session import load_models
     from real.train.corpus import prompts as corpus_prompts
     from real.validation.grid import default_grid, draft_tree_widths, medusa_tree, real_config
-    from real.run.contention import guard_line, guard_summary
     from real.validation.hetero_setup import settings_for as default_hetero
     from real.validation.measure import measure_grid
     from real.validation.microbench import torch_threads

@@ -183,6 +183,23 @@ def test_every_timed_forward_sample_follows_untimed_calls_of_the_same_forward(mo
         assert calls[before - forward_launch.WARM_CALLS:before] == [tokens] * forward_launch.WARM_CALLS
 
 
+def test_the_warm_up_lasts_its_calls_and_its_time():
+    from real.validation.forward_launch import warm_up
+
+    def clocked(step_s):
+        now, calls = [0.0], []
+
+        def step():
+            now[0] += step_s
+            calls.append(1)
+        return step, (lambda: now[0]), calls
+
+    step, clock, calls = clocked(0.001)     # a 1 ms forward: 20 calls fill 20 ms
+    assert warm_up(step, min_calls=2, min_s=0.02, clock=clock) == 20 == len(calls)
+    step, clock, calls = clocked(0.05)      # a 50 ms forward: the two calls already last longer
+    assert warm_up(step, min_calls=2, min_s=0.02, clock=clock) == 2 == len(calls)
+
+
 def test_forwards_timed_before_and_after_the_rows_are_pooled():
     from real.validation.forward_launch import bracketed_forwards
 
@@ -254,3 +271,39 @@ def test_cuda_profile_has_graph_and_eager_launch_costs(tmp_path):
     prof = profile_device("cuda:0", [SPEC], settings, progress=False)
     assert {"eager", "graph"} <= set(prof.launch_us) and prof.links
     assert all(not math.isnan(r[6]) for r in prof.rows)
+
+
+def test_the_recovery_trace_prints_each_call_and_refuses_bad_input(capsys):
+    from real.validation.forward_recovery import main
+
+    assert main(["--model", "demo:tiny", "--after", "8", "--calls", "3", "--rounds", "2", "--threads", "1"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("tiny-draft: 1-token forward") and len(out) == 4
+    assert all(len(line.split()) == 3 for line in out[1:3])
+    assert main(["--calls", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1
+    assert main(["--model", "demo:tiny", "--after", "100000"]) == 2
+    assert "positions" in capsys.readouterr().err
+
+
+def test_guarded_forwards_are_taken_again_after_a_slow_probe_and_keep_their_order():
+    from real.run.contention import Guard
+    from real.validation import forward_launch
+
+    readings = iter([1.0, 0.4] + [1.0] * 1000)      # the probe after the first batch reads slow
+    guard = Guard(probe=lambda: next(readings), reference=1.0, pause_s=0.0, source="test")
+    seen: list[int] = []
+
+    def time_calls(fn, n):
+        seen.append(n)
+        return 1e-3 * len(seen)
+
+    records: list = []
+    out = forward_launch.time_model_forwards(SPEC, torch.device("cpu"), torch.float32, (1, 2), time_calls, calls=2,
+                                             repeats=2, guard=guard, records=records)
+    assert [t for t, _ in out] == [1, 2] and all(len(s) == 2 for _, s in out)
+    assert len(records) >= 1 and records[0].retakes == 1       # the first batch measured twice
+    assert len(seen) > 4                                       # 4 samples kept, more taken
+    kept = sorted(x for _, s in out for x in s)
+    assert kept == sorted(kept) and kept[-1] == 1e-3 * len(seen)   # the samples kept are the last ones taken

@@ -15,18 +15,26 @@
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Sequence
 
 import torch
 
-from real.run.repeats import interleaved, median
+from real.run.contention import guarded_batches
+from real.run.repeats import median, rotation
 from real.validation.microbench import PROBE_CONTEXT, forward_step, median_time, prefilled_cache
 
 #: Cached tokens of the forwards behind the ``forward_rest`` rows (the smallest key count of the attention rows,
 #: so the forward's attention is priced by its rows).
 REST_CONTEXT = PROBE_CONTEXT
-#: Untimed calls before each timed sample of a forward (the caches back to the forward's own working set).
+#: Untimed calls before each timed sample of a forward: at least this many, and for at least :data:`WARM_S`.
 WARM_CALLS = 2
+#: Seconds of untimed calls before each timed sample of a forward, so that the caches are back to the forward's
+#: own working set. On the 2-core EPYC of docs/validation.md (``python -m real.validation.forward_recovery``,
+#: 2026-11-27 01:07) the small demo draft's one-token forward took 1.6, 1.1, 1.0, 0.8, 0.7 ms in its first calls
+#: after a 512-token forward and 0.45-0.50 ms from about the tenth call on (8 ms): after two warm calls its
+#: ``forward_rest`` row had read 0.28 ms where its operators' rows leave next to nothing.
+WARM_S = 0.02
 
 
 def forward_probe_s(calls: int, repeats: int) -> float:
@@ -60,13 +68,38 @@ def eager_launch_in_forward(device, forward, floor_s: float = 0.0) -> tuple[floa
     return max((seconds - kernels) / launches, floor_s, 0.0), kernels, launches
 
 
+def warm_up(step: Callable[[], object], min_calls: int = WARM_CALLS, min_s: float = WARM_S,
+            clock: Callable[[], float] = time.perf_counter) -> int:
+    """Call ``step`` untimed at least ``min_calls`` times and until ``min_s`` seconds have passed; the calls made."""
+    start, done = clock(), 0
+    while done < min_calls or clock() - start < min_s:
+        step()
+        done += 1
+    return done
+
+
+def _ticks(tick: Callable[[], None] | None) -> Callable[[int], None] | None:
+    """``tick`` once per sample of a kept batch of ``k``."""
+    if tick is None:
+        return None
+
+    def ticks(k: int) -> None:
+        for _ in range(k):
+            tick()
+    return ticks
+
+
 def time_model_forwards(spec, device: torch.device, dtype: torch.dtype, tokens: Sequence[int],
                         time_calls: Callable[[Callable[[], object], int], float], calls: int, repeats: int,
-                        tick: Callable[[], None] | None = None) -> list[tuple[int, list[float]]]:
+                        tick: Callable[[], None] | None = None, guard=None,
+                        records: list | None = None) -> list[tuple[int, list[float]]]:
     """(tokens, samples) of the eager forward of a random-weight ``spec`` model at each of ``tokens`` that fits
     its positions after :data:`REST_CONTEXT` cached tokens: ``time_calls(fn, calls)`` seconds per call after
-    :data:`WARM_CALLS` untimed ones, ``repeats`` samples interleaved over the token counts. Empty when the
-    model does not fit the device's memory."""
+    untimed ones (:func:`warm_up`), ``repeats`` samples interleaved over the token counts (each repeat visits
+    them in :func:`real.run.repeats.rotation` order). ``guard`` (:class:`real.run.contention.Guard`): the samples
+    taken in batches of about 2 s, a batch the guard's probe reads slow after taken again
+    (:func:`real.run.contention.guarded_batches`); its records are appended to ``records`` when given. Empty when
+    the model does not fit the device's memory."""
     from real.model.transformer import Transformer
 
     fits = [t for t in tokens if REST_CONTEXT + t <= spec.max_position]
@@ -75,11 +108,9 @@ def time_model_forwards(spec, device: torch.device, dtype: torch.dtype, tokens: 
 
     def warm_then_time(step) -> float:
         # the forward as a loop of its own runs it (the rows' protocol): the forward of another token count just
-        # before it leaves the caches to another working set (the draft's one-token forward took 0.54 ms timed
-        # right after the others, 0.41 ms in a loop of its own, 2026-11-26 17:25); a decode loop's re-warming after
-        # a verification is the host platform's to price (cache_rewarm)
-        for _ in range(WARM_CALLS):
-            step()
+        # before it leaves the caches to another working set; a decode loop's re-warming after a verification is
+        # the host platform's to price (cache_rewarm)
+        warm_up(step)
         return time_calls(step, calls)
 
     try:
@@ -91,10 +122,16 @@ def time_model_forwards(spec, device: torch.device, dtype: torch.dtype, tokens: 
             steps = [forward_step(model, cache, t) for t in fits]
             for step in steps:
                 step()   # allocations, kernel selection
-            runs = interleaved(len(steps), repeats, lambda i, *_: warm_then_time(steps[i]), tick=tick)
+            order = [i for rep in range(repeats) for i in rotation(len(steps), rep)]
+            samples, kept = guarded_batches(guard, order, lambda i: warm_then_time(steps[i]), tick=_ticks(tick))
     except torch.OutOfMemoryError:
         return []
-    return [(t, [r[0] for r in runs[i]]) for i, t in enumerate(fits)]
+    if records is not None:
+        records += kept
+    by_count: list[list[float]] = [[] for _ in fits]
+    for i, seconds in zip(order, samples):
+        by_count[i].append(seconds)
+    return [(t, by_count[i]) for i, t in enumerate(fits)]
 
 
 def bracketed_forwards(before, after) -> list[tuple[int, float]]:
@@ -125,3 +162,4 @@ def forward_rest_rows(device, forwards, graphs: bool) -> list[tuple]:
             rows.append(("forward_rest", forward_key(spec), tokens, 0, 0.0, max(seconds - priced, 0.0) * 1e6,
                          0.0 if graphs else math.nan))
     return rows
+

@@ -249,8 +249,8 @@ def link_timings(device: torch.device, settings: ProfileSettings) -> dict[str, d
 def profile_device(device_text: str, models, settings: ProfileSettings = ProfileSettings(), dtype: str | None = None,
                    progress: bool = True, guard=None) -> DeviceProfile:
     """Measure the operators of ``models`` (ModelSpecs) and the device's bandwidth, launch costs and links.
-    ``guard`` (:class:`real.run.contention.Guard`): the operator rows measured in batches of a few seconds,
-    each retaken while the guard's probe reads the cores slowed from outside
+    ``guard`` (:class:`real.run.contention.Guard`): the operator rows and the models' whole forwards measured
+    in batches of a few seconds, each retaken while the guard's probe reads the cores slowed from outside
     (:func:`real.run.contention.guarded_batches`)."""
     from tqdm.auto import tqdm
 
@@ -303,9 +303,12 @@ def profile_device(device_text: str, models, settings: ProfileSettings = Profile
     bar = tqdm(total=len(work) + forward_work, desc=f"profiling {device}", unit="op", disable=not progress,
                file=sys.stderr)
 
+    forward_records: list = []
+
     def forwards(spec):
         return time_model_forwards(spec, device, tdtype, settings.tokens, lambda fn, n: _wall_per_call(fn, device, n),
-                                   settings.calls, settings.repeats, tick=lambda: bar.update(1))
+                                   settings.calls, settings.repeats, tick=lambda: bar.update(1), guard=guard,
+                                   records=forward_records)
 
     def row(item) -> tuple | None:
         """One profile row (microseconds), None where the operator does not apply or does not fit."""
@@ -328,8 +331,8 @@ def profile_device(device_text: str, models, settings: ProfileSettings = Profile
     before = [forwards(spec) for spec in forward_models]
     rows, records = guarded_batches(guard, work, row, tick=bar.update)
     out.rows += [r for r in rows if r is not None]
-    out.contention = guard_summary(guard, records)
     after = [forwards(spec) for spec in forward_models]
+    out.contention = guard_summary(guard, records + forward_records)
     for spec, early, late in zip(forward_models, before, after):
         timed = bracketed_forwards(early, late)
         if timed:
@@ -479,11 +482,12 @@ def _physical_memory() -> int:
 
 
 def contention_note(summary: dict) -> str:
-    """What the contention guard did to the operator rows, as the profile's notes and summary say it."""
+    """What the contention guard did to the operator rows and the models' forwards, as the profile's notes and
+    summary say it."""
     from real.run.contention import guard_counts, guard_head
 
-    return (f"{guard_head(summary)}; the operator rows measured in batches of about 2 s, a batch per "
-            f"measurement: {guard_counts(summary)}")
+    return (f"{guard_head(summary)}; the operator rows and the models' whole forwards measured in batches of "
+            f"about 2 s, a batch per measurement: {guard_counts(summary)}")
 
 
 def summary_lines(prof: DeviceProfile, csv_path: Path, toml_path: Path) -> list[str]:

@@ -78,20 +78,9 @@ def warm_up(step: Callable[[], object], min_calls: int = WARM_CALLS, min_s: floa
     return done
 
 
-def _ticks(tick: Callable[[], None] | None) -> Callable[[int], None] | None:
-    """``tick`` once per sample of a kept batch of ``k``."""
-    if tick is None:
-        return None
-
-    def ticks(k: int) -> None:
-        for _ in range(k):
-            tick()
-    return ticks
-
-
 def time_model_forwards(spec, device: torch.device, dtype: torch.dtype, tokens: Sequence[int],
                         time_calls: Callable[[Callable[[], object], int], float], calls: int, repeats: int,
-                        tick: Callable[[], None] | None = None, guard=None,
+                        tick: Callable[[int], None] | None = None, guard=None,
                         records: list | None = None) -> list[tuple[int, list[float]]]:
     """(tokens, samples) of the eager forward of a random-weight ``spec`` model at each of ``tokens`` that fits
     its positions after :data:`REST_CONTEXT` cached tokens: ``time_calls(fn, calls)`` seconds per call after
@@ -99,7 +88,8 @@ def time_model_forwards(spec, device: torch.device, dtype: torch.dtype, tokens: 
     them in :func:`real.run.repeats.rotation` order). ``guard`` (:class:`real.run.contention.Guard`): the samples
     taken in batches of about 2 s, a batch the guard's probe reads slow after taken again
     (:func:`real.run.contention.guarded_batches`); its records are appended to ``records`` when given. Empty when
-    the model does not fit the device's memory."""
+    the model does not fit the device's memory. ``tick(k)`` after ``k`` samples kept (a progress bar's
+    ``update``)."""
     from real.model.transformer import Transformer
 
     fits = [t for t in tokens if REST_CONTEXT + t <= spec.max_position]
@@ -123,7 +113,7 @@ def time_model_forwards(spec, device: torch.device, dtype: torch.dtype, tokens: 
             for step in steps:
                 step()   # allocations, kernel selection
             order = [i for rep in range(repeats) for i in rotation(len(steps), rep)]
-            samples, kept = guarded_batches(guard, order, lambda i: warm_then_time(steps[i]), tick=_ticks(tick))
+            samples, kept = guarded_batches(guard, order, lambda i: warm_then_time(steps[i]), tick=tick)
     except torch.OutOfMemoryError:
         return []
     if records is not None:

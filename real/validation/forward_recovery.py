@@ -13,6 +13,7 @@ import time
 
 import torch
 
+from real.run.repeats import median
 from real.validation.forward_launch import REST_CONTEXT, WARM_CALLS, WARM_S, warm_up
 from real.validation.microbench import forward_step, prefilled_cache
 
@@ -77,8 +78,8 @@ def main(argv: list[str] | None = None) -> int:
           f"({args.threads} torch threads, {REST_CONTEXT} cached tokens)")
     for times in rounds:
         print("  " + " ".join(f"{t:.2f}" for t in times))
-    steady = sorted(t for times in rounds for t in times[len(times) // 2:])
-    print(f"  steady (median of the later half): {steady[len(steady) // 2]:.2f} ms; "
+    steady = median([t for times in rounds for t in times[len(times) // 2:]])
+    print(f"  steady (median of the later half): {steady:.2f} ms; "
           f"the warm-up before each timed sample: at least {WARM_CALLS} calls and {WARM_S * 1e3:.0f} ms")
     return 0
 

@@ -307,7 +307,7 @@ def profile_device(device_text: str, models, settings: ProfileSettings = Profile
 
     def forwards(spec):
         return time_model_forwards(spec, device, tdtype, settings.tokens, lambda fn, n: _wall_per_call(fn, device, n),
-                                   settings.calls, settings.repeats, tick=lambda: bar.update(1), guard=guard,
+                                   settings.calls, settings.repeats, tick=bar.update, guard=guard,
                                    records=forward_records)
 
     def row(item) -> tuple | None:

@@ -270,7 +270,38 @@ def test_cuda_profile_has_graph_and_eager_launch_costs(tmp_path):
                                graph_copies=4)
     prof = profile_device("cuda:0", [SPEC], settings, progress=False)
     assert {"eager", "graph"} <= set(prof.launch_us) and prof.links
-    assert all(not math.isnan(r[6]) for r in prof.rows)
+    assert all(r[6] == 0.0 for r in prof.rows) and prof.graph_replay_us > 0
+
+
+class _FakeCuda:
+    type = "cuda"
+
+
+def test_on_cuda_a_call_inside_a_graph_adds_nothing_and_the_replay_is_kept_apart(monkeypatch):
+    """Kernel time per copy inside a graph of copies (the gap to the next kernel in it); the replay of a one-call
+    graph beyond that is the graph's own cost, once per replay, not a launch per operator."""
+    from real.validation import profile_device as pd
+
+    monkeypatch.setattr(pd, "_sync", lambda device: None)
+    monkeypatch.setattr(pd, "_wall_per_call", lambda fn, device, calls: 30e-6)      # an eager call: 30 us
+    monkeypatch.setattr(pd, "_graph_per_call", lambda fn, device, copies: (4e-6, 19e-6))
+    timing = pd.time_op(lambda: None, _FakeCuda(), pd.ProfileSettings())()
+    assert timing == pd.OpTiming(kernel_s=4e-6, eager_launch_s=pytest.approx(26e-6), graph_launch_s=0.0,
+                                 replay_s=pytest.approx(15e-6))
+    med = pd._median_timing([timing, pd.OpTiming(6e-6, 20e-6, 0.0, 13e-6), pd.OpTiming(5e-6, 24e-6, 0.0, 14e-6)])
+    assert (med.kernel_s, med.eager_launch_s, med.graph_launch_s, med.replay_s) == (5e-6, 24e-6, 0.0, 14e-6)
+
+
+def test_a_profile_in_another_dtype_prices_its_forwards_in_that_dtype(tmp_path):
+    """A bf16 profile's device has only a bf16 peak: its forward_rest rows and launch are priced in bf16."""
+    from hwmodels.profile import read_profile
+    from real.validation.profile_device import ProfileSettings, profile_device, write_device_profile
+
+    settings = ProfileSettings(tokens=(1, 2), attention_q=(1, 2), attention_keys=(64,), repeats=1, calls=2)
+    prof = profile_device("cpu", [SPEC], settings, dtype="bf16", progress=False)
+    csv_path, toml_path = write_device_profile(prof, tmp_path / "bf16", "test")
+    profile = read_profile(csv_path)
+    assert profile.dtype == "bf16" and ("forward_rest", "L1H64I128h4kv2d16V256") in profile.tables
 
 
 def test_the_recovery_trace_prints_each_call_and_refuses_bad_input(capsys):

@@ -30,9 +30,11 @@ operator's call once, each fallback operator's kernels). That rest is Python mod
 handling around the calls, several times the dispatch of a bare one-element add (both are reported).
 
 Kernel time is kept apart from launch cost. On CUDA a row's ``kernel_us`` is the time of the
-operator repeated inside one CUDA graph divided by the repeats (no launch gaps), its
-``eager_launch_us`` what one eager call takes beyond that, and its ``graph_launch_us`` what one
-replayed call adds. On a CPU there are no graphs: ``kernel_us`` is a call's time less torch's
+operator repeated inside one CUDA graph divided by the repeats (no host launches; the device's gap
+from one kernel to the next is in it, as in a captured forward), its ``eager_launch_us`` what one
+eager call takes beyond that, and its ``graph_launch_us`` 0: inside a replayed graph a call adds
+nothing to that. What one replay of a graph costs beyond its kernels (once per replayed forward, not per
+operator) is measured too and written into the profile's notes; the step graph does not price it. On a CPU there are no graphs: ``kernel_us`` is a call's time less torch's
 dispatch cost, ``eager_launch_us`` that dispatch cost, and the device runs in ``eager`` mode.
 Every number is a median of interleaved repeats (:func:`real.run.repeats.interleaved`).
 """
@@ -96,6 +98,9 @@ class OpTiming:
     kernel_s: float
     eager_launch_s: float
     graph_launch_s: float = math.nan
+    #: CUDA: one replay of a graph holding only this call, beyond the call's time inside a graph (the
+    #: replay's own cost, once per graph)
+    replay_s: float = math.nan
 
 
 @dataclass
@@ -111,6 +116,10 @@ class DeviceProfile:
     gemv_gbps: float = 0.0
     gemm_tflops: float = 0.0
     links: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: CUDA: copies of an operator inside the graph its kernel time is taken from, and what one replay of a graph
+    #: costs beyond its kernels (once per replayed forward; not priced by the step graph)
+    graph_copies: int = 0
+    graph_replay_us: float = math.nan
     seconds: float = 0.0
     #: (model, seconds): the real path's forward of a model whose compute is negligible, timed whole
     #: (:func:`forward_probe_s`); None where not measured (CUDA)
@@ -201,14 +210,17 @@ def time_op(fn: Callable[[], object], device: torch.device, settings: ProfileSet
         if device.type != "cuda":
             return OpTiming(kernel_s=max(eager - dispatch_s, 0.0), eager_launch_s=min(dispatch_s, eager))
         kernel, one = _graph_per_call(fn, device, settings.graph_copies)
-        return OpTiming(kernel_s=kernel, eager_launch_s=max(eager - kernel, 0.0), graph_launch_s=max(one - kernel, 0.0))
+        return OpTiming(kernel_s=kernel, eager_launch_s=max(eager - kernel, 0.0), graph_launch_s=0.0,
+                        replay_s=max(one - kernel, 0.0))
 
     return sample
 
 
 def _median_timing(samples: Sequence[OpTiming]) -> OpTiming:
+    graphs = device_has_graphs(samples)
     return OpTiming(kernel_s=median(s.kernel_s for s in samples), eager_launch_s=median(s.eager_launch_s for s in samples),
-                    graph_launch_s=median(s.graph_launch_s for s in samples) if device_has_graphs(samples) else math.nan)
+                    graph_launch_s=median(s.graph_launch_s for s in samples) if graphs else math.nan,
+                    replay_s=median(s.replay_s for s in samples) if graphs else math.nan)
 
 
 def device_has_graphs(samples: Sequence[OpTiming]) -> bool:
@@ -273,8 +285,14 @@ def profile_device(device_text: str, models, settings: ProfileSettings = Profile
     dispatch = median(s.kernel_s + s.eager_launch_s for s in launch_samples)
     out.launch_us["eager"] = dispatch * 1e6
     if device.type == "cuda":
-        out.launch_us["graph"] = median(s.graph_launch_s + s.kernel_s for s in launch_samples) * 1e6
+        # an operator inside a replayed graph costs its kernel and the gap to the next: the add's time per copy
+        out.launch_us["graph"] = median(s.kernel_s for s in launch_samples) * 1e6
+        out.graph_replay_us = median(s.replay_s for s in launch_samples) * 1e6
+        out.graph_copies = settings.graph_copies
 
+    # every model in the dtype the rows are timed in: the forwards' ``forward_rest`` rows are what the profile's
+    # pricing of them in that dtype leaves
+    models = [spec.with_dtype(dtype) for spec in models]
     forward_models = [spec for spec in models if spec.arch == "llama"]
     probe = None
     if device.type == "cpu":       # the forward that prices a launch inside the real model (eager_launch_in_forward)
@@ -393,11 +411,14 @@ def write_device_profile(prof: DeviceProfile, out: str | Path, command: str) -> 
                                         f"kernel launch), median of interleaved repeats; {by}"}
     if "graph" in prof.launch_us:
         header["launch_us.graph"] = f"{prof.launch_us['graph']:.3f}"
-        header["launch_us.graph.source"] = f"one-element add replayed from a captured CUDA graph; {by}"
+        header["launch_us.graph.source"] = (f"one-element add inside a captured CUDA graph of {prof.graph_copies} copies of "
+                                            f"it, per copy (its kernel and the gap to the next); {by}")
     rows = [r if mode == "graph" else (*r[:6], math.nan) for r in prof.rows]
     notes = (f"copy bandwidth {prof.copy_gbps:.1f} GB/s, best one-token linear {prof.gemv_gbps:.1f} GB/s, best linear "
              f"{prof.gemm_tflops:.3f} TFLOP/s",) + tuple(
         f"link {k}: {v['latency_us']:.1f} us, {v['bw_gbps']:.1f} GB/s" for k, v in prof.links.items())
+    if mode == "graph":
+        notes += (replay_note(prof),)
     if prof.contention:
         notes += (contention_note(prof.contention),)
     device = _written_device(prof, csv_path, header, rows, notes, mode, by)
@@ -405,8 +426,10 @@ def write_device_profile(prof: DeviceProfile, out: str | Path, command: str) -> 
         from real.validation.forward_launch import eager_launch_in_forward
 
         bare_s = prof.launch_us["eager"] * 1e-6
-        launch_s, kernels_s, launches = eager_launch_in_forward(device, prof.forward, floor_s=bare_s)
         model, seconds = prof.forward
+        # priced in the profile's dtype (the device's only one): the probe runs fp32, but its compute is negligible
+        launch_s, kernels_s, launches = eager_launch_in_forward(device, (model.with_dtype(prof.dtype), seconds),
+                                                                floor_s=bare_s)
         floored = (" (less than a bare dispatch: the kernels were timed at a faster moment than the forward; "
                    "the bare dispatch is kept)" if (seconds - kernels_s) / launches < bare_s else "")
         header["launch_us.eager"] = f"{launch_s * 1e6:.3f}"
@@ -481,6 +504,12 @@ def _physical_memory() -> int:
     return physical_memory_bytes()
 
 
+def replay_note(prof: DeviceProfile) -> str:
+    """What one replay of a CUDA graph costs beyond its kernels, as the profile's notes and summary say it."""
+    return (f"graph replay: one replay of a graph holding a one-element add took {prof.graph_replay_us:.1f} us beyond "
+            "the add's time inside a graph; a replayed forward pays it once, and the step graph does not price it")
+
+
 def contention_note(summary: dict) -> str:
     """What the contention guard did to the operator rows and the models' forwards, as the profile's notes and
     summary say it."""
@@ -493,7 +522,8 @@ def contention_note(summary: dict) -> str:
 def summary_lines(prof: DeviceProfile, csv_path: Path, toml_path: Path) -> list[str]:
     lines = [f"{prof.name} ({prof.device}), {prof.dtype}: {len(prof.rows)} operator rows in {prof.seconds:.0f} s",
              f"  launch: eager {prof.launch_us['eager']:.2f} us"
-             + (f", graph {prof.launch_us['graph']:.2f} us" if "graph" in prof.launch_us else " (no graphs on this device)")
+             + (f", graph {prof.launch_us['graph']:.2f} us per operator inside a graph (a replay "
+                f"{prof.graph_replay_us:.1f} us)" if "graph" in prof.launch_us else " (no graphs on this device)")
              + ("" if prof.forward_launch_us is None else
                 f"; inside the real forward {prof.forward_launch_us:.2f} us per launch (what the rows carry)"),
              f"  copy {prof.copy_gbps:.1f} GB/s, best one-token linear {prof.gemv_gbps:.1f} GB/s, "

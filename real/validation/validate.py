@@ -207,6 +207,20 @@ def _random_weight(settings: Settings, platform, device: str, threads: int, prog
     return rows
 
 
+def draft_in_dtype(config_path: str, dtype: str, out: Path) -> str:
+    """``config_path`` (the draft's config.json) as a config of the same model in ``dtype``, written into ``out``
+    (the strategies take a draft model by path and price it in its config's dtype); the path itself where the
+    dtype is already that one."""
+    from sim.model_spec import get_model
+
+    spec = get_model(config_path)
+    if spec.dtype == dtype:
+        return config_path
+    path = out / f"draft-config-{dtype}.json"
+    path.write_text(json.dumps(spec.with_dtype(dtype).to_hf_config(), indent=1) + "\n")
+    return str(path)
+
+
 def validate(out: str | Path | None = None, preset: str | None = None, quick: bool = False, device: str | None = "cpu",
              platform: str = "host", progress: bool = True, command: str = "hetspec validate",
              settings: Settings | None = None, grid=None, hetero: bool = False, hetero_settings=None,
@@ -275,7 +289,10 @@ def validate(out: str | Path | None = None, preset: str | None = None, quick: bo
 
     banner(f"[4/6] predictions for {len(grid)} configurations ({host.name}:{device})", progress)
     trees = {p: medusa_tree(p.value, profile.medusa_accuracy) for p in grid if p.method == "medusa"}
-    ctx = PredictionContext(target=models.target.spec, draft_config=str(Path(models.folder) / "draft" / "config.json"),
+    target_spec, draft_config = models.target.spec, str(Path(models.folder) / "draft" / "config.json")
+    if placement is not None:     # on the GPU both models run, and are priced, in the run's dtype
+        target_spec, draft_config = target_spec.with_dtype(placement.dtype), draft_in_dtype(draft_config, placement.dtype, out)
+    ctx = PredictionContext(target=target_spec, draft_config=draft_config,
                             medusa_heads=models.heads.n_heads, platform=host, device=device,
                             context=settings.prompt_tokens + settings.max_new_tokens // 2, profile=profile)
     preds = [predict_point(p, ctx, trees.get(p)) for p in grid]

@@ -227,3 +227,19 @@ def test_the_validation_reprobes_the_link_before_its_streaming_section(monkeypat
     assert plat.storage_link("cpu").bw_gbps == 1.5                     # the calibration's platform untouched
     monkeypatch.setattr(storage_mod, "storage_probe", lambda: None)     # no page-cache drop on this OS
     assert reprobed_platform(plat, "cpu0", "cpu0", 7) is None
+
+
+def test_the_rewarm_trace_gives_each_pass_its_share_of_the_gap_and_refuses_bad_input(capsys):
+    from real.validation.rewarm_trace import gap_shares, main, rewarm_series
+
+    assert gap_shares([1.2, 0.8, 0.5, 0.4], warm=0.4) == pytest.approx([0.5, 0.125, 0.0])
+    calls = []
+    series = rewarm_series(lambda: calls.append("evict"), lambda: calls.append("pass"), rounds=2, passes=3)
+    assert len(series) == 3 and calls == ["evict", "pass", "pass", "pass"] * 2
+    for bad in (["--tokens", "x"], ["--tokens", "0"], ["--passes", "1"], ["--tokens", "100000"], ["--preset", "huge"]):
+        assert main(bad) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and err.count("\n") == 1
+    assert main(["--preset", "tiny", "--tokens", "1,4", "--passes", "2", "--rounds", "1", "--threads", "1"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("tiny-draft") and [line.split()[0] for line in out[1:]] == ["1-token", "4-token"]

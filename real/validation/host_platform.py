@@ -108,7 +108,8 @@ def _device(name: str, w: WorkerMeasurement, cal: Calibration, description: str)
         probe = w.streaming
         rewarm_source = (f"measured {by}: a draft-sized random model (10 MB of weights) takes "
                          f"{probe.draft_warm_s * 1e3:.3f} ms per pass in a loop of its own, "
-                         f"{probe.draft_cold_s * 1e3:.3f} ms for its first pass after a step of the streaming probe "
+                         f"{probe.draft_cold_s * 1e3:.3f} ms for its first pass after a {probe.masked_tokens}-token step "
+                         f"of the streaming probe "
                          f"({probe.spec.weight_bytes() / 1e6:.0f} MB) and {probe.draft_later_s * 1e3:.3f} ms on average for "
                          f"the next ones: it recovers {probe.rewarm:.2f} of the cold-to-warm gap ({thr}, median of "
                          f"{s.overhead_repeats}) {on}")
@@ -120,8 +121,9 @@ def _device(name: str, w: WorkerMeasurement, cal: Calibration, description: str)
             passes = ", ".join(f"{t * 1e3:.3f}" for t in probe.draft_pass_s)
             gaps = ", ".join(f"{g:.2f}" for g in probe.rewarm_gaps)
             device = replace(device, cache_rewarm_keep=round(keep, 4), sources={**device.sources, "cache_rewarm_keep": (
-                f"measured {by}: the same draft-sized model's {len(probe.draft_pass_s)} passes after a step of the "
-                f"streaming probe take {passes} ms (warm {probe.draft_warm_s * 1e3:.3f} ms): shares {gaps} of the "
+                f"measured {by}: the same draft-sized model's {len(probe.draft_pass_s)} passes after a "
+                f"{probe.masked_tokens}-token step of the streaming probe (a verification) take {passes} ms (warm "
+                f"{probe.draft_warm_s * 1e3:.3f} ms): shares {gaps} of the "
                 f"cold-to-warm gap, fitted as {keep:.3f} ** j for pass j = 1, 2, ... (least squares; {thr}, median of "
                 f"{s.overhead_repeats}) {on}")})
         if probe.draft_gemm_s > 0 and probe.draft_spec is not None:

@@ -169,16 +169,21 @@ def streaming_probe(threads: int, repeats: int, warmup: int, llc_bytes: int) -> 
     with torch_threads(threads), torch.inference_mode():
         # interleaved: a forward and its GEMMs alone see the same state of the machine
         step1, weights = _probe_step(model, False), forward_weights(model)
-        med = interleaved_medians({"step1": step1, "stepq": _probe_step(model, True, STREAM_MASKED_TOKENS),
+        stepq = _probe_step(model, True, STREAM_MASKED_TOKENS)
+        med = interleaved_medians({"step1": step1, "stepq": stepq,
                                    "gemm1": gemm_pass(weights, 1), "gemmq": gemm_pass(weights, STREAM_MASKED_TOKENS)},
                                   repeats, warmup)
-        # the draft pass in a loop of its own, then re-warming: a round = one probe step (evicts the draft),
-        # then the draft's passes one by one
+        # the draft pass in a loop of its own, then re-warming: a round = one masked probe step of
+        # STREAM_MASKED_TOKENS tokens (a verification: evicts the draft), then the draft's passes one by one.
+        # What precedes the passes matters beyond the bytes it streams: on the 2-core EPYC of docs/validation.md
+        # (python -m real.validation.rewarm_trace --rounds 15, 2026-11-27 02:39) the small demo draft's second to
+        # fourth passes still paid 0.68-0.74, 0.51-0.64, 0.42-0.54 of its cold-to-warm gap after a one-token step
+        # of the small target, 0.63-0.65, 0.24-0.33, 0.06-0.18 after a four-token one
         draft_pass = _probe_step(draft, False)
         warm = interleaved_medians({"pass": draft_pass, "gemm": gemm_pass(forward_weights(draft), 1)}, repeats, 5)
         rounds: list[list[float]] = [[] for _ in range(REWARM_PASSES)]
         for _ in range(repeats):
-            step1()
+            stepq()
             for j in range(REWARM_PASSES):
                 t = time.perf_counter()
                 draft_pass()

@@ -60,3 +60,9 @@ def test_the_profiled_platform_is_found_by_itself(fake_cuda, monkeypatch):
                                            r"hetspec calibrate --device cuda:0"):
         validation_target("host", "cuda:0")
     assert gpu_target.is_cuda_name("cuda") and not gpu_target.is_cuda_name("cpu0")
+
+
+def test_a_gpu_decodes_in_the_dtype_its_profile_was_measured_in_unless_asked(fake_cuda):
+    assert validation_target(str(GPU_PLATFORM), "cuda:0").placement.dtype == "fp16"      # the profile's dtype
+    assert validation_target(str(GPU_PLATFORM), "cuda:0", dtype="bf16").placement.dtype == "bf16"
+    assert validation_target("a100-80gb-pcie", "cuda:0").placement.dtype == "fp32"       # a roofline GPU

@@ -129,7 +129,8 @@ def add_device_flags(p) -> None:
                         "on a machine shared with other jobs), or a GPU cuda / cuda:N priced on the platform "
                         "`hetspec calibrate --device cuda:N` writes (default cuda:0 where CUDA exists, else cpu)")
     p.add_argument("--dtype", default=None, choices=("fp32", "fp16", "bf16"),
-                   help="with a CUDA --device: weights and activations (default fp32)")
+                   help="with a CUDA --device: weights and activations (default: the dtype of the GPU's operator "
+                        "profile, else fp32)")
     p.add_argument("--graphs", default="auto", choices=("auto", "on", "off"),
                    help="with a CUDA --device: replay the steps as CUDA graphs (auto: on)")
 

@@ -4,8 +4,9 @@ Two kinds of name, one flag:
 
 - ``cpu`` (all threads) or ``cpuN`` (one pinned single-thread worker): a device of the calibrated
   ``host`` platform, the grid decoded on the CPU as before;
-- ``cuda`` / ``cuda:N``: the grid decoded on that GPU (:mod:`real.model.placement`: fp32 unless
-  ``--dtype``, CUDA graphs unless ``--graphs off``), predicted on the platform's device for it
+- ``cuda`` / ``cuda:N``: the grid decoded on that GPU (:mod:`real.model.placement`: ``--dtype``, else the
+  dtype of the GPU's operator profile, else fp32; CUDA graphs unless ``--graphs off``), predicted on the
+  platform's device for it
   (named ``cuda:N``, ``cuda`` or ``gpu``). The calibrated ``host`` describes only the CPU, so for a
   GPU the platform is the one ``hetspec calibrate --device cuda:N`` writes (``profiled-cudaN`` in
   the user platform folder), found by itself when ``--platform`` is left at ``host``.
@@ -90,8 +91,18 @@ def validation_target(platform: str, device: str | None, dtype: str | None = Non
         raise HetSpecError(f"--device {name}: platform {platform} has no device for it ({name}, cuda or gpu); "
                            f"profile the GPU with `hetspec calibrate --device {name}` (writes "
                            f"{profiled_platform_name(name)}) or pass --platform FILE")
+    if dtype is None:    # the dtype the GPU's operator profile was measured in (what the predictions can price)
+        measured = profile_dtype(host.device(found))
+        if measured is not None and measured != placement.dtype:
+            placement = check_placement(device, measured, graphs)
     cpu = host.devices.get("cpu")
     return ValidationTarget(host, found, placement, cpu)
+
+
+def profile_dtype(dev) -> str | None:
+    """The dtype of ``dev``'s measured operator profile, or None for a roofline device."""
+    timing = dev.timing
+    return timing.profile.dtype if timing is not None and timing.profiled else None
 
 
 def _host_or_none():

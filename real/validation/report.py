@@ -146,7 +146,8 @@ def markdown(doc: dict) -> str:
         f"torch thread(s); file `{plat['path']}`.",
         f"- Demo preset `{doc['preset']}` ({doc['preset_reason']}): target {target['n_layers']} layers x "
         f"{target['hidden']} hidden, vocab {target['vocab']}; draft {draft['n_layers']} x {draft['hidden']}; "
-        f"{doc['models']['medusa_heads']} Medusa heads. fp32.",
+        f"{doc['models']['medusa_heads']} Medusa heads; "
+        + (f"decoded on {plat['placement']}." if plat.get("placement") else "fp32 on the CPU."),
         f"- Acceptance profile measured on {st['calibration_prompts']} **calibration** prompts "
         f"({doc['acceptance'].get('positions')} positions); real runs on {st['eval_prompts']} held-out "
         f"**evaluation** prompts of {st['prompt_tokens']} tokens, {st['max_new_tokens']} new tokens each, greedy, "

@@ -60,6 +60,11 @@ from real.validation.profile_ops import (  # noqa: F401  (op_callable, weight_ri
     profile_keys,
     weight_ring,
 )
+from real.validation.profile_summary import (  # noqa: F401  (summary_lines: this module's public name)
+    contention_note,
+    replay_note,
+    summary_lines,
+)
 
 #: Token counts of the linear and elementwise rows: every count to 16 (where speculative decoding verifies;
 #: a CPU's GEMM time is not linear between 4 and 8 rows there, e.g. 384x1024 streamed from memory took
@@ -503,53 +508,6 @@ def _physical_memory() -> int:
     from real.validation.host_facts import physical_memory_bytes
 
     return physical_memory_bytes()
-
-
-def replay_note(prof: DeviceProfile) -> str:
-    """What one replay of a CUDA graph costs beyond its kernels, as the profile's notes and summary say it."""
-    return (f"graph replay: one replay of a graph holding a one-element add took {prof.graph_replay_us:.1f} us beyond "
-            "the add's time inside a graph; a replayed forward pays it once, and the step graph does not price it")
-
-
-def contention_note(summary: dict) -> str:
-    """What the contention guard did to the operator rows and the models' forwards, as the profile's notes and
-    summary say it."""
-    from real.run.contention import guard_counts, guard_head
-
-    return (f"{guard_head(summary)}; the operator rows and the models' whole forwards measured in batches of "
-            f"about 2 s, a batch per measurement: {guard_counts(summary)}")
-
-
-def summary_lines(prof: DeviceProfile, csv_path: Path, toml_path: Path) -> list[str]:
-    lines = [f"{prof.name} ({prof.device}), {prof.dtype}: {len(prof.rows)} operator rows in {prof.seconds:.0f} s",
-             f"  launch: eager {prof.launch_us['eager']:.2f} us"
-             + (f", graph {prof.launch_us['graph']:.2f} us per operator inside a graph (a replay "
-                f"{prof.graph_replay_us:.1f} us)" if "graph" in prof.launch_us else " (no graphs on this device)")
-             + ("" if prof.forward_launch_us is None else
-                f"; inside the real forward {prof.forward_launch_us:.2f} us per launch (what the rows carry)"),
-             f"  copy {prof.copy_gbps:.1f} GB/s, best one-token linear {prof.gemv_gbps:.1f} GB/s, "
-             f"best linear {prof.gemm_tflops * 1e3:.1f} GFLOP/s"]
-    lines += [f"  {k}: {v['latency_us']:.1f} us, {v['bw_gbps']:.1f} GB/s" for k, v in prof.links.items()]
-    lines += forward_rest_lines(csv_path)
-    lines += [f"  {contention_note(prof.contention)}"] if prof.contention else []
-    lines += [f"wrote {csv_path} and {toml_path}"]
-    return lines
-
-
-def forward_rest_lines(csv_path: Path) -> list[str]:
-    """One line per model with ``forward_rest`` rows in the written profile: what its eager forward took beyond its
-    operators' rows, at a few token counts."""
-    from hwmodels.profile import read_profile
-
-    lines = []
-    for (table, shape), tab in sorted(read_profile(csv_path).tables.items()):
-        if table != "forward_rest":
-            continue
-        _, tokens, _, eager, _ = tab.lines[0]
-        shown = [i for i, t in enumerate(tokens) if t in (1, 2, 4, 8, 16, 64, 256)] or [0, len(tokens) - 1]
-        lines.append(f"  eager forward of {shape} beyond its rows: "
-                     + ", ".join(f"{eager[i]:.0f} us at {tokens[i]}" for i in shown) + " tokens")
-    return lines
 
 
 def default_models(device_text: str) -> list[str]:

@@ -66,3 +66,19 @@ def test_a_gpu_decodes_in_the_dtype_its_profile_was_measured_in_unless_asked(fak
     assert validation_target(str(GPU_PLATFORM), "cuda:0").placement.dtype == "fp16"      # the profile's dtype
     assert validation_target(str(GPU_PLATFORM), "cuda:0", dtype="bf16").placement.dtype == "bf16"
     assert validation_target("a100-80gb-pcie", "cuda:0").placement.dtype == "fp32"       # a roofline GPU
+
+
+def test_a_gpu_run_prices_the_draft_in_the_runs_dtype(tmp_path):
+    import json
+
+    from real.validation.validate import draft_in_dtype
+    from sim.model_spec import get_model
+
+    config = tmp_path / "config.json"
+    spec = get_model("llama-68m").with_dtype("fp32")
+    config.write_text(json.dumps(spec.to_hf_config()))
+    assert get_model(str(config)).dtype == "fp32"
+    fp16 = draft_in_dtype(str(config), "fp16", tmp_path)
+    assert fp16 != str(config) and get_model(fp16).dtype == "fp16"
+    assert get_model(fp16).params == get_model(str(config)).params        # the same model, another dtype
+    assert draft_in_dtype(str(config), get_model(str(config)).dtype, tmp_path) == str(config)

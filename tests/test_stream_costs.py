@@ -230,7 +230,8 @@ def test_the_validation_reprobes_the_link_before_its_streaming_section(monkeypat
 
 
 def test_the_rewarm_trace_gives_each_pass_its_share_of_the_gap_and_refuses_bad_input(capsys):
-    from real.validation.rewarm_trace import gap_shares, main, rewarm_series
+    from real.validation.rewarm_trace import gap_shares, main
+    from real.validation.stream_step_probe import rewarm_series
 
     assert gap_shares([1.2, 0.8, 0.5, 0.4], warm=0.4) == pytest.approx([0.5, 0.125, 0.0])
     calls = []

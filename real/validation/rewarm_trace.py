@@ -12,7 +12,6 @@ verification is: what comes before the passes changes how fast they recover, not
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 from dataclasses import replace
@@ -20,18 +19,7 @@ from dataclasses import replace
 import torch
 
 from real.validation.microbench import PROBE_CONTEXT, _probe_step, torch_threads
-
-
-def rewarm_series(evict, draft_pass, rounds: int, passes: int) -> list[float]:
-    """Median seconds of each of ``passes`` draft passes right after ``evict()``, over ``rounds`` rounds."""
-    times: list[list[float]] = [[] for _ in range(passes)]
-    for _ in range(rounds):
-        evict()
-        for j in range(passes):
-            t = time.perf_counter()
-            draft_pass()
-            times[j].append(time.perf_counter() - t)
-    return [statistics.median(t) for t in times]
+from real.validation.stream_step_probe import rewarm_series
 
 
 def gap_shares(series: list[float], warm: float) -> list[float]:

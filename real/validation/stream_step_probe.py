@@ -157,6 +157,20 @@ def streaming_spec(llc_bytes: int):
                      n_kv_heads=STREAM_HEADS[1], vocab=STREAM_VOCAB, dtype="fp32", max_position=4 * PROBE_CONTEXT)
 
 
+def rewarm_series(evict: Callable[[], object], draft_pass: Callable[[], object], rounds: int,
+                  passes: int) -> list[float]:
+    """Median seconds of each of ``passes`` draft passes timed one by one right after ``evict()``, over ``rounds``
+    rounds (a round: ``evict()``, then the passes)."""
+    times: list[list[float]] = [[] for _ in range(passes)]
+    for _ in range(rounds):
+        evict()
+        for j in range(passes):
+            t = time.perf_counter()
+            draft_pass()
+            times[j].append(time.perf_counter() - t)
+    return [statistics.median(t) for t in times]
+
+
 def streaming_probe(threads: int, repeats: int, warmup: int, llc_bytes: int) -> StreamingProbe:
     """Time one and two-token steps of a decoder several times larger than the last-level cache."""
     from real.model.random_models import random_transformer
@@ -181,16 +195,8 @@ def streaming_probe(threads: int, repeats: int, warmup: int, llc_bytes: int) -> 
         # of the small target, 0.63-0.65, 0.24-0.33, 0.06-0.18 after a four-token one
         draft_pass = _probe_step(draft, False)
         warm = interleaved_medians({"pass": draft_pass, "gemm": gemm_pass(forward_weights(draft), 1)}, repeats, 5)
-        rounds: list[list[float]] = [[] for _ in range(REWARM_PASSES)]
-        for _ in range(repeats):
-            stepq()
-            for j in range(REWARM_PASSES):
-                t = time.perf_counter()
-                draft_pass()
-                rounds[j].append(time.perf_counter() - t)
-    later = statistics.mean(statistics.median(r) for r in rounds[1:])
+        passes = rewarm_series(stepq, draft_pass, repeats, REWARM_PASSES)
     return StreamingProbe(spec, med["step1"], med["stepq"], PROBE_CONTEXT, STREAM_MASKED_TOKENS,
                           gemm_unmasked_s=med["gemm1"], gemm_masked_s=med["gemmq"],
-                          draft_cold_s=statistics.median(rounds[0]), draft_later_s=later,
-                          draft_pass_s=tuple(statistics.median(r) for r in rounds),
+                          draft_cold_s=passes[0], draft_later_s=statistics.mean(passes[1:]), draft_pass_s=tuple(passes),
                           draft_warm_s=warm["pass"], draft_gemm_s=warm["gemm"], draft_spec=draft.spec)

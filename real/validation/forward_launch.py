@@ -152,4 +152,3 @@ def forward_rest_rows(device, forwards, graphs: bool) -> list[tuple]:
             rows.append(("forward_rest", forward_key(spec), tokens, 0, 0.0, max(seconds - priced, 0.0) * 1e6,
                          0.0 if graphs else math.nan))
     return rows
-

@@ -67,10 +67,7 @@ class StreamingProbe:
     @property
     def rewarm_gaps(self) -> tuple[float, ...]:
         """Per pass after the probe step (the first is 1 by definition): its share of the cold-to-warm gap."""
-        gap = self.draft_cold_s - self.draft_warm_s
-        if gap <= 0 or not self.draft_pass_s:
-            return ()
-        return tuple(min(max((t - self.draft_warm_s) / gap, 0.0), 1.0) for t in self.draft_pass_s)
+        return gap_shares(self.draft_pass_s, self.draft_warm_s)
 
     @property
     def rewarm_keep(self) -> float | None:
@@ -78,6 +75,15 @@ class StreamingProbe:
         without the per-pass timings."""
         gaps = self.rewarm_gaps
         return fit_rewarm_keep(gaps[1:]) if len(gaps) > 1 else None
+
+
+def gap_shares(passes, warm: float) -> tuple[float, ...]:
+    """Each of ``passes`` (seconds, the first right after an eviction) as its share of the first pass's gap to
+    ``warm``, within [0, 1] (the first: 1); empty when the first pass is not slower than ``warm``."""
+    gap = passes[0] - warm if len(passes) else 0.0
+    if gap <= 0:
+        return ()
+    return tuple(min(max((t - warm) / gap, 0.0), 1.0) for t in passes)
 
 
 def fit_rewarm_keep(gaps) -> float:

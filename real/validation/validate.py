@@ -291,7 +291,8 @@ def validate(out: str | Path | None = None, preset: str | None = None, quick: bo
     trees = {p: medusa_tree(p.value, profile.medusa_accuracy) for p in grid if p.method == "medusa"}
     target_spec, draft_config = models.target.spec, str(Path(models.folder) / "draft" / "config.json")
     if placement is not None:     # on the GPU both models run, and are priced, in the run's dtype
-        target_spec, draft_config = target_spec.with_dtype(placement.dtype), draft_in_dtype(draft_config, placement.dtype, out)
+        target_spec = target_spec.with_dtype(placement.dtype)
+        draft_config = draft_in_dtype(draft_config, placement.dtype, out)
     ctx = PredictionContext(target=target_spec, draft_config=draft_config,
                             medusa_heads=models.heads.n_heads, platform=host, device=device,
                             context=settings.prompt_tokens + settings.max_new_tokens // 2, profile=profile)

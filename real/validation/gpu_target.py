@@ -92,9 +92,7 @@ def validation_target(platform: str, device: str | None, dtype: str | None = Non
                            f"profile the GPU with `hetspec calibrate --device {name}` (writes "
                            f"{profiled_platform_name(name)}) or pass --platform FILE")
     if dtype is None:    # the dtype the GPU's operator profile was measured in (what the predictions can price)
-        measured = profile_dtype(host.device(found))
-        if measured is not None and measured != placement.dtype:
-            placement = check_placement(device, measured, graphs)
+        placement = check_placement(device, profile_dtype(host.device(found)), graphs)
     cpu = host.devices.get("cpu")
     return ValidationTarget(host, found, placement, cpu)
 

@@ -105,6 +105,20 @@ def test_replayed_acceptance_length_matches_a_real_medusa_run(demo, profile):
         assert run.mean_accepted_per_step == pytest.approx(profile.acceptance_length[width], abs=1e-9)
 
 
+@pytest.mark.parametrize("gamma", [3, 6])
+def test_replayed_chain_rounds_match_a_real_chain_run(demo, profile, gamma):
+    """The chain tables replay greedy chain decoding, its last rounds of each generation included: a real
+    run on the same calibration prompts takes the rounds, makes the draft passes and emits the tokens
+    per step the profile says."""
+    calibration = corpus_prompts(demo.tokenizer, "calibration", 4, PROMPT_TOKENS, seed=0)
+    run = run_prompts(demo, "chain", ChainConfig(draft_depth=gamma), calibration, NEW_TOKENS, warmup=False)
+    kinds = profile.meta["chain_rounds"][str(gamma)]
+    assert run.mean_accepted_per_step == pytest.approx(profile.chain_acceptance_length[gamma], abs=1e-9)
+    assert sum(r.draft_passes for r in run.results) / run.steps == pytest.approx(sum(k * w for k, w in kinds),
+                                                                                abs=1e-5)
+    assert kinds[-1][0] == gamma and kinds[0][0] < gamma         # the last rounds of a generation draft fewer
+
+
 @pytest.mark.parametrize("cap", [3, 6])
 def test_replayed_fallback_matches_a_real_draft_tree_run(demo, profile, cap):
     """The fallback table replays LLMCad's stop rule on the draft's own confidences: a real draft-tree run
@@ -152,6 +166,8 @@ def test_profile_acceptance_cli_writes_a_loadable_profile(demo, tmp_path):
     depth = DraftTreeConfig().draft_depth
     assert sorted(profile.meta["draft_tree_rounds"]) == [f"4x{depth}", f"6x{depth}"]
     assert "draft-tree budget 4" in proc.stdout and "draft-tree budget 6" in proc.stdout
+    assert sorted(profile.meta["chain_rounds"], key=int) == [str(g) for g in range(1, 9)]
+    assert "chain draft passes per round    1: " in proc.stdout
 
 
 def test_compare_runs_methods_on_the_same_prompts(demo):

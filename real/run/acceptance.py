@@ -20,7 +20,9 @@ Procedure, per calibration prompt of P tokens:
    earlier proposal accepted, the draft's context is the true sequence, so its i-th proposal of a
    step rooted at position t is correct iff the draft's greedy token after position t+i is
    ``seq[t+i+1]`` (step 4's per-position hits): a step accepts the run of consecutive hits, capped
-   at gamma, plus the target's token.
+   at gamma, plus the target's token. The last rounds of a generation draft fewer (the decoder
+   never proposes past ``max_new_tokens``): ``meta["chain_rounds"]`` keeps, per gamma, each number
+   of draft passes a round makes and its share of the rounds.
 7. LLMCad's self-adaptive fallback by main-branch cap (1..8), replayed the same way on the draft's
    per-position confidences and hits (:mod:`real.run.fallback_replay`): how often a round drafts k
    tokens and their acceptance given k (``meta["draft_fallback"]``).
@@ -31,6 +33,7 @@ Procedure, per calibration prompt of P tokens:
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
@@ -113,16 +116,18 @@ def replay_medusa(tree: TokenTree, head_hits: np.ndarray, max_new_tokens: int) -
     return steps
 
 
-def replay_chain(draft_hit: np.ndarray, gamma: int, max_new_tokens: int) -> int:
-    """Steps greedy ``chain`` with ``gamma`` draft tokens takes to emit ``max_new_tokens``, replayed.
+def chain_round_passes(draft_hit: np.ndarray, gamma: int, max_new_tokens: int) -> list[int]:
+    """Draft tokens of every round greedy ``chain`` with ``gamma`` draft tokens makes to emit
+    ``max_new_tokens``, replayed (their count is the rounds).
 
     draft_hit: ``[n_pos]`` bool, ``draft_hit[t]`` = the draft's greedy token after position index t
-    (0 = last prompt token) is the target's. The prefill emits the first token; a step rooted at
-    index t accepts the run of hits from t+1 (at most gamma, and no more than the tokens still to
-    emit, as the real decoder caps its last proposal) and adds the target's token.
+    (0 = last prompt token) is the target's. The prefill emits the first token; a round rooted at
+    index t drafts ``min(gamma, tokens still to emit - 1)`` tokens (the real decoder caps its last
+    proposals so, and drafts none when one token is left), accepts the run of hits from t+1 among
+    them and adds the target's token.
     """
     n_pos = draft_hit.shape[0]
-    emitted, t, steps = 1, 0, 0
+    emitted, t, rounds = 1, 0, []
     while emitted < max_new_tokens:
         cap = min(gamma, max_new_tokens - emitted - 1)
         run = 0
@@ -130,8 +135,25 @@ def replay_chain(draft_hit: np.ndarray, gamma: int, max_new_tokens: int) -> int:
             run += 1
         emitted += run + 1
         t += run + 1
-        steps += 1
-    return steps
+        rounds.append(cap)
+    return rounds
+
+
+def replay_chain(draft_hit: np.ndarray, gamma: int, max_new_tokens: int) -> int:
+    """Steps greedy ``chain`` with ``gamma`` draft tokens takes to emit ``max_new_tokens``, replayed
+    (:func:`chain_round_passes`)."""
+    return len(chain_round_passes(draft_hit, gamma, max_new_tokens))
+
+
+def chain_rounds_table(scored, max_new_tokens: int) -> dict:
+    """``meta["chain_rounds"]``: per gamma 1..8, each number of draft passes a round makes (gamma, and the
+    fewer of the generations' last rounds) with its share of the rounds, replayed on ``scored``."""
+    table = {}
+    for gamma in range(1, MAX_PROFILE_GAMMA + 1):
+        count = Counter(k for s in scored for k in chain_round_passes(s["draft_hit"], gamma, max_new_tokens))
+        total = sum(count.values())
+        table[str(gamma)] = [[k, round(n / total, 6)] for k, n in sorted(count.items())]
+    return table
 
 
 def _fallback_tables(scored, max_new_tokens: int) -> dict:
@@ -184,6 +206,7 @@ def measure_profile(models, prompts: list[list[int]], max_new_tokens: int, name:
         chain_length = {g: (max_new_tokens - 1) * len(scored)
                         / sum(replay_chain(s["draft_hit"], g, max_new_tokens) for s in scored)
                         for g in range(1, MAX_PROFILE_GAMMA + 1)}
+        meta["chain_rounds"] = chain_rounds_table(scored, max_new_tokens)
         rank_hits = sum(s["draft_rank_hits"] for s in scored)
         meta["draft_rank_accuracy"] = (rank_hits / len(hit)).round(4).tolist()
         meta["draft_fallback"] = _fallback_tables(scored, max_new_tokens)

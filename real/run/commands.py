@@ -223,6 +223,10 @@ def handle_profile(args: argparse.Namespace) -> int:
         print(f"  tokens/step by width            {lengths}")
     if profile.draft_alpha is not None:
         print(f"  draft per-token acceptance      {profile.draft_alpha:.3f}")
+    chain = profile.meta.get("chain_rounds") or {}
+    if chain:
+        passes = ", ".join(f"{g}: {sum(k * w for k, w in chain[g]):.2f}" for g in sorted(chain, key=int))
+        print(f"  chain draft passes per round    {passes} (by gamma; a generation's last rounds draft fewer)")
     for key, table in (profile.meta.get("draft_tree_rounds") or {}).items():
         passes = sum(w * p for p, _, w, _ in table["kinds"])
         verified = sum(w * n for _, n, w, _ in table["kinds"])

@@ -9,6 +9,13 @@ so the closed form is Dovetail's T = (gamma * T_D + T_V(gamma)) / Omega(gamma, a
 
 Departure, marked: the draft's catch-up on the target's correction token is folded into the
 first of the gamma draft passes (one token per pass), as in Dovetail's gamma * T_D.
+
+End of a generation: the real decoder never proposes past the tokens still to emit, so the last
+rounds of a generation draft fewer than gamma tokens (none when one token is left). A profile that
+replayed greedy chain rounds on its calibration generations (``meta["chain_rounds"]``, per gamma each
+number of draft passes a round makes and its share of the rounds) is priced round kind by round
+kind, as the generations of the profile's length make them; without one every round drafts gamma
+(a step in the middle of a long generation).
 """
 
 from __future__ import annotations
@@ -91,6 +98,36 @@ def draft_pass_tasks(problem: Problem, draft: ModelSpec, device: str, passes: in
     return tasks
 
 
+def chain_rounds(meta: dict | None, gamma: int) -> tuple[tuple[int, float], ...] | None:
+    """``(draft passes, share of rounds)`` of every kind of round greedy chain decoding with ``gamma``
+    draft tokens made on the profile's calibration generations (``meta["chain_rounds"]["<gamma>"]``,
+    :func:`real.run.acceptance.chain_rounds_table`), or None where the profile has none for it."""
+    table = (meta or {}).get("chain_rounds", {}).get(str(gamma))
+    if table is None:
+        return None
+    where = f"acceptance profile: chain_rounds[{gamma}]"
+    try:
+        kinds = tuple((int(k), float(w)) for k, w in table)
+    except (TypeError, ValueError) as exc:
+        raise HetSpecError(f"{where}: kinds must be [draft passes, share] rows ({exc})")
+    for passes, weight in kinds:
+        if not 0 <= passes <= gamma or weight < 0:
+            raise HetSpecError(f"{where}: a round of {passes} draft passes with share {weight} is impossible "
+                               f"(0 <= passes <= gamma = {gamma}, share >= 0)")
+    if not kinds or not np.isclose(sum(w for _, w in kinds), 1.0, rtol=0.0, atol=1e-4):
+        raise HetSpecError(f"{where}: the kinds' shares must sum to 1")
+    return kinds
+
+
+def round_kinds(problem: Problem, gamma: int) -> tuple[np.ndarray, np.ndarray]:
+    """Draft passes of each kind of round at ``gamma`` and the kinds' shares: the profile's replayed
+    rounds (:func:`chain_rounds`) where it has them, else every round drafting ``gamma``."""
+    kinds = chain_rounds(problem.acceptance.meta, gamma)
+    if kinds is None:
+        return np.array([gamma]), np.array([1.0])
+    return np.array([k for k, _ in kinds]), np.array([w for _, w in kinds])
+
+
 def draft_seconds(problem: Problem, draft: ModelSpec, device: str, gamma: int) -> float:
     """Seconds of ``gamma`` one-token forwards of ``draft`` (see :func:`draft_pass_seconds`)."""
     return float(draft_pass_seconds(problem, draft, device, gamma).sum())
@@ -138,24 +175,41 @@ class ChainStrategy(Strategy):
         return replace(config, draft_depth=gamma, tree_width=gamma + 1, draft_model=draft_name,
                        draft_device=draft_device, partition_ratio=None, tree_shape="chain", tree=None)
 
-    def _transfer_s(self, problem: Problem, config: StrategyConfig) -> tuple[float, float]:
+    def _transfer_s(self, problem: Problem, config: StrategyConfig, passes: np.ndarray) -> np.ndarray:
+        """Seconds of moving each round kind's draft ids to the target and the accepted ids back."""
         if config.draft_device == config.device:
-            return 0.0, 0.0
-        link = problem.platform.link(config.draft_device, config.device)
-        b, g = problem.batch, config.draft_depth
-        return link.transfer_s(TOKEN_ID_BYTES * g * b), link.transfer_s(TOKEN_ID_BYTES * (g + 1) * b)
+            return np.zeros(len(passes))
+        link, b = problem.platform.link(config.draft_device, config.device), problem.batch
+        return np.array([link.transfer_s(TOKEN_ID_BYTES * g * b) + link.transfer_s(TOKEN_ID_BYTES * (g + 1) * b)
+                         for g in passes])
+
+    def _round_parts(self, problem: Problem, config: StrategyConfig, draft_cum: np.ndarray, verify: np.ndarray
+                     ) -> tuple[dict[str, float], float]:
+        """The mean seconds of each part of a round over the round kinds at the config's gamma, and the
+        mean draft passes; ``draft_cum[k]`` / ``verify[k]``: k draft passes / a verification of k + 1 tokens."""
+        passes, weight = round_kinds(problem, config.draft_depth)
+        host = host_seconds(problem, self.name, config.device, passes=passes, nodes=passes + 1)
+        parts = {"draft": draft_cum[passes], "transfer": self._transfer_s(problem, config, passes),
+                 "verify": verify[passes], "host": host}
+        return {k: float(weight @ v) for k, v in parts.items()}, float(weight @ passes)
+
+    def _verify_seconds(self, problem: Problem, config: StrategyConfig, g_max: int) -> np.ndarray:
+        """Seconds of the target verifying 1..g_max + 1 tokens (index k: k + 1 tokens)."""
+        return np.atleast_1d(step_seconds(problem.model, problem.platform, config.device, np.arange(1, g_max + 2),
+                                          problem.context, problem.batch, resident=self._resident(problem, config)))
+
+    def _draft_cumulative(self, problem: Problem, config: StrategyConfig, g_max: int) -> np.ndarray:
+        """Seconds of the first k draft passes of a round, k = 0..g_max."""
+        per_pass = draft_pass_seconds(problem, self._draft(config), config.draft_device, g_max)
+        return np.concatenate([[0.0], np.cumsum(per_pass)])
 
     def estimate(self, problem: Problem, config: StrategyConfig) -> Estimate:
         gamma = config.draft_depth
-        draft = draft_seconds(problem, self._draft(config), config.draft_device, gamma)
-        verify = float(step_seconds(problem.model, problem.platform, config.device, gamma + 1, problem.context,
-                                    problem.batch, resident=self._resident(problem, config)))
-        to_target, to_draft = self._transfer_s(problem, config)
+        parts, passes = self._round_parts(problem, config, self._draft_cumulative(problem, config, gamma),
+                                          self._verify_seconds(problem, config, gamma))
         tokens = float(problem.acceptance.chain_tokens(gamma))
-        host = float(host_seconds(problem, self.name, config.device, passes=gamma, nodes=gamma + 1))
-        return Estimate(step_s=draft + to_target + verify + to_draft + host, tokens_per_step=tokens,
-                        proposed_per_step=gamma, draft_passes_per_step=float(gamma),
-                        breakdown={"draft": draft, "transfer": to_target + to_draft, "verify": verify, "host": host})
+        return Estimate(step_s=sum(parts.values()), tokens_per_step=tokens, proposed_per_step=passes,
+                        draft_passes_per_step=passes, breakdown=parts)
 
     def estimate_many(self, problem: Problem, configs: Sequence[StrategyConfig]) -> EstimateArrays:
         """Vectorised: per (draft model, draft device) the draft passes' cumulative times, per target
@@ -164,42 +218,45 @@ class ChainStrategy(Strategy):
         gammas = np.array([c.draft_depth for c in configs])
         g_max = int(gammas.max())
         draft_cum: dict[tuple[str, str], np.ndarray] = {}
-        verify: dict[str, np.ndarray] = {}
-        step = np.zeros(n)
+        verify: dict[tuple[str, str], np.ndarray] = {}
+        step, proposed = np.zeros(n), np.zeros(n)
         for i, c in enumerate(configs):
             key = (c.draft_model, c.draft_device)
             if key not in draft_cum:
-                per_pass = draft_pass_seconds(problem, self._draft(c), c.draft_device, g_max)
-                draft_cum[key] = np.concatenate([[0.0], np.cumsum(per_pass)])
+                draft_cum[key] = self._draft_cumulative(problem, c, g_max)
             if (c.device, c.draft_model) not in verify:
-                verify[(c.device, c.draft_model)] = np.concatenate([[0.0], step_seconds(
-                    problem.model, problem.platform, c.device, np.arange(2, g_max + 2), problem.context,
-                    problem.batch, resident=self._resident(problem, c))])
-            to_target, to_draft = self._transfer_s(problem, c)
-            step[i] = (draft_cum[key][c.draft_depth] + verify[(c.device, c.draft_model)][c.draft_depth] + to_target
-                       + to_draft
-                       + host_seconds(problem, self.name, c.device, passes=c.draft_depth, nodes=c.draft_depth + 1))
+                verify[(c.device, c.draft_model)] = self._verify_seconds(problem, c, g_max)
+            parts, proposed[i] = self._round_parts(problem, c, draft_cum[key], verify[(c.device, c.draft_model)])
+            step[i] = sum(parts.values())
         tokens = np.asarray(problem.acceptance.chain_tokens(gammas), dtype=float)
-        return EstimateArrays(step_s=step, tokens_per_step=tokens, proposed_per_step=gammas.astype(float))
+        return EstimateArrays(step_s=step, tokens_per_step=tokens, proposed_per_step=proposed)
 
     def plan(self, problem: Problem, config: StrategyConfig, rng: np.random.Generator | None = None,
              per_layer: bool = False) -> StepPlan:
-        gamma, platform = config.draft_depth, problem.platform
+        """One round. With ``rng`` its kind (draft passes, :func:`round_kinds`) is drawn by share and its
+        accepted tokens from the chain's acceptance (no more than it verifies); without it the likeliest
+        kind and the expected tokens."""
+        platform, acc = problem.platform, problem.acceptance
+        passes, weight = round_kinds(problem, config.draft_depth)
+        gamma = int(passes[np.argmax(weight)] if rng is None else rng.choice(passes, p=weight / weight.sum()))
         tasks = draft_pass_tasks(problem, self._draft(config), config.draft_device, gamma, per_layer)
-        if config.draft_device != config.device:
+
+        def after() -> tuple[str, ...]:
+            return (tasks[-1].name,) if tasks else ()
+        if config.draft_device != config.device and gamma > 0:
             tasks.append(transfer_task(platform, config.draft_device, config.device,
-                                       TOKEN_ID_BYTES * gamma * problem.batch, "to_target", deps=(tasks[-1].name,)))
+                                       TOKEN_ID_BYTES * gamma * problem.batch, "to_target", deps=after()))
         graph = build_step_graph(problem.model, gamma + 1, problem.context, problem.batch)
-        tasks += graph_tasks(graph, platform, config.device, "verify", "verify", (tasks[-1].name,), per_layer,
+        tasks += graph_tasks(graph, platform, config.device, "verify", "verify", after(), per_layer,
                              resident=self._resident(problem, config))
         if config.draft_device != config.device:
             tasks.append(transfer_task(platform, config.device, config.draft_device,
-                                       TOKEN_ID_BYTES * (gamma + 1) * problem.batch, "to_draft", deps=(tasks[-1].name,)))
+                                       TOKEN_ID_BYTES * (gamma + 1) * problem.batch, "to_draft", deps=after()))
         host = float(host_seconds(problem, self.name, config.device, passes=gamma, nodes=gamma + 1))
         if host > 0:
-            tasks.append(delay_task("host", host, "accept", (tasks[-1].name,), config.device))
-        acc = problem.acceptance
-        accepted = float(acc.chain_tokens(gamma)) if rng is None else acc.sample_chain_tokens(gamma, rng)
+            tasks.append(delay_task("host", host, "accept", after(), config.device))
+        accepted = float(acc.chain_tokens(config.draft_depth)) if rng is None else \
+            min(acc.sample_chain_tokens(config.draft_depth, rng), gamma + 1)
         return StepPlan(tasks=tuple(tasks), tokens_accepted=accepted, tokens_proposed=gamma, count_phase="verify",
                         count_device=config.device)
 

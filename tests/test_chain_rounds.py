@@ -8,7 +8,7 @@ import pytest
 
 from hwmodels.errors import HetSpecError
 from hwmodels.loader import get_platform
-from real.run.acceptance import chain_round_passes, chain_rounds_table, replay_chain
+from real.run.acceptance import chain_round_passes, chain_rounds_table, replay_chain_rounds
 from sim.acceptance import AcceptanceModel
 from sim.model_spec import get_model
 from sim.strategies import get_strategy
@@ -28,14 +28,13 @@ def test_the_last_rounds_of_a_generation_draft_what_is_left():
     # 1 emitted by the prefill; 3 drafted and accepted + the target's: 5, then 9; one token left: none drafted
     assert chain_round_passes(hits, 3, 10) == [3, 3, 0]
     assert chain_round_passes(hits, 3, 11) == [3, 3, 1]
-    assert replay_chain(hits, 3, 10) == 3
     misses = np.zeros(40, dtype=bool)            # every proposal rejected: one token a round
     assert chain_round_passes(misses, 2, 5) == [2, 2, 1, 0]
 
 
 def test_the_table_gives_each_kind_its_share_of_the_rounds():
     scored = [{"draft_hit": np.ones(40, dtype=bool)}, {"draft_hit": np.zeros(40, dtype=bool)}]
-    table = chain_rounds_table(scored, 5)
+    table = chain_rounds_table(replay_chain_rounds(scored, 5))
     # gamma 2, all hits: 1 + 3 emitted, one left: [2, 0]; all misses: [2, 2, 1, 0]
     assert chain_round_passes(scored[0]["draft_hit"], 2, 5) == [2, 0]
     assert table["2"] == [[0, pytest.approx(2 / 6, abs=1e-6)], [1, pytest.approx(1 / 6, abs=1e-6)],

@@ -139,20 +139,20 @@ def chain_round_passes(draft_hit: np.ndarray, gamma: int, max_new_tokens: int) -
     return rounds
 
 
-def replay_chain(draft_hit: np.ndarray, gamma: int, max_new_tokens: int) -> int:
-    """Steps greedy ``chain`` with ``gamma`` draft tokens takes to emit ``max_new_tokens``, replayed
-    (:func:`chain_round_passes`)."""
-    return len(chain_round_passes(draft_hit, gamma, max_new_tokens))
+def replay_chain_rounds(scored, max_new_tokens: int) -> dict[int, list[int]]:
+    """Per gamma 1..8, the draft passes of every round greedy ``chain`` makes on each of ``scored``'s
+    generations (:func:`chain_round_passes`), all prompts' rounds in one list."""
+    return {g: [k for s in scored for k in chain_round_passes(s["draft_hit"], g, max_new_tokens)]
+            for g in range(1, MAX_PROFILE_GAMMA + 1)}
 
 
-def chain_rounds_table(scored, max_new_tokens: int) -> dict:
-    """``meta["chain_rounds"]``: per gamma 1..8, each number of draft passes a round makes (gamma, and the
-    fewer of the generations' last rounds) with its share of the rounds, replayed on ``scored``."""
+def chain_rounds_table(rounds: dict[int, list[int]]) -> dict:
+    """``meta["chain_rounds"]``: per gamma, each number of draft passes a round makes (gamma, and the fewer
+    of the generations' last rounds) with its share of the rounds (``rounds``: :func:`replay_chain_rounds`)."""
     table = {}
-    for gamma in range(1, MAX_PROFILE_GAMMA + 1):
-        count = Counter(k for s in scored for k in chain_round_passes(s["draft_hit"], gamma, max_new_tokens))
-        total = sum(count.values())
-        table[str(gamma)] = [[k, round(n / total, 6)] for k, n in sorted(count.items())]
+    for gamma, passes in rounds.items():
+        count = Counter(passes)
+        table[str(gamma)] = [[k, round(n / len(passes), 6)] for k, n in sorted(count.items())]
     return table
 
 
@@ -203,10 +203,9 @@ def measure_profile(models, prompts: list[list[int]], max_new_tokens: int, name:
                           accept_rate=float(hit[which == b].mean()) if np.any(which == b) else 0.0,
                           count=int(np.sum(which == b)))
             for b in range(CONFIDENCE_BINS))
-        chain_length = {g: (max_new_tokens - 1) * len(scored)
-                        / sum(replay_chain(s["draft_hit"], g, max_new_tokens) for s in scored)
-                        for g in range(1, MAX_PROFILE_GAMMA + 1)}
-        meta["chain_rounds"] = chain_rounds_table(scored, max_new_tokens)
+        rounds = replay_chain_rounds(scored, max_new_tokens)
+        chain_length = {g: (max_new_tokens - 1) * len(scored) / len(passes) for g, passes in rounds.items()}
+        meta["chain_rounds"] = chain_rounds_table(rounds)
         rank_hits = sum(s["draft_rank_hits"] for s in scored)
         meta["draft_rank_accuracy"] = (rank_hits / len(hit)).round(4).tolist()
         meta["draft_fallback"] = _fallback_tables(scored, max_new_tokens)

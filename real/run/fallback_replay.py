@@ -6,7 +6,7 @@ below a threshold α, and moves α by Eq. 3 after each verification. A draft's c
 acceptance rate (the small demo draft is under-confident), and the two are correlated: a round stops
 early where the draft is unsure, which is where it tends to be wrong. Both are in the calibration
 sequences, so the fallback is replayed on them as chain decoding is (:func:`real.run.acceptance.
-replay_chain`): a round rooted at position index t drafts its main branch (the draft's greedy
+chain_round_passes`): a round rooted at position index t drafts its main branch (the draft's greedy
 continuation; with every earlier proposal accepted its context is the true sequence, so its i-th token
 has the confidence and hit measured after position t + i) until the product of the confidences drops
 below α or ``cap`` tokens are drafted, accepts the run of hits, and adds the target's token.

@@ -183,11 +183,12 @@ class ChainStrategy(Strategy):
         return np.array([link.transfer_s(TOKEN_ID_BYTES * g * b) + link.transfer_s(TOKEN_ID_BYTES * (g + 1) * b)
                          for g in passes])
 
-    def _round_parts(self, problem: Problem, config: StrategyConfig, draft_cum: np.ndarray, verify: np.ndarray
-                     ) -> tuple[dict[str, float], float]:
-        """The mean seconds of each part of a round over the round kinds at the config's gamma, and the
-        mean draft passes; ``draft_cum[k]`` / ``verify[k]``: k draft passes / a verification of k + 1 tokens."""
-        passes, weight = round_kinds(problem, config.draft_depth)
+    def _round_parts(self, problem: Problem, config: StrategyConfig, kinds: tuple[np.ndarray, np.ndarray],
+                     draft_cum: np.ndarray, verify: np.ndarray) -> tuple[dict[str, float], float]:
+        """The mean seconds of each part of a round over the round ``kinds`` (:func:`round_kinds` at the
+        config's gamma), and the mean draft passes; ``draft_cum[k]`` / ``verify[k]``: k draft passes / a
+        verification of k + 1 tokens."""
+        passes, weight = kinds
         host = host_seconds(problem, self.name, config.device, passes=passes, nodes=passes + 1)
         parts = {"draft": draft_cum[passes], "transfer": self._transfer_s(problem, config, passes),
                  "verify": verify[passes], "host": host}
@@ -205,7 +206,8 @@ class ChainStrategy(Strategy):
 
     def estimate(self, problem: Problem, config: StrategyConfig) -> Estimate:
         gamma = config.draft_depth
-        parts, passes = self._round_parts(problem, config, self._draft_cumulative(problem, config, gamma),
+        parts, passes = self._round_parts(problem, config, round_kinds(problem, gamma),
+                                          self._draft_cumulative(problem, config, gamma),
                                           self._verify_seconds(problem, config, gamma))
         tokens = float(problem.acceptance.chain_tokens(gamma))
         return Estimate(step_s=sum(parts.values()), tokens_per_step=tokens, proposed_per_step=passes,
@@ -219,6 +221,7 @@ class ChainStrategy(Strategy):
         g_max = int(gammas.max())
         draft_cum: dict[tuple[str, str], np.ndarray] = {}
         verify: dict[tuple[str, str], np.ndarray] = {}
+        kinds = {g: round_kinds(problem, g) for g in set(gammas.tolist())}
         step, proposed = np.zeros(n), np.zeros(n)
         for i, c in enumerate(configs):
             key = (c.draft_model, c.draft_device)
@@ -226,7 +229,8 @@ class ChainStrategy(Strategy):
                 draft_cum[key] = self._draft_cumulative(problem, c, g_max)
             if (c.device, c.draft_model) not in verify:
                 verify[(c.device, c.draft_model)] = self._verify_seconds(problem, c, g_max)
-            parts, proposed[i] = self._round_parts(problem, c, draft_cum[key], verify[(c.device, c.draft_model)])
+            parts, proposed[i] = self._round_parts(problem, c, kinds[c.draft_depth], draft_cum[key],
+                                                   verify[(c.device, c.draft_model)])
             step[i] = sum(parts.values())
         tokens = np.asarray(problem.acceptance.chain_tokens(gammas), dtype=float)
         return EstimateArrays(step_s=step, tokens_per_step=tokens, proposed_per_step=proposed)

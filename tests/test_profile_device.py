@@ -238,8 +238,10 @@ def test_a_streamed_linear_reads_the_next_weight_every_call():
 def test_bad_devices_are_one_line():
     from real.validation.profile_device import parse_device
 
-    with pytest.raises(HetSpecError, match="give cpu, cuda or cuda:N"):
+    with pytest.raises(HetSpecError, match="give cpu, cpuN, cuda or cuda:N"):
         parse_device("tpu")
+    with pytest.raises(HetSpecError, match="core 4096 is not one this process may use"):
+        parse_device("cpu4096")
     if not torch.cuda.is_available():
         with pytest.raises(HetSpecError, match="no CUDA device"):
             parse_device("cuda:0")
@@ -250,7 +252,45 @@ def test_cli_errors_are_one_line_exit_2():
     assert proc.returncode == 2 and proc.stderr.strip() == (
         "hetspec: error: --models and --dtype go with --device (the operator profile of a torch device)")
     proc = run_cli("calibrate", "--device", "tpu:0")
-    assert proc.returncode == 2 and "give cpu, cuda or cuda:N" in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.returncode == 2 and "give cpu, cpuN, cuda or cuda:N" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_single_thread_worker_is_profiled_pinned_to_its_core_on_one_thread(tmp_path, monkeypatch):
+    """``--device cpuN``: the worker the real path runs (pinned to core N, one torch thread), named in the
+    profile, its platform and its file; the caller's threads and cores come back afterwards."""
+    import os
+
+    from hwmodels.loader import load_platform_file
+    from real.hetero.workers import allowed_cores, can_pin
+    from real.validation import profile_device as pd
+
+    worker = f"cpu{allowed_cores()[0]}"
+    seen = []
+
+    def spy(device_text, models, settings, dtype, progress=True, guard=None):
+        seen.append((torch.get_num_threads(), tuple(sorted(os.sched_getaffinity(0))) if can_pin() else None))
+        return real(device_text, models, settings, dtype, progress=progress, guard=guard)
+
+    real = pd.profile_device
+    monkeypatch.setattr(pd, "profile_device", spy)
+    monkeypatch.setattr(pd, "QUICK", pd.ProfileSettings(tokens=(1, 2, 8), attention_q=(1, 4), attention_keys=(8, 16),
+                                                        repeats=1, calls=2, graph_copies=2))
+    torch.set_num_threads(2)
+    try:
+        lines = pd.profile_and_write(worker, ["demo:tiny"], None, True, tmp_path / "w.toml", "test", progress=False)
+        after = torch.get_num_threads()
+    finally:
+        torch.set_num_threads(1)
+    assert seen[0][0] == 1 and after == 2
+    if can_pin():
+        assert seen[0][1] == (allowed_cores()[0],)
+    assert lines[0].split(":")[0].endswith(f"({worker}), fp32")
+    platform = load_platform_file(tmp_path / "w.toml")
+    assert f"({worker})" in platform.description and platform.device("cpu").timing.profiled
+    assert "1 torch threads" in (tmp_path / "w.csv").read_text()
+    from real.validation.gpu_target import profiled_platform_name
+
+    assert profiled_platform_name(worker) == f"profiled-{worker}"    # the file backends.profiled_variant reads
 
 
 @pytest.mark.parametrize("extra", [(), ("--device", "cpu")])

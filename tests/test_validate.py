@@ -176,8 +176,8 @@ def real_config_of(point):
     return real_config(point)
 
 
-def write_cpu_profile(models, folder) -> None:
-    """A small operator profile of the demo models' shapes as ``profiled-cpu`` in ``folder``."""
+def write_cpu_profile(models, folder, name: str = "profiled-cpu") -> None:
+    """A small operator profile of the demo models' shapes as ``name`` (default ``profiled-cpu``) in ``folder``."""
     from pathlib import Path
 
     from real.validation.profile_device import ProfileSettings, profile_device, write_device_profile
@@ -185,7 +185,7 @@ def write_cpu_profile(models, folder) -> None:
     settings = ProfileSettings(tokens=(1, 2, 4, 8, 16), attention_q=(1, 4, 16), attention_keys=(16, 64), repeats=1,
                                calls=2, graph_copies=2)
     prof = profile_device("cpu", [models.target.spec, models.draft.spec], settings, progress=False)
-    write_device_profile(prof, Path(folder) / "profiled-cpu", "hetspec calibrate --device cpu (test)")
+    write_device_profile(prof, Path(folder) / name, "hetspec calibrate --device cpu (test)")
 
 
 def test_no_profiled_pricing_says_why(tmp_path):
@@ -200,8 +200,27 @@ def test_no_profiled_pricing_says_why(tmp_path):
     (folder / "profiled-cpu.toml").write_text("not toml [")
     broken = profiled_variant(host, "cpu", folder)
     assert broken.platform is None and "does not load" in broken.reason
-    one_core = profiled_variant(host, "cpu0", folder)
-    assert one_core.platform is None and "not cpu0" in one_core.reason
+    one_core = profiled_variant(host, "cpu0", folder)      # a single-thread worker reads its own profile
+    assert one_core.platform is None and "run `hetspec calibrate --device cpu0`" in one_core.reason
+    assert "profiled-cpu0.toml" in one_core.reason
+    gpu = profiled_variant(host, "cuda:0", folder)
+    assert gpu.platform is None and "not cuda:0" in gpu.reason
+
+
+def test_a_single_thread_worker_is_priced_by_its_own_profile(tmp_path, tiny_demo):
+    """``validate --device cpu0`` prices the worker by ``profiled-cpu0`` (never by the all-thread profile)."""
+    from hwmodels.loader import load_platform_file
+    from real.validation.backends import profiled_variant
+
+    folder = tmp_path / "profiles"
+    folder.mkdir()
+    write_cpu_profile(tiny_demo, folder, "profiled-cpu0")
+    host = load_platform_file(f"{host_platform_folder(tmp_path)}/host.toml")
+    assert profiled_variant(host, "cpu", folder).platform is None           # no profiled-cpu here
+    variant = profiled_variant(host, "cpu0", folder)
+    assert variant.reason == "" and variant.source["profile"].endswith("profiled-cpu0.csv")
+    assert variant.platform.device("cpu0").timing.profiled
+    assert variant.platform.device("cpu").timing is host.device("cpu").timing   # the other devices as they were
 
 
 def test_random_weight_timing_prices_and_times_a_small_model():

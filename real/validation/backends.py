@@ -1,5 +1,6 @@
 """The second pricing of ``hetspec validate``: the grid priced by the measured operator profile of the CPU
-(``hetspec calibrate --device cpu`` writes it, ``profiled-cpu`` in the user platform folder) beside the
+(``hetspec calibrate --device cpu`` writes it, ``profiled-cpu`` in the user platform folder; for a
+single-thread worker ``cpuN``, ``hetspec calibrate --device cpuN`` and ``profiled-cpuN``) beside the
 calibrated roofline of the ``host`` platform, from the same run's measurements.
 
 The profiled variant is the host platform with its device's operators timed by the profile
@@ -16,10 +17,6 @@ from pathlib import Path
 from hwmodels.errors import HetSpecError
 from real.validation.gpu_target import profiled_platform_name
 
-#: The platform ``hetspec calibrate --device cpu`` writes (real.validation.profile_device).
-PROFILED_CPU = profiled_platform_name("cpu")
-
-
 @dataclass(frozen=True)
 class ProfiledVariant:
     platform: object | None       # the host with its device timed by the profile; None: not priced
@@ -28,16 +25,18 @@ class ProfiledVariant:
 
 
 def profiled_variant(host, device: str, folder: Path | None = None) -> ProfiledVariant:
-    """``host`` with ``device`` timed by the CPU operator profile, when there is one for this run:
-    ``profiled-cpu.toml`` in ``folder`` (default: the user platform folder), for the all-thread ``cpu``
-    device (the profile's source names the torch threads it was measured with)."""
+    """``host`` with ``device`` timed by its CPU operator profile, when there is one for this run:
+    ``profiled-cpu.toml`` (the all-thread ``cpu`` device) or ``profiled-cpuN.toml`` (the single-thread worker
+    ``cpuN``) in ``folder`` (default: the user platform folder); the profile's source names the torch threads
+    it was measured with."""
     from hwmodels.loader import load_platform_file, user_platform_dir
+    from real.hetero.workers import CPU_RE
     from real.validation.machine import shown_path
 
-    path = (folder or user_platform_dir()) / f"{PROFILED_CPU}.toml"
-    how = f"run `hetspec calibrate --device cpu` to add it (writes {shown_path(path)})"
-    if device != "cpu":
-        return ProfiledVariant(None, f"the operator profile times the all-thread cpu device, not {device}", {})
+    if device != "cpu" and not CPU_RE.fullmatch(device):
+        return ProfiledVariant(None, f"the operator profiles time the host's CPU (cpu, cpuN), not {device}", {})
+    path = (folder or user_platform_dir()) / f"{profiled_platform_name(device)}.toml"
+    how = f"run `hetspec calibrate --device {device}` to add it (writes {shown_path(path)})"
     if not path.is_file():
         return ProfiledVariant(None, f"no CPU operator profile: {how}", {})
     try:
@@ -49,7 +48,7 @@ def profiled_variant(host, device: str, folder: Path | None = None) -> ProfiledV
     if timing is None or not timing.profiled:
         return ProfiledVariant(None, f"{shown_path(path)} has no profiled device: {how}", {})
     dev = host.device(device)
-    variant = replace(host, name=f"{host.name}+{PROFILED_CPU}",
+    variant = replace(host, name=f"{host.name}+{path.stem}",
                       devices={**host.devices, device: replace(dev, timing=timing)})
     source = {"path": shown_path(path), "profile": shown_path(path.with_suffix(".csv")),
               "description": prof.description, "mode": timing.mode}

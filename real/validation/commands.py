@@ -26,7 +26,9 @@ def register_calibrate(subparsers) -> None:
                     "two workers streaming at once. Writes a platform file (every number with the measurement "
                     "as its source) so that --platform host works afterwards, and the CPU's operator profile "
                     "beside it (profiled-cpu, as --device cpu writes it), which hetspec validate prices the "
-                    "grid with next to the roofline.")
+                    "grid with next to the roofline; without --quick also the profile of the single-thread "
+                    "worker on the first core (profiled-cpu0 on most machines, as --device cpu0 writes it), "
+                    "which hetspec validate --device cpu0 prices with.")
     p.add_argument("--out", default=None, metavar="FILE",
                    help="platform file to write (default: host.toml in $HETSPEC_PLATFORMS_DIR or the user "
                         "platform folder)")
@@ -38,8 +40,9 @@ def register_calibrate(subparsers) -> None:
     p.add_argument("--attempts", type=int, default=3, metavar="N",
                    help="measure up to N times while the machine changes under the measurement (default 3)")
     p.add_argument("--device", default=None, metavar="D",
-                   help="profile the operators of a torch device (cpu, cuda, cuda:N) instead: writes a measured "
-                        "operator profile (CSV) and a platform whose device is priced by it (TOML)")
+                   help="profile the operators of a torch device (cpu, cuda, cuda:N; cpuN: the single-thread "
+                        "worker pinned to core N) instead: writes a measured operator profile (CSV) and a platform "
+                        "whose device is priced by it (TOML)")
     p.add_argument("--models", default=None, metavar="M1,M2",
                    help="with --device: the models whose operator shapes the profile covers (presets, config.json "
                         "paths, demo:tiny, demo:small; default: the demo models, plus llama2-7b on CUDA)")
@@ -72,7 +75,7 @@ def handle_calibrate(args: argparse.Namespace) -> int:
     # the CPU's operator profile beside it, which `hetspec validate` prices the grid with next to the roofline
     from real.validation.profile_device import profile_cpu_beside
 
-    for line in profile_cpu_beside(path, args.quick):
+    for line in profile_cpu_beside(path, args.quick, one_thread=not args.quick):
         print(line)
     return 0
 

@@ -144,14 +144,25 @@ class DeviceProfile:
 
 
 # ---------------------------------------------------------------------------- timing one callable
+def cpu_worker(text: str):
+    """The single-thread worker ``cpuN`` names (:func:`real.hetero.workers.get_worker`: pinned to core N,
+    one torch thread; one line for a core this process may not use), else None."""
+    from real.hetero.workers import CPU_RE, get_worker
+
+    return get_worker(text) if CPU_RE.fullmatch(text.strip()) else None
+
+
 def parse_device(text: str) -> torch.device:
-    """``cpu``, ``cuda`` or ``cuda:N``; one line if CUDA is asked for where there is none."""
+    """``cpu``, ``cpuN`` (the single-thread worker on core N: the torch device ``cpu``), ``cuda`` or
+    ``cuda:N``; one line if CUDA is asked for where there is none."""
+    if cpu_worker(text) is not None:
+        return torch.device("cpu")
     try:
         device = torch.device(text)
     except (RuntimeError, ValueError):
-        raise HetSpecError(f"--device {text!r}: give cpu, cuda or cuda:N") from None
+        raise HetSpecError(f"--device {text!r}: give cpu, cpuN, cuda or cuda:N") from None
     if device.type not in ("cpu", "cuda"):
-        raise HetSpecError(f"--device {text!r}: give cpu, cuda or cuda:N")
+        raise HetSpecError(f"--device {text!r}: give cpu, cpuN, cuda or cuda:N")
     if device.type == "cuda":
         if not torch.cuda.is_available():
             raise HetSpecError(f"--device {text}: this torch has no CUDA device (torch {torch.__version__})")
@@ -282,7 +293,7 @@ def profile_device(device_text: str, models, settings: ProfileSettings = Profile
         raise HetSpecError("--dtype fp16 on a CPU: torch converts it through fp32 there; profile fp32 or bf16")
     tdtype = TORCH_DTYPES[dtype]
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_name()
-    out = DeviceProfile(device=str(device), name=name, dtype=dtype)
+    out = DeviceProfile(device=text_device(device_text, device), name=name, dtype=dtype)
     t0 = time.perf_counter()
     tiny_a, tiny_b = torch.ones(1, device=device), torch.ones(1, device=device)
     launch = time_op(lambda: tiny_a + tiny_b, device, settings)
@@ -389,6 +400,11 @@ def _best_rates(rows, dt: int) -> tuple[float, float]:
             gemv = max(gemv, dt * (d_in + d_out + d_in * d_out) / seconds / 1e9)
         gemm = max(gemm, 2.0 * tokens * d_in * d_out / seconds / 1e12)
     return gemv, gemm
+
+
+def text_device(device_text: str, device: torch.device) -> str:
+    """How a profile names its device: ``cpuN`` for a single-thread worker, else the torch device."""
+    return device_text.strip() if cpu_worker(device_text) is not None else str(device)
 
 
 def _cpu_name() -> str:
@@ -545,34 +561,54 @@ def profile_and_write(device_text: str, model_names: Sequence[str] | None, dtype
     from hwmodels.loader import user_platform_dir
     from real.validation.gpu_target import profiled_platform_name
 
+    from contextlib import nullcontext
+
+    from real.hetero.workers import on_worker
+
     device = parse_device(device_text)
-    models = resolve_models(list(model_names) if model_names else default_models(str(device)))
-    out = out or str(user_platform_dir() / f"{profiled_platform_name(str(device))}.toml")
-    prof = profile_device(device_text, models, QUICK if quick else ProfileSettings(), dtype, progress=progress,
-                          guard=guard)
-    if cache is not None and prof.cache_bytes:     # the cache a calibrated host platform measured
-        prof.cache_bytes, prof.cache_source = int(cache[0] * 1e9), cache[1]
-    csv_path, toml_path = write_device_profile(prof, out, command)
+    name = text_device(device_text, device)
+    models = resolve_models(list(model_names) if model_names else default_models(name))
+    out = out or str(user_platform_dir() / f"{profiled_platform_name(name)}.toml")
+    worker = cpu_worker(device_text)
+    # a single-thread worker is measured as the real path runs it: pinned to its core, one torch thread
+    # (the profile's source line names the threads it was written with, so the writing is pinned too)
+    with on_worker(worker) if worker is not None else nullcontext():
+        prof = profile_device(device_text, models, QUICK if quick else ProfileSettings(), dtype, progress=progress,
+                              guard=guard)
+        if cache is not None and prof.cache_bytes:     # the cache a calibrated host platform measured
+            prof.cache_bytes, prof.cache_source = int(cache[0] * 1e9), cache[1]
+        csv_path, toml_path = write_device_profile(prof, out, command)
     return summary_lines(prof, csv_path, toml_path)
 
 
-def profile_cpu_beside(host_path: str | Path, quick: bool, progress: bool = True) -> list[str]:
+def profile_cpu_beside(host_path: str | Path, quick: bool, progress: bool = True, one_thread: bool = False) -> list[str]:
     """The CPU's operator profile written beside a freshly calibrated ``host.toml`` (``profiled-cpu``), with
     the calibration's threads and OpenMP settings: what ``hetspec validate`` prices the grid with next to
-    the roofline (:mod:`real.validation.backends`)."""
+    the roofline (:mod:`real.validation.backends`). ``one_thread``, on a machine of several cores: also the
+    single-thread worker on the first core this process may use (``profiled-cpuN``), what ``hetspec validate
+    --device cpuN`` prices with."""
     from hwmodels.loader import load_platform_file
-    from real.validation.backends import PROFILED_CPU
+    from real.hetero.workers import allowed_cores
+    from real.validation.gpu_target import profiled_platform_name
 
-    out = Path(host_path).parent / f"{PROFILED_CPU}.toml"
     host = load_platform_file(host_path)
-    cache_gb = host.device("cpu").cache_gb
-    cache = None if cache_gb is None else (
-        cache_gb, f"{Path(host_path).name}'s cache_gb ({cache_gb * 1e3:.1f} MB, measured by the same calibration)")
-    guard = None
-    if not quick:     # the full calibration's rows, guarded against the cores slowed from outside
-        from real.validation.machine import calibrated_gemm_gflops, contention_guard
+    threads = torch.get_num_threads()
+    devices = [("cpu", "cpu", threads)]
+    if one_thread and threads > 1 and len(allowed_cores()) > 1:
+        worker = f"cpu{allowed_cores()[0]}"
+        devices.append((worker, worker if worker in host.devices else "cpu0", 1))
+    command = "hetspec calibrate" + (" --quick" if quick else "")
+    lines = []
+    for device_text, host_device, n in devices:
+        out = Path(host_path).parent / f"{profiled_platform_name(device_text)}.toml"
+        cache_gb = host.device(host_device).cache_gb if host_device in host.devices else None
+        cache = None if cache_gb is None else (
+            cache_gb, f"{Path(host_path).name}'s cache_gb of {host_device} ({cache_gb * 1e3:.1f} MB, measured by the "
+                      "same calibration)")
+        guard = None
+        if not quick:     # the full calibration's rows, guarded against the cores slowed from outside
+            from real.validation.machine import calibrated_gemm_gflops, contention_guard
 
-        threads = torch.get_num_threads()
-        guard = contention_guard(threads, (calibrated_gemm_gflops(host, threads) or 0) * 1e9)
-    return profile_and_write("cpu", None, None, quick, out,
-                             "hetspec calibrate" + (" --quick" if quick else ""), progress, cache, guard)
+            guard = contention_guard(n, (calibrated_gemm_gflops(host, n) or 0) * 1e9)
+        lines += profile_and_write(device_text, None, None, quick, out, command, progress, cache, guard)
+    return lines

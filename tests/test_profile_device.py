@@ -293,6 +293,39 @@ def test_a_single_thread_worker_is_profiled_pinned_to_its_core_on_one_thread(tmp
     assert profiled_platform_name(worker) == f"profiled-{worker}"    # the file backends.profiled_variant reads
 
 
+def test_the_calibration_profiles_the_first_cores_worker_beside_the_all_thread_cpu(tmp_path, monkeypatch):
+    """``hetspec calibrate`` (full) writes ``profiled-cpu`` and, on a machine of several cores, the first allowed
+    core's single-thread worker ``profiled-cpuN`` beside ``host.toml``, each with the host's cache for it."""
+    from demo_helpers import host_platform_folder
+    from hwmodels.loader import load_platform_file
+    from real.hetero.workers import allowed_cores
+    from real.validation import profile_device as pd
+    from real.validation.cpu_profiles import profile_cpu_beside
+
+    monkeypatch.setattr(pd, "QUICK", pd.ProfileSettings(tokens=(1, 2, 8), attention_q=(1, 4), attention_keys=(8, 16),
+                                                        repeats=1, calls=2, graph_copies=2))
+    monkeypatch.setattr(pd, "default_models", lambda device_text: ["demo:tiny"])
+    host = f"{host_platform_folder(tmp_path)}/host.toml"
+    torch.set_num_threads(2)
+    try:
+        lines = profile_cpu_beside(host, quick=True, progress=False, one_thread=True)
+        only_cpu = profile_cpu_beside(host, quick=True, progress=False)      # hetspec demo's, and --quick's
+    finally:
+        torch.set_num_threads(1)
+    folder = tmp_path / "platforms"
+    assert sum(line.startswith("wrote ") for line in only_cpu) == 1
+    assert load_platform_file(folder / "profiled-cpu.toml").device("cpu").timing.profiled
+    if len(allowed_cores()) < 2:        # one core: no worker beside the all-thread device
+        assert sum(line.startswith("wrote ") for line in lines) == 1
+        return
+    worker = f"cpu{allowed_cores()[0]}"
+    assert f"wrote {folder / f'profiled-{worker}.csv'} and {folder / f'profiled-{worker}.toml'}" in lines
+    platform = load_platform_file(folder / f"profiled-{worker}.toml")
+    assert f"({worker})" in platform.description and platform.device("cpu").cache_gb == pytest.approx(0.032)
+    assert "1 torch threads" in (folder / f"profiled-{worker}.csv").read_text()
+    assert "2 torch threads" in (folder / "profiled-cpu.csv").read_text()
+
+
 @pytest.mark.parametrize("extra", [(), ("--device", "cpu")])
 def test_a_platform_file_that_cannot_be_written_fails_before_measuring(tmp_path, extra):
     blocker = tmp_path / "a-file"

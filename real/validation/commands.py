@@ -73,7 +73,7 @@ def handle_calibrate(args: argparse.Namespace) -> int:
         print(line)
     print(f"wrote {path} (measurements: {raw_path(path)})")
     # the CPU's operator profile beside it, which `hetspec validate` prices the grid with next to the roofline
-    from real.validation.profile_device import profile_cpu_beside
+    from real.validation.cpu_profiles import profile_cpu_beside
 
     for line in profile_cpu_beside(path, args.quick, one_thread=not args.quick):
         print(line)

@@ -61,7 +61,7 @@ def host_platform(recalibrate: bool, device: str):
     for line in summary_lines(platform, cal):
         say(line)
     say(f"wrote {path}")
-    from real.validation.profile_device import profile_cpu_beside
+    from real.validation.cpu_profiles import profile_cpu_beside
 
     for line in profile_cpu_beside(path, quick=False):     # validate's second pricing
         say(line)

@@ -46,6 +46,7 @@ import math
 import sys
 import time
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -335,7 +336,7 @@ def profile_device(device_text: str, models, settings: ProfileSettings = Profile
     # every model's whole forward, timed before and after the rows (its forward_rest rows)
     forward_work = 2 * sum(REST_CONTEXT + t <= spec.max_position for spec in forward_models
                            for t in settings.tokens) * settings.repeats
-    bar = tqdm(total=len(work) + forward_work, desc=f"profiling {device}", unit="op", disable=not progress,
+    bar = tqdm(total=len(work) + forward_work, desc=f"profiling {out.device}", unit="op", disable=not progress,
                file=sys.stderr)
 
     forward_records: list = []
@@ -559,11 +560,8 @@ def profile_and_write(device_text: str, model_names: Sequence[str] | None, dtype
     :func:`default_models`), write ``out`` (default ``profiled-<device>.toml`` in the user platform
     folder) and its CSV; returns the summary lines."""
     from hwmodels.loader import user_platform_dir
-    from real.validation.gpu_target import profiled_platform_name
-
-    from contextlib import nullcontext
-
     from real.hetero.workers import on_worker
+    from real.validation.gpu_target import profiled_platform_name
 
     device = parse_device(device_text)
     name = text_device(device_text, device)
@@ -579,36 +577,3 @@ def profile_and_write(device_text: str, model_names: Sequence[str] | None, dtype
             prof.cache_bytes, prof.cache_source = int(cache[0] * 1e9), cache[1]
         csv_path, toml_path = write_device_profile(prof, out, command)
     return summary_lines(prof, csv_path, toml_path)
-
-
-def profile_cpu_beside(host_path: str | Path, quick: bool, progress: bool = True, one_thread: bool = False) -> list[str]:
-    """The CPU's operator profile written beside a freshly calibrated ``host.toml`` (``profiled-cpu``), with
-    the calibration's threads and OpenMP settings: what ``hetspec validate`` prices the grid with next to
-    the roofline (:mod:`real.validation.backends`). ``one_thread``, on a machine of several cores: also the
-    single-thread worker on the first core this process may use (``profiled-cpuN``), what ``hetspec validate
-    --device cpuN`` prices with."""
-    from hwmodels.loader import load_platform_file
-    from real.hetero.workers import allowed_cores
-    from real.validation.gpu_target import profiled_platform_name
-
-    host = load_platform_file(host_path)
-    threads = torch.get_num_threads()
-    devices = [("cpu", "cpu", threads)]
-    if one_thread and threads > 1 and len(allowed_cores()) > 1:
-        worker = f"cpu{allowed_cores()[0]}"
-        devices.append((worker, worker if worker in host.devices else "cpu0", 1))
-    command = "hetspec calibrate" + (" --quick" if quick else "")
-    lines = []
-    for device_text, host_device, n in devices:
-        out = Path(host_path).parent / f"{profiled_platform_name(device_text)}.toml"
-        cache_gb = host.device(host_device).cache_gb if host_device in host.devices else None
-        cache = None if cache_gb is None else (
-            cache_gb, f"{Path(host_path).name}'s cache_gb of {host_device} ({cache_gb * 1e3:.1f} MB, measured by the "
-                      "same calibration)")
-        guard = None
-        if not quick:     # the full calibration's rows, guarded against the cores slowed from outside
-            from real.validation.machine import calibrated_gemm_gflops, contention_guard
-
-            guard = contention_guard(n, (calibrated_gemm_gflops(host, n) or 0) * 1e9)
-        lines += profile_and_write(device_text, None, None, quick, out, command, progress, cache, guard)
-    return lines

@@ -1,0 +1,47 @@
+"""The CPU's operator profiles a full ``hetspec calibrate`` writes beside ``host.toml``: the all-thread ``cpu``
+(``profiled-cpu``, the second pricing of ``hetspec validate``) and the first core's single-thread worker
+(``profiled-cpuN``, the second pricing of ``hetspec validate --device cpuN``), each measured as
+:func:`real.validation.profile_device.profile_and_write` measures ``--device cpu`` / ``--device cpuN``, with the
+host's cache for that device and, in the full calibration, the contention guard."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from real.validation.profile_device import profile_and_write
+
+
+def profile_cpu_beside(host_path: str | Path, quick: bool, progress: bool = True,
+                       one_thread: bool = False) -> list[str]:
+    """The CPU's operator profile written beside a freshly calibrated ``host.toml`` (``profiled-cpu``), with
+    the calibration's threads and OpenMP settings: what ``hetspec validate`` prices the grid with next to
+    the roofline (:mod:`real.validation.backends`). ``one_thread``, on a machine of several cores: also the
+    single-thread worker on the first core this process may use (``profiled-cpuN``), what ``hetspec validate
+    --device cpuN`` prices with."""
+    from hwmodels.loader import load_platform_file
+    from real.hetero.workers import allowed_cores
+    from real.validation.gpu_target import profiled_platform_name
+
+    host = load_platform_file(host_path)
+    threads = torch.get_num_threads()
+    devices = [("cpu", "cpu", threads)]
+    if one_thread and threads > 1 and len(allowed_cores()) > 1:
+        worker = f"cpu{allowed_cores()[0]}"
+        devices.append((worker, worker if worker in host.devices else "cpu0", 1))
+    command = "hetspec calibrate" + (" --quick" if quick else "")
+    lines = []
+    for device_text, host_device, n in devices:
+        out = Path(host_path).parent / f"{profiled_platform_name(device_text)}.toml"
+        cache_gb = host.device(host_device).cache_gb if host_device in host.devices else None
+        cache = None if cache_gb is None else (
+            cache_gb, f"{Path(host_path).name}'s cache_gb of {host_device} ({cache_gb * 1e3:.1f} MB, measured by the "
+                      "same calibration)")
+        guard = None
+        if not quick:     # the full calibration's rows, guarded against the cores slowed from outside
+            from real.validation.machine import calibrated_gemm_gflops, contention_guard
+
+            guard = contention_guard(n, (calibrated_gemm_gflops(host, n) or 0) * 1e9)
+        lines += profile_and_write(device_text, None, None, quick, out, command, progress, cache, guard)
+    return lines

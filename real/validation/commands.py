@@ -32,7 +32,9 @@ def register_calibrate(subparsers) -> None:
     p.add_argument("--out", default=None, metavar="FILE",
                    help="platform file to write (default: host.toml in $HETSPEC_PLATFORMS_DIR or the user "
                         "platform folder)")
-    p.add_argument("--quick", action="store_true", help="fewer sizes and repeats (about 20 s instead of 1-2 min)")
+    p.add_argument("--quick", action="store_true", help="fewer sizes and repeats, and only the all-thread CPU's operator profile (the full run: "
+                        "about 2 minutes of micro-benchmarks, then the guarded operator profiles of cpu and of the "
+                        "first core's worker, 6-8 minutes each on a 2-core machine)")
     p.add_argument("--force", action="store_true",
                    help="write the calibration even if the machine changed under it (the warning goes into the "
                         "platform's descriptions and the raw measurements); without it such a calibration is "

@@ -25,16 +25,15 @@ def profile_cpu_beside(host_path: str | Path, quick: bool, progress: bool = True
     from real.validation.gpu_target import profiled_platform_name
 
     host = load_platform_file(host_path)
-    threads = torch.get_num_threads()
-    devices = [("cpu", "cpu", threads)]
-    if one_thread and threads > 1 and len(allowed_cores()) > 1:
+    devices = {"cpu": "cpu"}      # the device profiled -> the host's device whose cache it takes
+    if one_thread and torch.get_num_threads() > 1 and len(allowed_cores()) > 1:
         worker = f"cpu{allowed_cores()[0]}"
-        devices.append((worker, worker if worker in host.devices else "cpu0", 1))
+        devices[worker] = worker if worker in host.devices else "cpu0"   # the host names its workers by index
     command = "hetspec calibrate" + (" --quick" if quick else "")
     lines = []
-    for device_text, host_device, n in devices:
+    for device_text, host_device in devices.items():
         out = Path(host_path).parent / f"{profiled_platform_name(device_text)}.toml"
-        cache_gb = host.device(host_device).cache_gb if host_device in host.devices else None
+        cache_gb = host.device(host_device).cache_gb
         cache = None if cache_gb is None else (
             cache_gb, f"{Path(host_path).name}'s cache_gb of {host_device} ({cache_gb * 1e3:.1f} MB, measured by the "
                       "same calibration)")
@@ -42,6 +41,7 @@ def profile_cpu_beside(host_path: str | Path, quick: bool, progress: bool = True
         if not quick:     # the full calibration's rows, guarded against the cores slowed from outside
             from real.validation.machine import calibrated_gemm_gflops, contention_guard
 
-            guard = contention_guard(n, (calibrated_gemm_gflops(host, n) or 0) * 1e9)
+            threads = torch.get_num_threads() if device_text == "cpu" else 1
+            guard = contention_guard(threads, (calibrated_gemm_gflops(host, threads) or 0) * 1e9)
         lines += profile_and_write(device_text, None, None, quick, out, command, progress, cache, guard)
     return lines

@@ -5,6 +5,12 @@ measured medians, ``|pred - meas| / meas``. Per method: the median of those erro
 method's grid points, the predicted best and the measured best grid point, and the **regret** of
 following the prediction, ``1 - tps_meas(predicted best) / tps_meas(measured best)``: 0 when the
 model picks the configuration that really is fastest, 0.25 when its pick runs 25 % slower.
+
+Where every point was timed in the same interleaved repeats, the regret is **paired**
+(:func:`paired_regret`): the ratio is taken between two timings of one repeat, and the median over
+repeats is kept. A repeat's timings move together (the machine's speed drifts across a run by more
+than near-tied configurations differ), so a ratio of medians taken from different repeats measures
+that drift as much as the choice; :func:`regret` (the ratio of the medians) stays beside it.
 """
 
 from __future__ import annotations
@@ -47,6 +53,32 @@ def regret(predicted_tps: Sequence[float], measured_tps: Sequence[float]) -> tup
     return 1.0 - measured_tps[p_best] / measured_tps[m_best], p_best, m_best
 
 
+def paired_regret(predicted_tps: Sequence[float],
+                  measured_samples: Sequence[Sequence[float]]) -> tuple[float, int, int]:
+    """``(regret, index of the predicted best, index of the measured best)`` from repeat-aligned timings.
+
+    ``measured_samples[i][k]`` is point ``i``'s measured tokens/s in repeat ``k`` (every point timed in
+    every repeat). Against each point ``c``, the predicted best ``p`` loses ``median_k(1 - s[p][k] /
+    s[c][k])``; the measured best is the point it loses most to (``p`` itself, regret 0, when it loses
+    to none at the median), and that loss is the regret.
+    """
+    if len(predicted_tps) != len(measured_samples) or not predicted_tps:
+        raise ValueError("regret needs one predicted value and one row of measured repeats per grid point")
+    repeats = {len(s) for s in measured_samples}
+    if len(repeats) != 1 or 0 in repeats:
+        raise ValueError(f"paired regret needs the same number of repeats for every grid point, got {sorted(repeats)}")
+    if any(not (math.isfinite(x) and x > 0) for s in measured_samples for x in s):
+        raise ValueError("paired regret needs positive measured tokens/s in every repeat")
+    p_best = max(range(len(predicted_tps)), key=lambda i: predicted_tps[i])
+    mine = measured_samples[p_best]
+    best, loss = p_best, 0.0
+    for c, theirs in enumerate(measured_samples):
+        c_loss = statistics.median(1.0 - a / b for a, b in zip(mine, theirs))
+        if c_loss > loss:
+            best, loss = c, c_loss
+    return loss, p_best, best
+
+
 @dataclass(frozen=True)
 class MethodSummary:
     method: str
@@ -57,6 +89,9 @@ class MethodSummary:
     measured_best: str
     regret: float
     median_tokens_per_step_error: float
+    regret_of_medians: float            # 1 - median tps of the predicted best / highest median tps
+    fastest_by_median: str              # the point with the highest median tokens/s
+    paired: bool                        # regret from repeat-aligned timings (paired_regret)
 
     @property
     def passes(self) -> bool:
@@ -68,6 +103,8 @@ class MethodSummary:
                 "median_tokens_per_s_error": self.median_tps_error,
                 "median_tokens_per_step_error": self.median_tokens_per_step_error,
                 "predicted_best": self.predicted_best, "measured_best": self.measured_best, "regret": self.regret,
+                "regret_paired": self.paired, "regret_of_medians": self.regret_of_medians,
+                "fastest_by_median": self.fastest_by_median,
                 "targets": {"step_error": STEP_ERROR_TARGET, "tokens_per_s_error": TPS_ERROR_TARGET,
                             "regret": REGRET_TARGET},
                 "passes": self.passes}
@@ -75,16 +112,23 @@ class MethodSummary:
 
 def summarize_method(method: str, labels: Sequence[str], pred_step: Sequence[float], meas_step: Sequence[float],
                      pred_tps: Sequence[float], meas_tps: Sequence[float], pred_tokens: Sequence[float],
-                     meas_tokens: Sequence[float]) -> MethodSummary:
-    """Median errors, best points and regret of one method's grid (all sequences aligned)."""
+                     meas_tokens: Sequence[float],
+                     meas_tps_samples: Sequence[Sequence[float]] | None = None) -> MethodSummary:
+    """Median errors, best points and regret of one method's grid (all sequences aligned). With
+    ``meas_tps_samples`` (per point, its tokens/s in each repeat), the regret is :func:`paired_regret`;
+    :func:`regret` of the medians is kept beside it."""
     step_err = [relative_error(p, m) for p, m in zip(pred_step, meas_step)]
     tps_err = [relative_error(p, m) for p, m in zip(pred_tps, meas_tps)]
     tok_err = [relative_error(p, m) for p, m in zip(pred_tokens, meas_tokens)]
-    r, p_best, m_best = regret(list(pred_tps), list(meas_tps))
+    r_medians, p_best, fastest = regret(list(pred_tps), list(meas_tps))
+    r, m_best = r_medians, fastest
+    if meas_tps_samples is not None:
+        r, _, m_best = paired_regret(list(pred_tps), meas_tps_samples)
 
     def med(xs):
         xs = [x for x in xs if math.isfinite(x)]
         return statistics.median(xs) if xs else float("nan")
     return MethodSummary(method=method, points=len(labels), median_step_error=med(step_err),
                          median_tps_error=med(tps_err), predicted_best=labels[p_best], measured_best=labels[m_best],
-                         regret=r, median_tokens_per_step_error=med(tok_err))
+                         regret=r, median_tokens_per_step_error=med(tok_err), regret_of_medians=r_medians,
+                         fastest_by_median=labels[fastest], paired=meas_tps_samples is not None)

@@ -143,6 +143,7 @@ def _row(point, pred, meas) -> dict:
         "meas_verified_per_step": meas.verified_per_step, "pred_verified_per_step": pred.verified_per_step,
         "pred_draft_passes_per_step": pred.draft_passes_per_step,
         "meas_step_ms_samples": [s * 1e3 for s in meas.step_samples],
+        "meas_tokens_per_s_samples": list(meas.tps_samples),
     }
 
 
@@ -161,16 +162,19 @@ def method_summaries(rows: list[dict], pricing: str | None = None) -> list[dict]
     from real.validation.metrics import summarize_method
 
     if pricing is not None:
-        rows = [{**r[pricing], "method": r["method"], "label": r["label"]} for r in rows if pricing in r]
+        rows = [{**r[pricing], "method": r["method"], "label": r["label"],
+                 "meas_tokens_per_s_samples": r.get("meas_tokens_per_s_samples")} for r in rows if pricing in r]
     out = []
     for method in ("ar",) + SPECULATIVE_METHODS:
         pts = [r for r in rows if r["method"] == method and not r["missing"]]
         if not pts:
             continue
+        samples = [r.get("meas_tokens_per_s_samples") for r in pts]   # paired regret where every point has them
         s = summarize_method(method, [r["label"] for r in pts], [r["pred_step_ms"] for r in pts],
                              [r["meas_step_ms"] for r in pts], [r["pred_tokens_per_s"] for r in pts],
                              [r["meas_tokens_per_s"] for r in pts], [r["pred_tokens_per_step"] for r in pts],
-                             [r["meas_tokens_per_step"] for r in pts])
+                             [r["meas_tokens_per_step"] for r in pts],
+                             samples if all(samples) else None)
         out.append(s.to_json())
     return out
 
@@ -408,6 +412,7 @@ def acceptance_check(doc: dict) -> dict:
         out["methods"][m["method"]] = {
             "median_step_error": _round(m["median_step_error"]), "median_tokens_per_s_error":
                 _round(m["median_tokens_per_s_error"]), "regret": _round(m["regret"]),
+            "regret_of_medians": _round(m.get("regret_of_medians")),
             "predicted_best": m["predicted_best"], "measured_best": m["measured_best"], "passes": m["passes"]}
     trust = doc.get("trust") or {"trusted": True, "headline": None}
     out["trusted"], out["headline"] = trust["trusted"], trust["headline"]

@@ -26,8 +26,9 @@ def profile_cpu_beside(host_path: str | Path, quick: bool, progress: bool = True
 
     host = load_platform_file(host_path)
     devices = {"cpu": "cpu"}      # the device profiled -> the host's device whose cache it takes
-    if one_thread and torch.get_num_threads() > 1 and len(allowed_cores()) > 1:
-        worker = f"cpu{allowed_cores()[0]}"
+    cores = allowed_cores()
+    if one_thread and torch.get_num_threads() > 1 and len(cores) > 1:
+        worker = f"cpu{cores[0]}"
         devices[worker] = worker if worker in host.devices else "cpu0"   # the host names its workers by index
     command = "hetspec calibrate" + (" --quick" if quick else "")
     lines = []

@@ -40,6 +40,11 @@ def signed_error(predicted: float, measured: float) -> float:
     return (predicted - measured) / measured
 
 
+def _best(values: Sequence[float]) -> int:
+    """The index of the highest value (the first of equals)."""
+    return max(range(len(values)), key=lambda i: values[i])
+
+
 def regret(predicted_tps: Sequence[float], measured_tps: Sequence[float]) -> tuple[float, int, int]:
     """``(regret, index of the predicted best, index of the measured best)`` over one method's grid.
 
@@ -48,8 +53,7 @@ def regret(predicted_tps: Sequence[float], measured_tps: Sequence[float]) -> tup
     """
     if len(predicted_tps) != len(measured_tps) or not predicted_tps:
         raise ValueError("regret needs one predicted and one measured value per grid point")
-    p_best = max(range(len(predicted_tps)), key=lambda i: predicted_tps[i])
-    m_best = max(range(len(measured_tps)), key=lambda i: measured_tps[i])
+    p_best, m_best = _best(predicted_tps), _best(measured_tps)
     return 1.0 - measured_tps[p_best] / measured_tps[m_best], p_best, m_best
 
 
@@ -69,7 +73,7 @@ def paired_regret(predicted_tps: Sequence[float],
         raise ValueError(f"paired regret needs the same number of repeats for every grid point, got {sorted(repeats)}")
     if any(not (math.isfinite(x) and x > 0) for s in measured_samples for x in s):
         raise ValueError("paired regret needs positive measured tokens/s in every repeat")
-    p_best = max(range(len(predicted_tps)), key=lambda i: predicted_tps[i])
+    p_best = _best(predicted_tps)
     mine = measured_samples[p_best]
     best, loss = p_best, 0.0
     for c, theirs in enumerate(measured_samples):

@@ -62,7 +62,7 @@ import csv
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +120,10 @@ class OpProfile:
 
     def table(self, op: str, shape: str) -> ProfileTable | None:
         return self.tables.get((op, shape))
+
+    def measured_in(self, mode: str) -> bool:
+        """Whether every row, and the launch cost of an operator it does not cover, has a time in ``mode``."""
+        return mode in self.launch_us and self.unmeasured_launch(mode) is None
 
     def unmeasured_launch(self, mode: str) -> tuple[int, int, str] | None:
         """(row, line, op/shape) of the first row without a launch time in ``mode``, or None."""
@@ -440,6 +444,21 @@ def check_profiled_device(path: str, where: str, device) -> None:
                               f"{got:g}, but the profile measures {value:g} (a profiled device prices what its "
                               f"profile does not cover with the profile's own efficiencies; see `hetspec profile "
                               f"show {profile.path}`)")
+
+
+def in_mode(device, mode: str, why: str):
+    """``device`` (a :class:`hwmodels.platform.Device`) priced in execution ``mode`` (``eager`` or ``graph``): its
+    profile's launch costs of that mode, and ``op_overhead_us`` that mode's launch cost, as
+    :func:`check_profiled_device` asks of a profiled device; ``why`` is the mode's source. A roofline device, or
+    one already in ``mode``, is returned as it is; a profile that did not measure ``mode`` is an error."""
+    timing = device.timing
+    if timing is None or not timing.profiled or timing.mode == mode:
+        return device
+    profile = timing.profile
+    if not profile.measured_in(mode):
+        raise HetSpecError(f"{profile.path}: the profile was not measured in {mode} mode, which this run needs ({why})")
+    return replace(device, timing=replace(timing, mode=mode, sources={**timing.sources, "mode": f"{mode}: {why}"}),
+                   op_overhead_us=round(profile.launch_us[mode], 3))
 
 
 def timing_to_dict(timing: DeviceTiming) -> dict:

@@ -82,3 +82,57 @@ def test_a_gpu_run_prices_the_draft_in_the_runs_dtype(tmp_path):
     assert fp16 != str(config) and get_model(fp16).dtype == "fp16"
     assert get_model(fp16).params == get_model(str(config)).params        # the same model, another dtype
     assert draft_in_dtype(str(config), get_model(str(config)).dtype, tmp_path) == str(config)
+
+
+H200 = Path(__file__).resolve().parent / "data" / "profiled-h200.toml"
+
+
+def test_a_gpu_run_is_priced_in_the_execution_mode_it_runs_in(fake_cuda):
+    """A profile measured in both modes (hetspec calibrate --device cuda:N) prices a CUDA-graph run in graph mode
+    and an eager run (--graphs off) in eager mode; an eager-only profile keeps the mode its platform declares."""
+    from sim.closed_form import step_seconds
+    from sim.model_spec import get_model
+
+    graphs, eager = validation_target(str(H200), "cuda:0"), validation_target(str(H200), "cuda:0", graphs="off")
+    assert graphs.placement.graphs and not eager.placement.graphs
+    g, e = graphs.platform.device("gpu"), eager.platform.device("gpu")
+    assert (g.timing.mode, e.timing.mode) == ("graph", "eager")
+    assert (g.op_overhead_us, e.op_overhead_us) == (1.541, 14.175)     # each mode's measured launch cost
+    assert e.timing.sources["mode"].startswith("eager: the run launches every operator from Python")
+    spec = get_model("llama-68m").with_dtype("fp16")
+    gap = float(step_seconds(spec, eager.platform, "gpu", 1, 96) - step_seconds(spec, graphs.platform, "gpu", 1, 96))
+    assert gap > spec.n_layers * 5 * (14.175 - 1.541) * 1e-6     # several launches a layer, each from Python
+    assert validation_target(str(GPU_PLATFORM), "cuda:0").platform.device("gpu").timing.mode == "eager"
+
+
+def test_a_mode_the_profile_did_not_measure_is_an_error():
+    from hwmodels.loader import load_platform_file
+    from hwmodels.profile import in_mode
+
+    eager_only = load_platform_file(GPU_PLATFORM).device("gpu")
+    assert in_mode(eager_only, "eager", "test") is eager_only
+    with pytest.raises(HetSpecError, match=r"was not measured in graph mode, which this run needs \(test\)$"):
+        in_mode(eager_only, "graph", "test")
+
+
+def test_the_random_weight_steps_of_a_gpu_run_are_priced_as_the_eager_forwards_they_are(fake_cuda, monkeypatch):
+    from dataclasses import replace
+
+    from real.model import random_models
+    from real.model.random_models import StepTiming, random_spec
+    from real.validation.gpu_target import priced_as_run
+    from real.validation.validate import _random_weight, settings_for
+    from sim.closed_form import step_seconds
+
+    target = validation_target(str(H200), "cuda:0")
+    monkeypatch.setattr(random_models, "random_transformer", lambda spec, device=None, dtype=None: None)
+    monkeypatch.setattr(random_models, "time_steps", lambda model, tokens, context, repeats, tick=None:
+                        tuple(StepTiming("r", t, context, 0.02, repeats) for t in tokens))
+    settings = replace(settings_for(True), random_models=("random-smollm-135m",), random_tokens=(1, 16))
+    rows = _random_weight(settings, target.platform, target.device, 1, False, target.placement)
+    spec = random_spec("random-smollm-135m").with_dtype("fp16")
+    eager = priced_as_run(target.platform, "gpu", graphs=False)
+    for row in rows:
+        want = float(step_seconds(spec, eager, "gpu", row["tokens"], row["context"])) * 1e3
+        assert row["pred_ms"] == pytest.approx(want)
+        assert row["pred_ms"] > float(step_seconds(spec, target.platform, "gpu", row["tokens"], row["context"])) * 1e3

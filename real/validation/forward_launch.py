@@ -139,12 +139,11 @@ def forward_rest_rows(device, forwards, graphs: bool) -> list[tuple]:
     for the profiled ``device`` in eager mode: what each forward took beyond the profile's price of it at
     :data:`REST_CONTEXT` cached tokens, never below 0 (a forward timed faster than its rows: the rows were
     timed at a slower moment), in ``eager_launch_us``; a replayed graph (``graphs``) runs none of it."""
-    from dataclasses import replace
-
+    from hwmodels.profile import in_mode
     from sim.step_graph import build_step_graph, forward_key
     from sim.step_timing import price_step
 
-    eager = replace(device, timing=replace(device.timing, mode="eager"))
+    eager = in_mode(device, "eager", "the forwards were timed eagerly")
     rows = []
     for spec, timed in forwards:
         for tokens, seconds in timed:

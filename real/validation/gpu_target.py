@@ -93,8 +93,26 @@ def validation_target(platform: str, device: str | None, dtype: str | None = Non
                            f"{profiled_platform_name(name)}) or pass --platform FILE")
     if dtype is None:    # the dtype the GPU's operator profile was measured in (what the predictions can price)
         placement = check_placement(device, profile_dtype(host.device(found)), graphs)
+    host = priced_as_run(host, found, placement.graphs)
     cpu = host.devices.get("cpu")
     return ValidationTarget(host, found, placement, cpu)
+
+
+def priced_as_run(platform, device: str, graphs: bool):
+    """``platform`` with its GPU ``device`` priced in the execution mode the real path runs it in: replayed CUDA
+    graphs (``graphs``) or every operator launched from Python, where the device's operator profile measured
+    that mode (``hetspec calibrate --device cuda:N`` measures both); otherwise as the platform declares it."""
+    from dataclasses import replace
+
+    from hwmodels.profile import in_mode
+
+    dev = platform.device(device)
+    mode = "graph" if graphs else "eager"
+    timing = dev.timing
+    if timing is None or not timing.profiled or timing.mode == mode or not timing.profile.measured_in(mode):
+        return platform
+    why = "the run replays CUDA graphs" if graphs else "the run launches every operator from Python (no CUDA graphs)"
+    return replace(platform, devices={**platform.devices, device: in_mode(dev, mode, why)})
 
 
 def profile_dtype(dev) -> str | None:

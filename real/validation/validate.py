@@ -184,9 +184,12 @@ def _random_weight(settings: Settings, platform, device: str, threads: int, prog
     from tqdm.auto import tqdm
 
     from real.model.random_models import random_spec, random_transformer, time_steps
+    from real.validation.gpu_target import priced_as_run
     from real.validation.microbench import torch_threads
     from sim.closed_form import step_seconds
 
+    if placement is not None:     # the steps are timed as eager forwards: priced in eager mode where profiled so
+        platform = priced_as_run(platform, device, graphs=False)
     rows = []
     total = len(settings.random_models) * len(settings.random_tokens) * settings.random_repeats
     with tqdm(total=total, desc="random-weight timing", unit="step", disable=not progress, file=sys.stderr) as bar:

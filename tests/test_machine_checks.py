@@ -175,6 +175,12 @@ def test_validation_verdict():
     wild = validation_verdict(_drift(8.0), _drift(8.2), [_point(-0.2)], [{"model": "r", "tokens": 4,
                                                                          "error_signed": 1.5}])
     assert not wild["trusted"] and wild["headline"].startswith("not a validation: errors over 100 % (r q=4 step")
+    unprobed = validation_verdict(None, None, [_point(-0.6)], [{"model": "r", "tokens": 1, "error_signed": -0.95}])
+    assert unprobed["trusted"]                     # no probe: only the errors decide
+    wild_gpu = validation_verdict(None, None, [_point(1.5)])
+    assert not wild_gpu["trusted"] and "held within" not in wild_gpu["headline"]
+    assert wild_gpu["headline"] == ("not a validation: errors over 100 % (chain γ=2 step +150 %), and no reference "
+                                    "probe re-timed the machine (the platform describes no host CPU)")
 
 
 

@@ -237,11 +237,13 @@ def _worst_error(points: list[dict], random_rows: list[dict]) -> tuple[float, st
     return worst, where
 
 
-def validation_verdict(before: dict, after: dict | None, points: list[dict], random_rows: list[dict] = ()) -> dict:
+def validation_verdict(before: dict | None, after: dict | None, points: list[dict],
+                       random_rows: list[dict] = ()) -> dict:
     """Whether a validation's numbers are a validation: the reference probe before and after the grid
     within :data:`CALIBRATION_CHANGE_LIMIT` of the calibration and within :data:`PROBE_MOVE_LIMIT` of
     each other, and no error above :data:`ERROR_LIMIT`. Returns ``trusted``, ``reasons`` and the
-    report's ``headline`` (None when trusted)."""
+    report's ``headline`` (None when trusted). ``before`` None: no probe was taken (a GPU run whose
+    platform describes no host CPU), so only the errors decide."""
     moved = []
     for when, d in (("before the grid", before), ("after the grid", after)):
         if d is None:
@@ -260,6 +262,9 @@ def validation_verdict(before: dict, after: dict | None, points: list[dict], ran
         headline = None
     elif moved:
         headline = f"not a validation: the machine changed ({'; '.join(reasons)})"
+    elif before is None:   # a GPU run on a platform that describes no host CPU
+        headline = (f"not a validation: {reasons[0]}, and no reference probe re-timed the machine (the platform "
+                    "describes no host CPU)")
     else:
         headline = (f"not a validation: {reasons[0]}, while the reference probe held within "
                     f"{100 * CALIBRATION_CHANGE_LIMIT:.0f} % of the calibration: recalibrate and run again")

@@ -149,9 +149,11 @@ def markdown(doc: dict) -> str:
     ]
     if untrusted:
         headline = trust["headline"]
+        advice = ("Calibrate again on a quiet machine (`hetspec calibrate`) and run the same command again."
+                  if doc["drift"] is not None else
+                  "The phase-by-phase table shows which part of a step the prediction misses.")
         lines += [f"**{headline[0].upper()}{headline[1:]}.** The numbers below were measured, but they do not "
-                  "judge the model: they are labelled as such and no target is checked. Calibrate again on a quiet "
-                  "machine (`hetspec calibrate`) and run the same command again.", ""]
+                  f"judge the model: they are labelled as such and no target is checked. {advice}", ""]
     lines += [
         "## Setup",
         "",

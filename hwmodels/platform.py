@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hwmodels.errors import HetSpecError, UnknownNameError
@@ -358,6 +358,11 @@ class Platform:
         """The calibrated decode-loop costs of ``device`` (empty where the platform has none)."""
         costs = self.loop_costs.get(device)
         return costs.costs_us if costs is not None else {}
+
+    def with_device(self, device: Device) -> Platform:
+        """This platform with ``device`` in place of its device of the same name."""
+        self.device(device.name)
+        return replace(self, devices={**self.devices, device.name: device})
 
     def device(self, name: str) -> Device:
         try:

@@ -335,7 +335,7 @@ def test_dovetail_host_costs_are_the_loop_time_beyond_the_priced_passes():
         samples.append(replace(bare, step_s=priced + 1e-6 * (30.0 + 200.0 * (depth + 1))))
     shallow, deep = (_model_price(dev, s, context) for s in samples)
     assert deep > shallow                          # five more top-k passes of the drafter are priced
-    costs, sources = fit_host_costs(dev, samples, QUICK, "by test", "on test")
+    costs, sources = fit_host_costs(dev, samples, QUICK.medians(QUICK.loop_repeats), "by test", "on test")
     assert costs == {"dovetail_step": pytest.approx(30.0, abs=1e-3), "dovetail_pass": pytest.approx(200.0, abs=1e-3)}
     assert "dovetail decode loop" in sources["dovetail_pass"]
 
@@ -356,7 +356,7 @@ def test_host_costs_are_the_probe_loops_time_outside_their_forwards():
     # dovetail's tree work runs between its pass records: measured as the others' (its step time is no help)
     samples += [LoopSample("dovetail", d, step_s=0.05 * d, passes=d + 1.0, nodes=16.0, heads=0, tokens=1.4,
                            host_s=1e-6 * (300.0 + 150.0 * (d + 1))) for d in (2, 7)]
-    costs, sources = fit_host_costs(dev, samples, QUICK, "by test", "on test")
+    costs, sources = fit_host_costs(dev, samples, QUICK.medians(QUICK.loop_repeats), "by test", "on test")
     assert costs == {"chain_step": pytest.approx(20.0, abs=1e-3), "chain_pass": pytest.approx(5.0, abs=1e-3),
                      "medusa_step": pytest.approx(80.0, abs=1e-3), "medusa_node": pytest.approx(2.0, abs=1e-3),
                      "dovetail_step": pytest.approx(300.0, abs=1e-3), "dovetail_pass": pytest.approx(150.0, abs=1e-3)}
@@ -364,7 +364,7 @@ def test_host_costs_are_the_probe_loops_time_outside_their_forwards():
         "dovetail_pass"]
     # a sample without the measure (an older calibration) keeps the residual
     old = [replace(s, host_s=None) for s in samples if s.method == "chain"]
-    assert fit_host_costs(dev, old, QUICK, "by test", "on test")[0]["chain_pass"] > 1e4
+    assert fit_host_costs(dev, old, QUICK.medians(QUICK.loop_repeats), "by test", "on test")[0]["chain_pass"] > 1e4
 
 
 def test_decode_host_time_is_the_time_outside_draft_and_verify_records():

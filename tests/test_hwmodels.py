@@ -81,6 +81,18 @@ def test_device_lookup_and_accelerator():
         plat.link("cpu", "gpu", kind="ethernet")
 
 
+def test_a_device_replaced_keeps_the_rest_of_the_platform():
+    from dataclasses import replace
+
+    plat = get_platform("a100-80gb-pcie")
+    faster = plat.with_device(replace(plat.device("gpu"), mem_bw_gbps=2 * plat.device("gpu").mem_bw_gbps))
+    assert faster.device("gpu").mem_bw_gbps == 2 * plat.device("gpu").mem_bw_gbps
+    assert faster.device("cpu") == plat.device("cpu") and faster.links == plat.links and faster.name == plat.name
+    assert plat.device("gpu").mem_bw_gbps != faster.device("gpu").mem_bw_gbps       # the original is unchanged
+    with pytest.raises(ValueError, match="npu"):
+        plat.with_device(replace(plat.device("gpu"), name="npu"))
+
+
 def test_platform_round_trips_through_the_writer(tmp_path):
     plat = get_platform("a100-80gb-pcie")
     out = write_platform_file(plat, tmp_path / "copy.toml")

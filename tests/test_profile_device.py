@@ -21,7 +21,7 @@ SPEC = ModelSpec(name="probe", n_layers=1, hidden=64, intermediate=128, n_heads=
 def tiny_profile(tmp_path_factory):
     from real.validation.profile_device import ProfileSettings, profile_device, write_device_profile
 
-    settings = ProfileSettings(tokens=(1, 2, 8), attention_q=(1, 4), attention_keys=(8, 16), repeats=1, calls=2,
+    settings = ProfileSettings(tokens=(1, 2, 8), attention_q=(1, 4), attention_keys=(8, 16), repeats=3, calls=5,
                                graph_copies=2)
     prof = profile_device("cpu", [SPEC], settings, progress=False)
     out = tmp_path_factory.mktemp("profile") / "probe-cpu"
@@ -344,6 +344,58 @@ def test_cuda_profile_has_graph_and_eager_launch_costs(tmp_path):
     prof = profile_device("cuda:0", [SPEC], settings, progress=False)
     assert {"eager", "graph"} <= set(prof.launch_us) and prof.links
     assert all(r[6] == 0.0 for r in prof.rows) and prof.graph_replay_us > 0
+
+
+def test_a_profile_with_decode_loops_writes_their_cost_beyond_the_priced_forwards(tiny_profile, tmp_path):
+    """The decode loops timed on a GPU (samples without host time: a forward's record there ends when the host
+    has queued it) become the written platform's loop costs: what each step took beyond the profiled device's
+    price of the probe's forwards and heads, fitted per step and per verified token (here on a CPU profile,
+    through the same code)."""
+    import copy
+    from dataclasses import replace
+
+    from hwmodels.loader import load_platform_file
+    from real.validation.host_costs import _model_price
+    from real.validation.microbench import LOOP_NEW_TOKENS, LOOP_PROMPT_TOKENS, LoopSample
+    from real.validation.profile_device import write_device_profile
+    from real.validation.profile_summary import summary_lines
+
+    prof, _, toml_path = tiny_profile
+    assert not load_platform_file(toml_path).loop_costs            # a CPU profile: the host's loops price it
+    device = load_platform_file(toml_path).device("cpu")
+    context = LOOP_PROMPT_TOKENS + LOOP_NEW_TOKENS // 2
+    samples = []
+    for w in (1, 8, 32):
+        bare = LoopSample("medusa", w, step_s=0.0, passes=0.0, nodes=float(w), heads=3)
+        samples.append(replace(bare, step_s=_model_price(device, bare, context) + 1e-6 * (700.0 + 4.0 * w)))
+    looped = copy.copy(prof)
+    looped.loops, looped.loop_repeats = tuple(samples), 3
+    csv_path, toml_path = write_device_profile(looped, tmp_path / "looped", "hetspec calibrate --device cpu (test)")
+    costs = load_platform_file(toml_path).loop_costs["cpu"]
+    assert costs.costs_us == {"medusa_step": pytest.approx(700.0, abs=0.01), "medusa_node": pytest.approx(4.0, abs=1e-3)}
+    assert "minus the model's price" in costs.sources["medusa_node"] and "median of 3" in costs.sources["medusa_node"]
+    assert any("decode loops beyond their forwards on cpu" in line for line in summary_lines(looped, csv_path, toml_path))
+
+
+def test_the_probe_decode_loops_run_where_a_placement_puts_them():
+    """On a CPU placement the loops keep their time outside the traced forwards; the knobs asked for are timed."""
+    from real.model.placement import Placement
+    from real.validation.microbench import decode_loop_samples
+
+    samples = decode_loop_samples(1, 1, Placement("cpu", "fp32", graphs=False), configs={"ar": (0,), "medusa": (1, 8)})
+    assert [(s.method, s.knob) for s in samples] == [("ar", 0), ("medusa", 1), ("medusa", 8)]
+    assert all(s.host_s is not None and 0 < s.host_s < s.step_s for s in samples)
+    assert samples[2].nodes == 8.0 and samples[1].nodes == 1.0
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_decode_loops_are_timed_with_graphs_and_fitted_as_the_residual():
+    from real.validation.profile_device import DeviceProfile, ProfileSettings, device_loops
+
+    prof = DeviceProfile(device="cuda:0", name="gpu", dtype="fp16")
+    samples = device_loops(prof, ProfileSettings(loop_repeats=1), progress=False)
+    assert {s.method for s in samples} == {"ar", "chain", "draft-tree", "medusa"}
+    assert all(s.host_s is None and s.step_s > 0 for s in samples)
 
 
 class _FakeCuda:

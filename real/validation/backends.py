@@ -48,8 +48,7 @@ def profiled_variant(host, device: str, folder: Path | None = None) -> ProfiledV
     if timing is None or not timing.profiled:
         return ProfiledVariant(None, f"{shown_path(path)} has no profiled device: {how}", {})
     dev = host.device(device)
-    variant = replace(host, name=f"{host.name}+{path.stem}",
-                      devices={**host.devices, device: replace(dev, timing=timing)})
+    variant = replace(host.with_device(replace(dev, timing=timing)), name=f"{host.name}+{path.stem}")
     source = {"path": shown_path(path), "profile": shown_path(path.with_suffix(".csv")),
               "description": prof.description, "mode": timing.mode}
     return ProfiledVariant(variant, "", source)

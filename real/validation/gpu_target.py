@@ -102,17 +102,14 @@ def priced_as_run(platform, device: str, graphs: bool):
     """``platform`` with its GPU ``device`` priced in the execution mode the real path runs it in: replayed CUDA
     graphs (``graphs``) or every operator launched from Python, where the device's operator profile measured
     that mode (``hetspec calibrate --device cuda:N`` measures both); otherwise as the platform declares it."""
-    from dataclasses import replace
-
     from hwmodels.profile import in_mode
 
     dev = platform.device(device)
     mode = "graph" if graphs else "eager"
-    timing = dev.timing
-    if timing is None or not timing.profiled or timing.mode == mode or not timing.profile.measured_in(mode):
-        return platform
+    if dev.timing is not None and dev.timing.profiled and not dev.timing.profile.measured_in(mode):
+        return platform       # an eager-only profile keeps its declared mode
     why = "the run replays CUDA graphs" if graphs else "the run launches every operator from Python (no CUDA graphs)"
-    return replace(platform, devices={**platform.devices, device: in_mode(dev, mode, why)})
+    return platform.with_device(in_mode(dev, mode, why))
 
 
 def profile_dtype(dev) -> str | None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import math
 
 from hwmodels.platform import Device, Platform
-from real.validation.host_facts import Settings
 
 #: Host costs fitted per method: which per-step counts explain the loop's time beyond its forwards.
 #: (chain and draft-tree: passes and verified tokens move together, so the per-token part is folded
@@ -70,10 +69,11 @@ def _host_seconds(device: Device, sample, context: int) -> tuple[float, str]:
     return sample.host_s, "measured"
 
 
-def fit_host_costs(device: Device, loops, settings: Settings, by: str, on: str) -> tuple[dict, dict]:
+def fit_host_costs(device: Device, loops, statistic: str, by: str, on: str) -> tuple[dict, dict]:
     """The loop costs of ``device`` (:class:`hwmodels.platform.LoopCosts`) and their sources: per method,
     the probe loops' time outside their traced forwards (a sample without it: the step time minus the
-    model's price of its forwards and heads), fitted per step / per pass / per verified token."""
+    model's price of its forwards and heads), fitted per step / per pass / per verified token.
+    ``statistic``: how the sources name the samples' statistic (e.g. "median of 3 interleaved rounds x 2")."""
     from real.decode import ALL_DECODER_MODULES
     from real.validation.microbench import (
         LOOP_NEW_TOKENS,
@@ -106,5 +106,5 @@ def fit_host_costs(device: Device, loops, settings: Settings, by: str, on: str) 
                 + ", ".join(f"{1e6 * s.step_s:.1f}" for s in rows)
                 + f" us per step; {what} ("
                 + ", ".join(f"{1e6 * r:.1f}" for r in seconds)
-                + f" us) is fitted as {' + '.join(terms)} (least squares, >= 0; {settings.medians(settings.loop_repeats)}) {on}")
+                + f" us) is fitted as {' + '.join(terms)} (least squares, >= 0; {statistic}) {on}")
     return costs, sources

@@ -167,7 +167,7 @@ def _loop_costs(device: Device, w: WorkerMeasurement, cal: Calibration) -> LoopC
     if not w.loops:
         return None
     by, on = f"by {cal.command}", f"on {cal.cpu}, {cal.date}"
-    costs, sources = fit_host_costs(device, w.loops, cal.settings, by, on)
+    costs, sources = fit_host_costs(device, w.loops, cal.settings.medians(cal.settings.loop_repeats), by, on)
     return LoopCosts(device=device.name, costs_us=costs, sources=sources)
 
 

@@ -462,19 +462,39 @@ def loop_prompt() -> list[int]:
     return [1 + (7 * i) % (LOOP_SHAPE["vocab"] - 1) for i in range(LOOP_PROMPT_TOKENS)]
 
 
-def decode_loop_samples(threads: int, repeats: int) -> tuple[LoopSample, ...]:
+def decode_loop_samples(threads: int, repeats: int, placement=None,
+                        configs: dict[str, tuple[int, ...]] | None = None) -> tuple[LoopSample, ...]:
     """Time HetSpec's real decode loops (real.decode) on the probe models: per method and config the
-    median step time, with the draft passes and verified tokens per step."""
+    median step time, with the draft passes and verified tokens per step.
+
+    ``placement`` (:class:`real.model.placement.Placement`; None: this CPU, as ``hetspec calibrate`` times
+    the host): the device, dtype and CUDA graphs the probe models run with, as a validation runs its
+    models there. ``configs``: the methods and knobs timed (default :data:`LOOP_CONFIGS`; dovetail runs on
+    CPU workers and is left out on another device).
+
+    The samples carry the loops' time outside their traced forwards (``host_s``) where that is host work
+    alone: on a CPU a forward's record ends when it has run. On CUDA it ends once the host has queued the
+    forward's kernels, and the device's work spills into the next record up to the step's read-back, so
+    there the samples carry none and :func:`real.validation.host_costs.fit_host_costs` takes what the step
+    time leaves beyond the device's price of the probe's forwards."""
     from real.decode import decoder
     from real.decode.common import Clock
     from real.validation.grid import GridPoint, medusa_tree, real_config
 
+    cuda = placement is not None and placement.is_cuda
+    configs = dict(LOOP_CONFIGS if configs is None else configs)
+    if cuda:
+        configs.pop("dovetail", None)
     models = probe_models()
+    if placement is not None:
+        from real.model.placement import place_models
+
+        models = place_models(models, placement, in_place=True, target_tokens=max(configs.get("medusa", (1,))))
     # accuracies only shape the Medusa trees (greedy sparse trees of the demo kind)
     accuracy = [[0.6, 0.15, 0.05, 0.05], [0.5, 0.15, 0.05, 0.05], [0.4, 0.15, 0.05, 0.05]]
     prompt = loop_prompt()
     jobs = []
-    for method, knobs in LOOP_CONFIGS.items():
+    for method, knobs in configs.items():
         for knob in knobs:
             if method == "dovetail":
                 config = dovetail_probe_config(knob, threads)
@@ -497,7 +517,7 @@ def decode_loop_samples(threads: int, repeats: int) -> tuple[LoopSample, ...]:
                               passes=run.draft_passes / run.steps, nodes=1.0 + sum(run.proposed_per_step) / run.steps,
                               heads=PROBE_MEDUSA_HEADS if method == "medusa" else 0,
                               tokens=run.mean_accepted_per_step,
-                              host_s=statistics.median(r.host_s / r.steps for r in results)))
+                              host_s=None if cuda else statistics.median(r.host_s / r.steps for r in results)))
     return tuple(out)
 
 

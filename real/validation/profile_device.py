@@ -20,7 +20,13 @@ What is measured, with the same code on every device (CUDA timing where CUDA is)
   ``graph`` (a captured CUDA graph replayed);
 - the device's copy bandwidth and its best GEMV and GEMM rates (the platform's ``mem_bw_gbps`` and
   ``peak_tflops``, so the roofline the profile falls back to is this device's own);
-- on CUDA, the host-to-device and device-to-host links (pinned and pageable: latency and bandwidth).
+- on CUDA, the host-to-device and device-to-host links (pinned and pageable: latency and bandwidth);
+- on CUDA, HetSpec's decode loops (ar, chain, draft-tree, medusa) on the calibration's probe models, placed on
+  the device in the profile's dtype with CUDA graphs, as a validation there runs its models: what their steps
+  take beyond the profile's price of their forwards and heads is the platform's ``loop_costs`` of the device
+  (the host's Python, the acceptance walk and cache compaction around the replayed graphs, and the step's
+  read-back; :func:`real.validation.microbench.decode_loop_samples`). A CPU's loop costs are the calibrated
+  host platform's (``hetspec calibrate`` times them with the host).
 
 On a CPU the eager launch cost a row carries is not the bare dispatch but what one launch costs inside
 the real path's forward (:func:`real.validation.forward_launch.eager_launch_in_forward`): the real model's one-token forward at hidden
@@ -91,10 +97,11 @@ class ProfileSettings:
     repeats: int = 5          # interleaved repeats (medians)
     calls: int = 10           # calls per timed sample (CPU, and CUDA eager)
     graph_copies: int = 20    # copies of the operator inside one CUDA graph (kernel time without launch gaps)
+    loop_repeats: int = 5     # CUDA: interleaved repeats of each probe decode loop (medians)
 
 
 QUICK = ProfileSettings(tokens=QUICK_TOKENS, attention_q=QUICK_ATTENTION_Q, attention_keys=QUICK_ATTENTION_KEYS,
-                        repeats=3, calls=5, graph_copies=10)
+                        repeats=3, calls=5, graph_copies=10, loop_repeats=3)
 
 
 @dataclass(frozen=True)
@@ -142,6 +149,10 @@ class DeviceProfile:
     #: without a guard)
     contention: dict | None = None
     cache_source: str = ""
+    #: CUDA: the probe decode loops timed on the device (:class:`real.validation.microbench.LoopSample`; the
+    #: platform's loop costs) and the repeats each is the median of
+    loops: tuple = ()
+    loop_repeats: int = 0
 
 
 # ---------------------------------------------------------------------------- timing one callable
@@ -382,11 +393,38 @@ def profile_device(device_text: str, models, settings: ProfileSettings = Profile
     out.gemv_gbps, out.gemm_tflops = _best_rates(out.rows, DTYPE_BYTES_OF[dtype])
     if device.type == "cuda":
         out.links = link_timings(device, settings)
+        out.loops, out.loop_repeats = device_loops(out, settings, progress), settings.loop_repeats
     out.seconds = time.perf_counter() - t0
     return out
 
 
 DTYPE_BYTES_OF = {"fp32": 4, "fp16": 2, "bf16": 2}
+
+
+def device_loops(prof: DeviceProfile, settings: ProfileSettings, progress: bool = True) -> tuple:
+    """HetSpec's decode loops timed on the probe models placed on ``prof``'s device, in its dtype, with CUDA
+    graphs where the device has them (:func:`real.validation.microbench.decode_loop_samples`)."""
+    from real.model.placement import Placement
+    from real.validation.microbench import decode_loop_samples
+
+    placement = Placement(prof.device, prof.dtype, graphs=prof.device.startswith("cuda"))
+    if progress:
+        print(f"timing the decode loops on probe models ({placement.describe()}, {settings.loop_repeats} repeats)",
+              file=sys.stderr, flush=True)
+    return decode_loop_samples(torch.get_num_threads(), settings.loop_repeats, placement)
+
+
+def device_loop_costs(device, prof: DeviceProfile, command: str, date: str):
+    """The loop costs (:class:`hwmodels.platform.LoopCosts`) of ``device``, the profiled device as written,
+    fitted from ``prof.loops``; None without loops."""
+    from hwmodels.platform import LoopCosts
+    from real.validation.host_costs import fit_host_costs
+
+    if not prof.loops:
+        return None
+    costs, sources = fit_host_costs(device, prof.loops, f"median of {prof.loop_repeats} interleaved repeats",
+                                    f"by `{command}`", f"on {prof.name} ({prof.device}), {prof.dtype}, {date}")
+    return LoopCosts(device=device.name, costs_us=costs, sources=sources)
 
 
 def _best_rates(rows, dt: int) -> tuple[float, float]:
@@ -472,8 +510,9 @@ def write_device_profile(prof: DeviceProfile, out: str | Path, command: str) -> 
                          "tokens; timed before and after the operator rows, the median of both) less the rows' "
                          "price of it, never below 0",)
         device = _written_device(prof, csv_path, header, rows, notes, mode, by)
+    loops = device_loop_costs(device, prof, command, date)
     platform = Platform(name=toml_path.stem, description=f"{prof.name} ({prof.device}), profiled by {command} on {date}",
-                        devices={device.name: device})
+                        devices={device.name: device}, loop_costs={device.name: loops} if loops else {})
     write_platform_file(platform, toml_path)
     load_platform_file(toml_path)   # what we write must load
     return csv_path, toml_path

@@ -36,6 +36,7 @@ def summary_lines(prof, csv_path: Path, toml_path: Path) -> list[str]:
              f"best linear {prof.gemm_tflops * 1e3:.1f} GFLOP/s"]
     lines += [f"  {k}: {v['latency_us']:.1f} us, {v['bw_gbps']:.1f} GB/s" for k, v in prof.links.items()]
     lines += forward_rest_lines(csv_path)
+    lines += loop_cost_lines(toml_path)
     lines += [f"  {contention_note(prof.contention)}"] if prof.contention else []
     lines += [f"wrote {csv_path} and {toml_path}"]
     return lines
@@ -55,3 +56,12 @@ def forward_rest_lines(csv_path: Path) -> list[str]:
         lines.append(f"  eager forward of {shape} beyond its rows: "
                      + ", ".join(f"{eager[i]:.0f} us at {tokens[i]}" for i in shown) + " tokens")
     return lines
+
+
+def loop_cost_lines(toml_path: Path) -> list[str]:
+    """One line per device of the written platform with loop costs: the decode loops' host work per method."""
+    from hwmodels.loader import load_platform_file
+
+    return [f"  decode loops beyond their forwards on {name}, us: "
+            + ", ".join(f"{k} {v:.1f}" for k, v in sorted(costs.costs_us.items()))
+            for name, costs in load_platform_file(toml_path).loop_costs.items()]

@@ -390,10 +390,11 @@ def test_the_probe_decode_loops_run_where_a_placement_puts_them():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_decode_loops_are_timed_with_graphs_and_fitted_as_the_residual():
-    from real.validation.profile_device import DeviceProfile, ProfileSettings, device_loops
+    from real.validation.device_loops import device_loops
+    from real.validation.profile_device import DeviceProfile
 
     prof = DeviceProfile(device="cuda:0", name="gpu", dtype="fp16")
-    samples = device_loops(prof, ProfileSettings(loop_repeats=1), progress=False)
+    samples = device_loops(prof, 1, progress=False)
     assert {s.method for s in samples} == {"ar", "chain", "draft-tree", "medusa"}
     assert all(s.host_s is None and s.step_s > 0 for s in samples)
 

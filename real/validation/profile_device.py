@@ -61,6 +61,7 @@ import torch
 from hwmodels.errors import HetSpecError
 from real import openmp_label
 from real.run.repeats import interleaved, median
+from real.validation.device_loops import device_loop_costs, device_loops
 from real.validation.profile_ops import (  # noqa: F401  (op_callable, weight_ring: this module's public names)
     last_level_cache_bytes,
     op_callable,
@@ -393,38 +394,12 @@ def profile_device(device_text: str, models, settings: ProfileSettings = Profile
     out.gemv_gbps, out.gemm_tflops = _best_rates(out.rows, DTYPE_BYTES_OF[dtype])
     if device.type == "cuda":
         out.links = link_timings(device, settings)
-        out.loops, out.loop_repeats = device_loops(out, settings, progress), settings.loop_repeats
+        out.loops, out.loop_repeats = device_loops(out, settings.loop_repeats, progress), settings.loop_repeats
     out.seconds = time.perf_counter() - t0
     return out
 
 
 DTYPE_BYTES_OF = {"fp32": 4, "fp16": 2, "bf16": 2}
-
-
-def device_loops(prof: DeviceProfile, settings: ProfileSettings, progress: bool = True) -> tuple:
-    """HetSpec's decode loops timed on the probe models placed on ``prof``'s device, in its dtype, with CUDA
-    graphs where the device has them (:func:`real.validation.microbench.decode_loop_samples`)."""
-    from real.model.placement import Placement
-    from real.validation.microbench import decode_loop_samples
-
-    placement = Placement(prof.device, prof.dtype, graphs=prof.device.startswith("cuda"))
-    if progress:
-        print(f"timing the decode loops on probe models ({placement.describe()}, {settings.loop_repeats} repeats)",
-              file=sys.stderr, flush=True)
-    return decode_loop_samples(torch.get_num_threads(), settings.loop_repeats, placement)
-
-
-def device_loop_costs(device, prof: DeviceProfile, command: str, date: str):
-    """The loop costs (:class:`hwmodels.platform.LoopCosts`) of ``device``, the profiled device as written,
-    fitted from ``prof.loops``; None without loops."""
-    from hwmodels.platform import LoopCosts
-    from real.validation.host_costs import fit_host_costs
-
-    if not prof.loops:
-        return None
-    costs, sources = fit_host_costs(device, prof.loops, f"median of {prof.loop_repeats} interleaved repeats",
-                                    f"by `{command}`", f"on {prof.name} ({prof.device}), {prof.dtype}, {date}")
-    return LoopCosts(device=device.name, costs_us=costs, sources=sources)
 
 
 def _best_rates(rows, dt: int) -> tuple[float, float]:

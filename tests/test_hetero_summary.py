@@ -1,0 +1,48 @@
+"""The heterogeneous section's acceptance check: its regret paired within repeats, the ratio of the medians beside it."""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+
+from real.validation.hetero_report import summary_lines
+from real.validation.hetero_summary import hetero_summary, repeat_tokens_per_s
+
+
+def _placement(label: str, pred_ms: float, steps_ms: list[float], tokens: float = 2.0) -> dict:
+    med = statistics.median(steps_ms)
+    return {"label": label, "pred_step_ms": pred_ms, "meas_step_ms": med, "pred_tokens_per_s": 1e3 * tokens / pred_ms,
+            "meas_tokens_per_s": 1e3 * tokens / med, "meas_step_ms_samples": steps_ms}
+
+
+def test_a_repeat_wide_drift_is_no_regret_when_the_predicted_best_wins_inside_every_repeat():
+    """A is predicted best and is faster than B in two of three repeats, but the machine slowed across the run, so
+    B's median step is the lower: the ratio of the medians counts a regret, the paired one none."""
+    doc = {"dovetail": {"placements": [_placement("A", 9.0, [10.0, 13.0, 14.0]),
+                                       _placement("B", 9.5, [10.2, 12.8, 14.2])]}}
+    check = hetero_summary(doc)["methods"]["dovetail"]
+    assert check["regret_paired"] and check["regret"] == 0.0 and check["measured_best"] == "A"
+    assert check["regret_of_medians"] == pytest.approx(1.0 - 12.8 / 13.0)
+    text = "\n".join(summary_lines({"summary": hetero_summary(doc)}))
+    assert "regret of the medians" in text and "the two timed in the same repeat" in text
+    assert "| 0.0 % | 1.5 % |" in text
+
+
+def test_a_repeat_loss_is_the_median_of_the_per_repeat_ratios():
+    doc = {"dovetail": {"placements": [_placement("A", 9.0, [11.0, 13.0, 15.0]),
+                                       _placement("B", 9.5, [10.0, 12.0, 14.0])]}}
+    check = hetero_summary(doc)["methods"]["dovetail"]
+    assert check["measured_best"] == "B"
+    assert check["regret"] == pytest.approx(1.0 - 12.0 / 13.0)      # the middle repeat's ratio
+
+
+def test_without_aligned_repeats_the_regret_is_the_ratio_of_the_medians():
+    rows = [_placement("A", 9.0, [10.0, 13.0, 14.0]), _placement("B", 9.5, [12.8, 12.9])]
+    check = hetero_summary({"dovetail": {"placements": rows}})["methods"]["dovetail"]
+    assert not check["regret_paired"] and check["regret"] == check["regret_of_medians"] > 0
+    assert repeat_tokens_per_s([("A", 9.0, 13.0, 1.0, 150.0, None)]) is None
+    assert repeat_tokens_per_s([("A", 9.0, 13.0, 1.0, 150.0, [13.0, 0.0])]) is None
+    # each repeat's tokens/s: the configuration's tokens per step over that repeat's step
+    assert repeat_tokens_per_s([("A", 9.0, 13.0, 1.0, 2e3 / 13.0, [10.0, 13.0])]) == [[pytest.approx(200.0),
+                                                                                       pytest.approx(2e3 / 13.0)]]

@@ -10,6 +10,7 @@ import math
 from pathlib import Path
 
 from real.validation.hetero_summary import REGRET_TARGET
+from real.validation.metrics import MEDIANS_REGRET, REGRET_DEFINITION
 from real.validation.worker_drift import drift_lines
 from sim.plots import finish_axes, new_figure, save_figure
 
@@ -112,8 +113,6 @@ def markdown(doc: dict, standalone: bool = False) -> list[str]:
 def regret_definition(methods: dict) -> str:
     """How the check's regret is measured: paired within repeats where a method's configurations were all timed
     in every repeat (ALSpec keeps its section's regret under the agreement floor)."""
-    from real.validation.report import MEDIANS_REGRET, REGRET_DEFINITION
-
     if any(m.get("regret_paired") for m in methods.values()):
         return (f"{REGRET_DEFINITION}; ALSpec's best configurations are chosen under its agreement floor and "
                 "compared by their medians")

@@ -25,6 +25,17 @@ STEP_ERROR_TARGET = 0.15
 TPS_ERROR_TARGET = 0.15
 REGRET_TARGET = 0.10
 
+#: How the acceptance check's regret is measured (:func:`paired_regret`) and what the
+#: column beside it is.
+REGRET_DEFINITION = (
+    "regret = 1 - measured tokens/s of the predicted best / measured tokens/s of the measured best, the two "
+    "timed in the same repeat, median over repeats; the measured best is the configuration the predicted best "
+    "trails most that way, itself when it trails none. A repeat's timings move together while the machine's "
+    "speed drifts across the run, so the ratio is taken inside a repeat. Regret of the medians: the same ratio "
+    "of each configuration's median over repeats, against the highest median")
+#: The regret of a document whose rows carry no repeat-aligned timings.
+MEDIANS_REGRET = "regret = 1 - measured tokens/s of the predicted best / measured tokens/s of the measured best"
+
 
 def relative_error(predicted: float, measured: float) -> float:
     """``|predicted - measured| / measured`` (NaN when either is missing or measured is not > 0)."""

@@ -12,7 +12,13 @@ from pathlib import Path
 
 from real.run.contention import guard_line
 from real.validation.machine import drift_moved
-from real.validation.metrics import REGRET_TARGET, STEP_ERROR_TARGET, TPS_ERROR_TARGET
+from real.validation.metrics import (
+    MEDIANS_REGRET,
+    REGRET_DEFINITION,
+    REGRET_TARGET,
+    STEP_ERROR_TARGET,
+    TPS_ERROR_TARGET,
+)
 
 PLOTS = {"step_latency": "step_latency.png", "tokens_per_s": "tokens_per_s.png", "errors": "errors.png",
          "random_weight": "random_weight_timing.png"}
@@ -21,16 +27,6 @@ DRAFT_PARTS = ("draft", "heads", "transfer")
 VERIFY_PARTS = ("verify", "decode")
 
 
-#: How the acceptance check's regret is measured (real.validation.metrics.paired_regret) and what the
-#: column beside it is.
-REGRET_DEFINITION = (
-    "regret = 1 - measured tokens/s of the predicted best / measured tokens/s of the measured best, the two "
-    "timed in the same repeat, median over repeats; the measured best is the configuration the predicted best "
-    "trails most that way, itself when it trails none. A repeat's timings move together while the machine's "
-    "speed drifts across the run, so the ratio is taken inside a repeat. Regret of the medians: the same ratio "
-    "of each configuration's median over repeats, against the highest median")
-#: The regret of a document whose rows carry no repeat-aligned timings.
-MEDIANS_REGRET = "regret = 1 - measured tokens/s of the predicted best / measured tokens/s of the measured best"
 
 
 def _pct(x) -> str:

@@ -34,7 +34,7 @@ def register_calibrate(subparsers) -> None:
                         "platform folder)")
     p.add_argument("--quick", action="store_true", help="fewer sizes and repeats, and only the all-thread CPU's operator profile (the full run: "
                         "about 2 minutes of micro-benchmarks, then the guarded operator profiles of cpu and of the "
-                        "first core's worker, 6-8 minutes each on a 2-core machine)")
+                        "first core's worker, 7-13 minutes each on a 2-core machine, longer while other work slows it)")
     p.add_argument("--force", action="store_true",
                    help="write the calibration even if the machine changed under it (the warning goes into the "
                         "platform's descriptions and the raw measurements); without it such a calibration is "

@@ -378,6 +378,35 @@ def test_a_profile_with_decode_loops_writes_their_cost_beyond_the_priced_forward
     assert any("decode loops beyond their forwards on cpu" in line for line in summary_lines(looped, csv_path, toml_path))
 
 
+def test_decode_loops_of_a_low_precision_profile_are_priced_in_its_dtype(tiny_profile, tmp_path):
+    """A GPU profile is fp16 and its device has no fp32 peak: the probe's forwards, which ran in the profile's
+    dtype, are priced in it (here a CPU profile labelled bf16, through the same code), not in the probe's fp32."""
+    import copy
+    from dataclasses import replace
+
+    from hwmodels.loader import load_platform_file
+    from real.validation.host_costs import _model_price
+    from real.validation.microbench import LOOP_NEW_TOKENS, LOOP_PROMPT_TOKENS, LoopSample
+    from real.validation.profile_device import write_device_profile
+
+    low = copy.copy(tiny_profile[0])
+    low.dtype = "bf16"
+    low.forwards = [(spec.with_dtype("bf16"), timed) for spec, timed in low.forwards]   # as profile_device makes them
+    _, toml_path = write_device_profile(low, tmp_path / "bare", "hetspec calibrate --device cpu --dtype bf16 (test)")
+    device = load_platform_file(toml_path).device("cpu")
+    assert set(device.peak_tflops) == {"bf16"}
+    context = LOOP_PROMPT_TOKENS + LOOP_NEW_TOKENS // 2
+    bare = LoopSample("ar", 0, step_s=0.0, passes=0.0, nodes=1.0, heads=0)
+    with pytest.raises(HetSpecError, match="no peak FLOP/s for dtype 'fp32'"):
+        _model_price(device, bare, context)
+    low.loops = (replace(bare, step_s=_model_price(device, bare, context, "bf16") + 250e-6),)
+    low.loop_repeats = 3
+    _, toml_path = write_device_profile(low, tmp_path / "looped", "hetspec calibrate --device cpu --dtype bf16 (test)")
+    costs = load_platform_file(toml_path).loop_costs["cpu"]
+    assert costs.costs_us == {"ar_step": pytest.approx(250.0, abs=0.01)}
+    assert ", bf16, " in costs.sources["ar_step"]
+
+
 def test_the_probe_decode_loops_run_where_a_placement_puts_them():
     """On a CPU placement the loops keep their time outside the traced forwards; the knobs asked for are timed."""
     from real.model.placement import Placement

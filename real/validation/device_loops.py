@@ -37,5 +37,6 @@ def device_loop_costs(device, prof, command: str, date: str):
     if not prof.loops:
         return None
     costs, sources = fit_host_costs(device, prof.loops, f"median of {prof.loop_repeats} interleaved repeats",
-                                    f"by `{command}`", f"on {prof.name} ({prof.device}), {prof.dtype}, {date}")
+                                    f"by `{command}`", f"on {prof.name} ({prof.device}), {prof.dtype}, {date}",
+                                    dtype=prof.dtype)
     return LoopCosts(device=device.name, costs_us=costs, sources=sources)

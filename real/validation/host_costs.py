@@ -25,12 +25,15 @@ from hwmodels.platform import Device, Platform
 HOST_COST_TERMS = {"ar": ("step",), "chain": ("step", "pass"), "draft-tree": ("step", "pass"),
                    "medusa": ("step", "node"), "dovetail": ("step", "pass")}
 
-def _model_price(device: Device, sample, context: int) -> float:
-    """What the model prices for the forwards (and heads) of one probe decode step on ``device``."""
+def _model_price(device: Device, sample, context: int, dtype: str | None = None) -> float:
+    """What the model prices for the forwards (and heads) of one probe decode step on ``device``, the probe
+    models in ``dtype`` (the one their loops ran in; None: the probe's own, fp32)."""
     from real.validation.microbench import LOOP_SHAPE, probe_specs
     from sim.pricing import dovetail_draft_passes, forward_seconds, medusa_heads_seconds
 
     spec, draft = probe_specs(LOOP_SHAPE)
+    if dtype is not None:      # e.g. a GPU's fp16 profile: its device has no fp32 peak to price fp32 with
+        spec, draft = spec.with_dtype(dtype), draft.with_dtype(dtype)
     # the probe models have a demo target's width: priced by the rules every model's passes are
     platform = Platform(name="probe", description="", devices={device.name: device})
     q = max(int(round(sample.nodes)), 1)
@@ -62,17 +65,19 @@ def _nonneg_fit(xs, ys, terms: tuple[str, ...]) -> dict[str, float]:
     return {terms[0]: float(a), terms[1]: float(b)}
 
 
-def _host_seconds(device: Device, sample, context: int) -> tuple[float, str]:
+def _host_seconds(device: Device, sample, context: int, dtype: str | None) -> tuple[float, str]:
     """Seconds per step of ``sample``'s loop to fit as host work, and what they are."""
     if sample.host_s is None:
-        return sample.step_s - _model_price(device, sample, context), "residual"
+        return sample.step_s - _model_price(device, sample, context, dtype), "residual"
     return sample.host_s, "measured"
 
 
-def fit_host_costs(device: Device, loops, statistic: str, by: str, on: str) -> tuple[dict, dict]:
+def fit_host_costs(device: Device, loops, statistic: str, by: str, on: str,
+                   dtype: str | None = None) -> tuple[dict, dict]:
     """The loop costs of ``device`` (:class:`hwmodels.platform.LoopCosts`) and their sources: per method,
     the probe loops' time outside their traced forwards (a sample without it: the step time minus the
-    model's price of its forwards and heads), fitted per step / per pass / per verified token.
+    model's price of its forwards and heads, the probe priced in ``dtype``, the one its loops ran in;
+    None: the probe's fp32), fitted per step / per pass / per verified token.
     ``statistic``: how the sources name the samples' statistic (e.g. "median of 3 interleaved rounds x 2")."""
     from real.decode import ALL_DECODER_MODULES
     from real.validation.microbench import (
@@ -88,7 +93,7 @@ def fit_host_costs(device: Device, loops, statistic: str, by: str, on: str) -> t
         rows = [s for s in loops if s.method == method]
         if not rows:
             continue
-        host = [_host_seconds(device, s, context) for s in rows]
+        host = [_host_seconds(device, s, context, dtype) for s in rows]
         seconds = [h for h, _ in host]
         what = ("its time outside the traced forwards (acceptance records and untraced Python)"
                 if all(kind == "measured" for _, kind in host)

@@ -126,6 +126,16 @@ def test_fingerprint_changes_with_the_recipe():
     assert DEMO_PRESETS["small"].fingerprint() != tiny.fingerprint()
 
 
+def test_training_autocasts_to_bf16_only_where_the_cpu_has_native_bf16():
+    """oneDNN says yes on any AVX-512 CPU, which emulates bf16 slower than fp32: the CPU's flags decide."""
+    from real.train.loops import bf16_supported
+
+    onednn = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    assert not bf16_supported(frozenset({"avx2", "avx512f", "avx512bw", "avx512vl", "avx512_vnni"}))
+    assert bf16_supported(frozenset({"avx512f", "avx512_bf16"})) == onednn
+    assert bf16_supported(frozenset({"amx_tile", "amx_bf16"})) == onednn
+
+
 def test_cache_root_from_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("HETSPEC_CACHE_DIR", str(tmp_path))
     assert cache_root() == tmp_path

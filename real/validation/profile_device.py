@@ -354,6 +354,7 @@ def profile_device(device_text: str, models, settings: ProfileSettings = Profile
     forward_records: list = []
 
     def forwards(spec):
+        bar.set_postfix_str(f"whole forwards of {spec.name}", refresh=False)   # which part is slow, as it runs
         return time_model_forwards(spec, device, tdtype, settings.tokens, lambda fn, n: _wall_per_call(fn, device, n),
                                    settings.calls, settings.repeats, tick=bar.update, guard=guard,
                                    records=forward_records)
@@ -362,6 +363,7 @@ def profile_device(device_text: str, models, settings: ProfileSettings = Profile
         """One profile row (microseconds), None where the operator does not apply or does not fit."""
         nonlocal ring
         table, shape, tokens, keys, vocab = item
+        bar.set_postfix_str(f"{table} {shape}", refresh=False)
         try:
             if table == "linear_streamed" and ring[0] != shape:
                 ring = ("", [])           # free the last ring before the next one

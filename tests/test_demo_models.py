@@ -36,9 +36,9 @@ def count_trainings(monkeypatch):
     calls = []
     real_train = demo.train_demo
 
-    def counting(recipe, folder, progress=True):
+    def counting(recipe, folder, progress=True, device="cpu"):
         calls.append(recipe.name)
-        return real_train(recipe, folder, progress)
+        return real_train(recipe, folder, progress, device)
 
     monkeypatch.setattr(demo, "train_demo", counting)
     return calls
@@ -159,6 +159,33 @@ def test_cli_prints_the_cached_summary(tiny_demo, demo_cache_dir):
     assert proc.returncode == 0
     assert proc.stdout.startswith(f"cache: {tiny_demo.folder}")
     assert "Medusa head top-i accuracy" in proc.stdout
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda:0", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA device"))])
+def test_the_demo_models_train_on_the_device_asked_and_load_on_the_cpu(demo_cache_dir, device):
+    from real.train.loops import bf16_autocast
+
+    recipe = replace(MICRO, name=f"micro-{device.replace(':', '')}")
+    models = load_demo(recipe, force=True, progress=False, device=device)
+    assert models.summary["device"].split(" ")[0] == device
+    assert models.summary["bf16_autocast"] == bf16_autocast(device)
+    assert models.target.lm_head.weight.device.type == "cpu" and models.heads.w1.device.type == "cpu"
+    assert 1 < models.summary["target_eval_perplexity"] < MICRO.vocab          # learned something, finite
+    assert 0 <= models.summary["draft_greedy_agreement"] <= 1
+    assert f"on {models.summary['device']}, bf16 autocast" in (models.folder / "summary.md").read_text()
+
+
+@pytest.mark.parametrize("device, message", [
+    ("gpu0", "hetspec: error: --device 'gpu0': give cpu, cuda or cuda:N"),
+    pytest.param("cuda:0", "hetspec: error: --device cuda:0: this machine has no CUDA device",
+                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")),
+])
+def test_cli_training_device_that_cannot_run_here_is_one_line_exit_2(tmp_path, device, message):
+    proc = run_cli("train-demo", "--preset", "tiny", "--device", device, env={"HETSPEC_CACHE_DIR": str(tmp_path)})
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert proc.stderr.startswith(message)
+    assert not (tmp_path / "demo").exists()
 
 
 def test_cli_bad_preset_is_one_line_exit_2(tmp_path):

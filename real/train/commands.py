@@ -20,6 +20,9 @@ def register(subparsers) -> None:
                    help=f"demo preset: tiny (training {TRAIN_TIME['tiny']}) or small (training "
                         f"{TRAIN_TIME['small']}; default)")
     p.add_argument("--force", action="store_true", help="retrain even when the cache is valid")
+    p.add_argument("--device", default="cpu", metavar="D",
+                   help="train on cpu (default) or cuda[:N] (on a GPU in bf16 autocast where it supports bf16; "
+                        "the models are cached and loaded as from a CPU training, so every command uses them)")
     p.add_argument("--dgf", action="store_true",
                    help="also train Dovetail's Dynamic-Gating-Fusion drafter on the target's hidden states "
                         "(cached in <cache>/dgf; used by hetspec run --method dovetail --drafter dgf)")
@@ -40,8 +43,11 @@ def handle(args: argparse.Namespace) -> int:
         summary_markdown,
     )
 
+    from real.model.placement import resolve
+
     get_recipe(args.preset)  # an unknown preset fails before torch starts any work
-    demo = load_demo(args.preset, force=args.force, progress=True)
+    device = resolve(args.device).device      # one line where it cannot run here (no CUDA, a bad name)
+    demo = load_demo(args.preset, force=args.force, progress=True, device=device)
     dgf = None
     if args.dgf:
         from real.hetero.dgf_drafter import ensure_dgf

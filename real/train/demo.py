@@ -131,9 +131,9 @@ class DemoModels:
 
 
 def load_demo(preset: str | DemoRecipe, force: bool = False, progress: bool = True,
-              train: bool | None = True) -> DemoModels:
-    """The demo models of ``preset``: from the cache when it holds this recipe's fingerprint and
-    its files load, otherwise (or with ``force``) trained first and cached.
+              train: bool | None = True, device: str = "cpu") -> DemoModels:
+    """The demo models of ``preset`` (loaded on the CPU): from the cache when it holds this recipe's
+    fingerprint and its files load, otherwise (or with ``force``) trained first, on ``device``, and cached.
 
     ``train``: True trains when needed; False raises one line naming the command that trains;
     None (a command-line run) trains a quick preset, and asks on a terminal before training a
@@ -156,7 +156,7 @@ def load_demo(preset: str | DemoRecipe, force: bool = False, progress: bool = Tr
             else:
                 problem = "trained from another recipe"
             check_training_consent(recipe, train, problem)
-        train_demo(recipe, folder, progress=progress)
+        train_demo(recipe, folder, progress=progress, device=device)
         return _load_folder(folder, recipe.name)
 
 
@@ -260,8 +260,9 @@ def _remove_stale_work_folders(folder: Path) -> None:
             pass
 
 
-def train_demo(recipe: DemoRecipe, folder: Path, progress: bool = True) -> dict:
-    """Train every model of ``recipe`` into ``folder`` (replaced atomically) and return the summary.
+def train_demo(recipe: DemoRecipe, folder: Path, progress: bool = True, device: str = "cpu") -> dict:
+    """Train every model of ``recipe`` on ``device`` into ``folder`` (replaced atomically) and return the
+    summary.
 
     Files are written to a sibling temporary folder first and renamed at the end, so an
     interrupted run never leaves a half-written cache that would look valid.
@@ -274,7 +275,7 @@ def train_demo(recipe: DemoRecipe, folder: Path, progress: bool = True) -> dict:
         shutil.rmtree(work)
     work.mkdir()
     try:
-        summary = train_models(recipe, work, progress)
+        summary = train_models(recipe, work, progress, device)
         summary["folder"] = str(folder)
         (work / SUMMARY_JSON).write_text(json.dumps(summary, indent=2) + "\n")
         (work / SUMMARY_MD).write_text(summary_markdown(summary))

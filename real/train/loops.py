@@ -10,8 +10,9 @@
   tokens the labels, and the loss is ``sum_k 0.8^k * CE(head_k(h_t), y_{t+k+1})``.
 
 Every run is seeded (weights and batch order), shows a tqdm bar with the running loss, and
-runs the matrix products in bfloat16 autocast where the CPU has native bf16 (master weights
-and optimizer state stay fp32).
+runs the matrix products in bfloat16 autocast where the device has native bf16 (master weights
+and optimizer state stay fp32). Training runs on the device the model's parameters are on: the
+batches are drawn on the CPU (seeded, the same on every device) and moved there.
 """
 
 from __future__ import annotations
@@ -101,6 +102,15 @@ def bf16_supported(cpu_flags: frozenset[str] | None = None) -> bool:
     return onednn if not flags else onednn and bool(NATIVE_BF16_FLAGS & flags)
 
 
+def bf16_autocast(device: torch.device | str) -> bool:
+    """Whether training on ``device`` runs its matrix products in bf16 autocast: on a CPU with native
+    bf16 (:func:`bf16_supported`), on a GPU that supports bf16 (``torch.cuda.is_bf16_supported``)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return bool(torch.cuda.is_bf16_supported())
+    return bf16_supported()
+
+
 def x86_cpu_flags() -> frozenset[str]:
     """The first x86 CPU's flags from ``/proc/cpuinfo``; empty where there is none (another OS or
     architecture: an Arm CPU lists ``Features``, not ``flags``)."""
@@ -152,7 +162,8 @@ def _run(params: list[nn.Parameter], loss_fn: Callable[[int, torch.Generator], t
     gradient clipping, a tqdm bar showing the running loss."""
     opt = _optimizer(params, cfg)
     gen = torch.Generator().manual_seed(cfg.seed)
-    autocast = bf16_supported()
+    device = params[0].device
+    autocast = bf16_autocast(device)
     ema, tokens = None, 0
     start = time.perf_counter()
     bar = tqdm(range(cfg.steps), desc=desc, disable=not progress, dynamic_ncols=True, mininterval=0.5)
@@ -160,7 +171,7 @@ def _run(params: list[nn.Parameter], loss_fn: Callable[[int, torch.Generator], t
         lr = lr_at(step, cfg)
         for group in opt.param_groups:
             group["lr"] = lr
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
             loss, n = loss_fn(step, gen)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -178,7 +189,9 @@ def _run(params: list[nn.Parameter], loss_fn: Callable[[int, torch.Generator], t
 
 
 def _lm_loss(model: Transformer, batch: Tensor, first_label: int = 0) -> tuple[Tensor, int]:
-    """Next-token cross-entropy of ``batch [b, T+1]``; labels before ``first_label`` ignored."""
+    """Next-token cross-entropy of ``batch [b, T+1]`` (moved to the model's device); labels before
+    ``first_label`` ignored."""
+    batch = batch.to(model.lm_head.weight.device)
     inputs, labels = batch[:, :-1], batch[:, 1:].clone()
     if first_label:
         labels[:, :first_label] = IGNORE
@@ -269,14 +282,15 @@ def train_medusa_heads(heads: MedusaHeads, data: Continuations, cfg: TrainConfig
     if m == 0:
         raise HetSpecError(f"{desc}: no training positions")
     heads.train()
+    device = heads.w1.device
     order: list[Tensor] = []
 
     def loss_fn(step: int, gen: torch.Generator) -> tuple[Tensor, int]:
         if not order or order[0].numel() < cfg.batch:
             order[:] = [torch.randperm(m, generator=gen)]
         idx, order[0] = order[0][:cfg.batch], order[0][cfg.batch:]
-        logits = heads(hidden[idx].unsqueeze(0))[:, 0]                      # [K, batch, V]
-        y = labels[idx]
+        logits = heads(hidden[idx].to(device).unsqueeze(0))[:, 0]           # [K, batch, V]
+        y = labels[idx].to(device)
         return medusa_loss(logits, y), int((y != IGNORE).sum())
 
     result = _run([p for p in heads.parameters() if p.requires_grad], loss_fn, cfg, desc, progress)

@@ -30,7 +30,7 @@ from real.train.evaluate import (
 )
 from real.train.generate import greedy_continuations
 from real.train.loops import (
-    bf16_supported,
+    bf16_autocast,
     distill_on_continuations,
     init_weights,
     token_stream,
@@ -44,8 +44,10 @@ SUMMARY_JSON, SUMMARY_MD, TOKENIZER_FILE = "summary.json", "summary.md", "tokeni
 TARGET_DIR, DRAFT_DIR, MEDUSA_DIR = "target", "draft", "medusa"
 
 
-def train_models(recipe: DemoRecipe, work: Path, progress: bool) -> dict:
-    """Train every model of ``recipe``, save them into ``work`` and return the summary."""
+def train_models(recipe: DemoRecipe, work: Path, progress: bool, device: str = "cpu") -> dict:
+    """Train every model of ``recipe`` on ``device`` (``cpu`` or ``cuda:N``: the weights are initialised
+    on the CPU, the same on every device, and moved there), save them into ``work`` and return the
+    summary."""
     t_start = time.perf_counter()
     load_start = os.getloadavg()[0]
     timings: dict[str, float] = {}
@@ -80,9 +82,9 @@ def train_models(recipe: DemoRecipe, work: Path, progress: bool) -> dict:
 
     eos = tokenizer.eos_id     # written to config.json (the tokenizer has no BOS token)
     target = init_weights(Transformer(recipe.target.spec(f"demo-{recipe.name}-target", vocab, recipe.max_position,
-                                                         eos)), recipe.seed)
+                                                         eos)), recipe.seed).to(device)
     draft = init_weights(Transformer(recipe.draft.spec(f"demo-{recipe.name}-draft", vocab, recipe.max_position,
-                                                       eos)), recipe.seed + 1)
+                                                       eos)), recipe.seed + 1).to(device)
     target_result = train_causal_lm(target, train_stream, recipe.target_train, "target", progress)
     t = mark("target_s", t)
     draft_result = train_causal_lm(draft, train_stream, recipe.draft_train, "draft", progress)
@@ -117,7 +119,8 @@ def train_models(recipe: DemoRecipe, work: Path, progress: bool) -> dict:
         "recipe_revision": RECIPE_REVISION,
         "python": platform.python_version(),
         "torch": torch.__version__,
-        "bf16_autocast": bf16_supported(),
+        "device": device if device == "cpu" else f"{device} ({torch.cuda.get_device_name(device)})",
+        "bf16_autocast": bf16_autocast(device),
         "trained_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "vocab": vocab,
         "params": {
@@ -166,7 +169,7 @@ def summary_markdown(s: dict) -> str:
         f"# HetSpec demo models: preset `{s['preset']}`",
         "",
         f"Trained {s['trained_at']} on the Python {s['python']} standard library (torch {s['torch']}, "
-        f"bf16 autocast: {s['bf16_autocast']}); fingerprint `{s['fingerprint']}`.",
+        f"on {s.get('device', 'cpu')}, bf16 autocast: {s['bf16_autocast']}); fingerprint `{s['fingerprint']}`.",
         "",
         "| model | parameters | eval perplexity |",
         "|---|---:|---:|",

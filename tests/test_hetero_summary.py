@@ -29,6 +29,18 @@ def test_a_repeat_wide_drift_is_no_regret_when_the_predicted_best_wins_inside_ev
     assert "| 0.0 % | 1.5 % |" in text
 
 
+def test_both_reports_state_their_regret_by_one_definition():
+    """The acceptance check and the heterogeneous check word their regret by ``metrics.regret_definition``:
+    paired within repeats (the heterogeneous one adds ALSpec's caveat), else the ratio of the medians."""
+    from real.validation.hetero_report import regret_definition as hetero_definition
+    from real.validation.metrics import MEDIANS_REGRET, REGRET_DEFINITION, regret_definition
+
+    assert regret_definition(True) == REGRET_DEFINITION and regret_definition(False, "x") == MEDIANS_REGRET
+    paired = hetero_definition({"dovetail": {"regret_paired": True}, "alspec": {"regret_paired": False}})
+    assert paired.startswith(REGRET_DEFINITION + "; ALSpec's best configurations are chosen under its agreement floor")
+    assert hetero_definition({"alspec": {"regret_paired": False}}) == MEDIANS_REGRET
+
+
 def test_a_repeat_loss_is_the_median_of_the_per_repeat_ratios():
     doc = {"dovetail": {"placements": [_placement("A", 9.0, [11.0, 13.0, 15.0]),
                                        _placement("B", 9.5, [10.0, 12.0, 14.0])]}}

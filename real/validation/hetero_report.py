@@ -10,7 +10,7 @@ import math
 from pathlib import Path
 
 from real.validation.hetero_summary import REGRET_TARGET
-from real.validation.metrics import MEDIANS_REGRET, REGRET_DEFINITION
+from real.validation import metrics
 from real.validation.worker_drift import drift_lines
 from sim.plots import finish_axes, new_figure, save_figure
 
@@ -113,10 +113,9 @@ def markdown(doc: dict, standalone: bool = False) -> list[str]:
 def regret_definition(methods: dict) -> str:
     """How the check's regret is measured: paired within repeats where a method's configurations were all timed
     in every repeat (ALSpec keeps its section's regret under the agreement floor)."""
-    if any(m.get("regret_paired") for m in methods.values()):
-        return (f"{REGRET_DEFINITION}; ALSpec's best configurations are chosen under its agreement floor and "
-                "compared by their medians")
-    return MEDIANS_REGRET
+    return metrics.regret_definition(any(m.get("regret_paired") for m in methods.values()),
+                                     "ALSpec's best configurations are chosen under its agreement floor and "
+                                     "compared by their medians")
 
 
 def summary_lines(doc: dict, heading: str = "##") -> list[str]:

@@ -37,6 +37,14 @@ REGRET_DEFINITION = (
 MEDIANS_REGRET = "regret = 1 - measured tokens/s of the predicted best / measured tokens/s of the measured best"
 
 
+def regret_definition(paired: bool, caveat: str = "") -> str:
+    """The line that says how a report's regret is measured: paired within repeats (:data:`REGRET_DEFINITION`,
+    ``caveat`` after it) where ``paired``, else the ratio of the medians (:data:`MEDIANS_REGRET`)."""
+    if not paired:
+        return MEDIANS_REGRET
+    return f"{REGRET_DEFINITION}; {caveat}" if caveat else REGRET_DEFINITION
+
+
 def relative_error(predicted: float, measured: float) -> float:
     """``|predicted - measured| / measured`` (NaN when either is missing or measured is not > 0)."""
     if not (math.isfinite(predicted) and math.isfinite(measured)) or measured <= 0:

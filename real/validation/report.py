@@ -13,11 +13,10 @@ from pathlib import Path
 from real.run.contention import guard_line
 from real.validation.machine import drift_moved
 from real.validation.metrics import (
-    MEDIANS_REGRET,
-    REGRET_DEFINITION,
     REGRET_TARGET,
     STEP_ERROR_TARGET,
     TPS_ERROR_TARGET,
+    regret_definition,
 )
 
 PLOTS = {"step_latency": "step_latency.png", "tokens_per_s": "tokens_per_s.png", "errors": "errors.png",
@@ -177,7 +176,7 @@ def markdown(doc: dict) -> str:
         "",
         f"Targets per speculative method: median |step-latency error| <= {100 * STEP_ERROR_TARGET:.0f} %, median "
         f"|tokens/s error| <= {100 * TPS_ERROR_TARGET:.0f} %, regret <= {100 * REGRET_TARGET:.0f} % "
-        f"({REGRET_DEFINITION if all(m.get('regret_paired') for m in doc['methods']) else MEDIANS_REGRET}).",
+        f"({regret_definition(all(m.get('regret_paired') for m in doc['methods']))}).",
         "",
         "| method | configs | median step error | median tokens/s error | median tokens/step error | predicted best "
         "| measured best | regret | regret of the medians | meets targets |",

@@ -327,6 +327,37 @@ def test_the_calibration_profiles_the_first_cores_worker_beside_the_all_thread_c
     assert "2 torch threads" in (folder / "profiled-cpu.csv").read_text()
 
 
+def test_a_standalone_full_cpu_profile_is_guarded_as_the_calibrations_are(monkeypatch, tmp_path):
+    """``hetspec calibrate --device cpu|cpuN`` (full) times its rows under the contention guard, on the device's
+    threads, its reference the calibrated host's GEMM rate where that is higher than one timed now; ``--quick``
+    and a GPU go unguarded."""
+    import argparse
+
+    from real.run.contention import Guard
+    from real.validation import commands, machine
+    from real.validation import profile_device as pd
+
+    seen, probed = [], []
+    monkeypatch.setattr(pd, "profile_and_write", lambda *a, guard=None, **k: seen.append(guard) or [])
+    monkeypatch.setattr(machine, "gemm_rate", lambda threads, *a: probed.append(threads) or 5e10)
+    monkeypatch.setattr(machine, "calibrated_gemm_gflops", lambda host, threads: 80.0)
+    monkeypatch.setenv("HETSPEC_PLATFORMS_DIR", str(tmp_path))          # no host.toml: the rate timed now
+    torch.set_num_threads(2)
+    try:
+        for device in ("cpu", "cpu0"):
+            commands._profile_device(argparse.Namespace(device=device, models=None, dtype=None, quick=False, out=None))
+    finally:
+        torch.set_num_threads(1)
+    assert all(isinstance(g, Guard) for g in seen) and [g.reference for g in seen] == [5e10, 5e10]
+    assert probed == [2, 1] and "timed before the runs" in seen[0].source
+    monkeypatch.setattr(commands, "_calibrated_host", lambda: object())  # a host whose calibration was faster
+    commands._profile_device(argparse.Namespace(device="cpu", models=None, dtype=None, quick=False, out=None))
+    assert seen[-1].reference == 8e10 and "the calibration's reference probe" in seen[-1].source
+    for device, quick in (("cpu", True), ("cuda:0", False)):
+        commands._profile_device(argparse.Namespace(device=device, models=None, dtype=None, quick=quick, out=None))
+        assert seen[-1] is None
+
+
 @pytest.mark.parametrize("extra", [(), ("--device", "cpu")])
 def test_a_platform_file_that_cannot_be_written_fails_before_measuring(tmp_path, extra):
     blocker = tmp_path / "a-file"

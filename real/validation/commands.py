@@ -44,7 +44,8 @@ def register_calibrate(subparsers) -> None:
     p.add_argument("--device", default=None, metavar="D",
                    help="profile the operators of a torch device (cpu, cuda, cuda:N; cpuN: the single-thread "
                         "worker pinned to core N) instead: writes a measured operator profile (CSV) and a platform "
-                        "whose device is priced by it (TOML)")
+                        "whose device is priced by it (TOML); a CPU's rows, without --quick, retaken while a probe "
+                        "reads the cores slowed from outside")
     p.add_argument("--models", default=None, metavar="M1,M2",
                    help="with --device: the models whose operator shapes the profile covers (presets, config.json "
                         "paths, demo:tiny, demo:small; default: the demo models, plus llama2-7b on CUDA)")
@@ -83,15 +84,35 @@ def handle_calibrate(args: argparse.Namespace) -> int:
 
 
 def _profile_device(args: argparse.Namespace) -> int:
-    """``hetspec calibrate --device D``: the measured operator profile of a torch device and its platform."""
-    from real.validation.profile_device import profile_and_write
+    """``hetspec calibrate --device D``: the measured operator profile of a torch device and its platform; a CPU's
+    full profile guarded against the cores slowed from outside, as the full calibration's are."""
+    from real.validation import profile_device
 
     names = [m.strip() for m in args.models.split(",") if m.strip()] if args.models else None
     parts = ["hetspec calibrate", f"--device {args.device}"] + ([f"--models {args.models}"] if args.models else []) + \
         ([f"--dtype {args.dtype}"] if args.dtype else []) + (["--quick"] if args.quick else [])
-    for line in profile_and_write(args.device, names, args.dtype, args.quick, args.out, " ".join(parts)):
+    guard = None
+    if not args.quick and not args.device.strip().startswith("cuda"):
+        from real.validation.cpu_profiles import cpu_profile_guard
+
+        profile_device.parse_device(args.device)       # a bad name: one line, before the guard's probe
+        guard = cpu_profile_guard(args.device, _calibrated_host())
+    for line in profile_device.profile_and_write(args.device, names, args.dtype, args.quick, args.out,
+                                                 " ".join(parts), guard=guard):
         print(line)
     return 0
+
+
+def _calibrated_host():
+    """The calibrated ``host`` platform where ``hetspec calibrate`` has written one, else None."""
+    from hwmodels.errors import HetSpecError
+    from hwmodels.loader import load_platform_file, user_platform_dir
+
+    path = user_platform_dir() / "host.toml"
+    try:
+        return load_platform_file(path) if path.exists() else None
+    except HetSpecError:      # unreadable: the guard times its reference now
+        return None
 
 
 # ---------------------------------------------------------------------------- hetspec validate

@@ -2,7 +2,8 @@
 (``profiled-cpu``, the second pricing of ``hetspec validate``) and the first core's single-thread worker
 (``profiled-cpuN``, the second pricing of ``hetspec validate --device cpuN``), each measured as
 :func:`real.validation.profile_device.profile_and_write` measures ``--device cpu`` / ``--device cpuN``, with the
-host's cache for that device and, in the full calibration, the contention guard."""
+host's cache for that device and, in the full calibration, the contention guard (:func:`cpu_profile_guard`,
+which guards ``hetspec calibrate --device cpu|cpuN`` too)."""
 
 from __future__ import annotations
 
@@ -38,11 +39,17 @@ def profile_cpu_beside(host_path: str | Path, quick: bool, progress: bool = True
         cache = None if cache_gb is None else (
             cache_gb, f"{Path(host_path).name}'s cache_gb of {host_device} ({cache_gb * 1e3:.1f} MB, measured by the "
                       "same calibration)")
-        guard = None
-        if not quick:     # the full calibration's rows, guarded against the cores slowed from outside
-            from real.validation.machine import calibrated_gemm_gflops, contention_guard
-
-            threads = torch.get_num_threads() if device_text == "cpu" else 1
-            guard = contention_guard(threads, (calibrated_gemm_gflops(host, threads) or 0) * 1e9)
+        guard = None if quick else cpu_profile_guard(device_text, host)
         lines += profile_and_write(device_text, None, None, quick, out, command, progress, cache, guard)
     return lines
+
+
+def cpu_profile_guard(device_text: str, host=None):
+    """The contention guard of a full CPU operator profile (``cpu``: all torch threads; ``cpuN``: one): its rows
+    retaken while a compute-bound probe reads the cores slowed from outside. Its reference: the larger of the
+    GEMM rate ``host`` (a calibrated platform) measured at the end of its calibration and one timed now."""
+    from real.validation.machine import calibrated_gemm_gflops, contention_guard
+
+    threads = torch.get_num_threads() if device_text == "cpu" else 1
+    calibrated = calibrated_gemm_gflops(host, threads) if host is not None else None
+    return contention_guard(threads, (calibrated or 0) * 1e9)

@@ -351,3 +351,28 @@ def test_validate_repeats_reach_the_grid_and_the_heterogeneous_section(monkeypat
     with pytest.raises(SystemExit):
         main(["validate", "--quick", "--out", str(tmp_path / "r")])
     assert seen["settings"] is None and seen["hetero_settings"] is None      # the defaults: validate's own
+
+
+def test_the_throughput_plot_circles_the_reports_measured_best():
+    """The paired measured best (the acceptance check's) is circled, not the highest median, where they differ;
+    without a paired best the highest median is, and the legend says which."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from real.validation.plots import _panel
+
+    def row(g, tps):
+        return {"method": "chain", "value": g, "label": f"chain γ={g}", "meas_tokens_per_s": tps,
+                "meas_tokens_per_s_min": tps - 1, "meas_tokens_per_s_max": tps + 1, "pred_tokens_per_s": 100.0 + g}
+
+    rows = [row(4, 200.0), row(5, 205.0), row(6, 203.0)]
+    for best, legend in (("chain γ=6", "measured optimum, paired within repeats (γ=6)"),
+                         (None, "measured optimum, highest median (γ=5)")):
+        fig, ax = plt.subplots()
+        _panel(ax, rows, "chain", "pred_tokens_per_s", "meas_tokens_per_s", "meas_tokens_per_s_min",
+               "meas_tokens_per_s_max", "tokens/s", True, None, best)
+        labels = ax.get_legend_handles_labels()[1]
+        plt.close(fig)
+        assert legend in labels and "predicted optimum, as measured (γ=6)" in labels

@@ -32,7 +32,7 @@ def _finite(x) -> bool:
     return x is not None and math.isfinite(x)
 
 
-def _panel(ax, rows, method, y_pred, y_meas, y_lo, y_hi, ylabel, mark_best: bool, ar):
+def _panel(ax, rows, method, y_pred, y_meas, y_lo, y_hi, ylabel, mark_best: bool, ar, measured_best=None):
     pts = sorted((r for r in rows if r["method"] == method), key=lambda r: r["value"])
     xs = [r["value"] for r in pts]
     meas = [r[y_meas] for r in pts]
@@ -46,9 +46,14 @@ def _panel(ax, rows, method, y_pred, y_meas, y_lo, y_hi, ylabel, mark_best: bool
         if _finite(ar[y_pred]):
             ax.axhline(ar[y_pred], color="tab:blue", linestyle=":", linewidth=1, label="ar predicted")
     if mark_best and pts:
-        i_m = max(range(len(pts)), key=lambda i: meas[i])
+        # the report's measured best (paired within repeats) where it names one of these points, else the highest median
+        labels = [r.get("label") for r in pts]
+        paired = measured_best in labels
+        i_m = labels.index(measured_best) if paired else max(range(len(pts)), key=lambda i: meas[i])
+        how = "paired within repeats" if paired else "highest median"
         ax.plot([xs[i_m]], [meas[i_m]], marker="o", markersize=16, markerfacecolor="none",
-                markeredgecolor="tab:red", linestyle="none", label=f"measured optimum ({KNOB_OF[method][1]}={xs[i_m]})")
+                markeredgecolor="tab:red", linestyle="none",
+                label=f"measured optimum, {how} ({KNOB_OF[method][1]}={xs[i_m]})")
         if any(_finite(p) for p in pred):
             i_p = max((i for i in range(len(pts)) if _finite(pred[i])), key=lambda i: pred[i])
             ax.plot([xs[i_p]], [meas[i_p]], marker="*", markersize=16, color="tab:green", linestyle="none",
@@ -61,11 +66,14 @@ def _panel(ax, rows, method, y_pred, y_meas, y_lo, y_hi, ylabel, mark_best: bool
 
 
 def plot_metric(rows: Sequence[dict], path: Path, title: str, y_pred: str, y_meas: str, y_lo: str, y_hi: str,
-                ylabel: str, mark_best: bool) -> Path:
+                ylabel: str, mark_best: bool, measured_best: dict[str, str] | None = None) -> Path:
+    """One panel per speculative method; ``measured_best``: method -> the label of its measured best (the
+    acceptance check's, paired within repeats), which ``mark_best`` circles (else the highest median)."""
     methods = _methods(rows)
     fig, axes = new_figure(1, max(len(methods), 1), figsize=(5.2 * max(len(methods), 1), 4.2), squeeze=False)
     for ax, method in zip(axes[0], methods):
-        _panel(ax, rows, method, y_pred, y_meas, y_lo, y_hi, ylabel, mark_best, _ar(rows))
+        _panel(ax, rows, method, y_pred, y_meas, y_lo, y_hi, ylabel, mark_best, _ar(rows),
+               (measured_best or {}).get(method))
     fig.suptitle(title)
     return save_figure(fig, path)
 
@@ -75,10 +83,10 @@ def plot_step_latency(rows, path: Path, subtitle: str) -> Path:
                        "meas_step_ms_min", "meas_step_ms_max", "step latency (ms per decode step)", False)
 
 
-def plot_tokens_per_s(rows, path: Path, subtitle: str) -> Path:
+def plot_tokens_per_s(rows, path: Path, subtitle: str, measured_best: dict[str, str] | None = None) -> Path:
     return plot_metric(rows, path, f"Decode throughput, predicted vs measured ({subtitle})", "pred_tokens_per_s",
                        "meas_tokens_per_s", "meas_tokens_per_s_min", "meas_tokens_per_s_max",
-                       "throughput (tokens/s)", True)
+                       "throughput (tokens/s)", True, measured_best)
 
 
 def plot_errors(rows, path: Path, subtitle: str) -> Path:

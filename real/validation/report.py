@@ -283,7 +283,8 @@ def write_report(doc: dict, out: Path) -> Path:
         subtitle += " - not a validation: the machine changed"    # the plots show the errors too
     rows = [r for r in doc["points"]]
     plots.plot_step_latency(rows, out / PLOTS["step_latency"], subtitle)
-    plots.plot_tokens_per_s(rows, out / PLOTS["tokens_per_s"], subtitle)
+    plots.plot_tokens_per_s(rows, out / PLOTS["tokens_per_s"], subtitle,
+                            {m["method"]: m["measured_best"] for m in doc["methods"] if m.get("regret_paired")})
     plots.plot_errors(rows, out / PLOTS["errors"], subtitle)
     if doc["random_weight"]:
         plots.plot_random_weight(doc["random_weight"], out / PLOTS["random_weight"], doc["platform"]["name"])

@@ -29,6 +29,19 @@ def tiny_profile(tmp_path_factory):
     return prof, csv_path, toml_path
 
 
+def test_a_profile_says_where_its_time_went(tiny_profile):
+    """The parts of a profile's measurement, timed in order, add up to its whole time; the summary prints them."""
+    from real.validation.profile_summary import summary_lines
+
+    prof, csv_path, toml_path = tiny_profile
+    assert list(prof.phase_seconds) == ["launch costs", "whole forwards", "operator rows", "launch inside a forward",
+                                        "copy bandwidth"]                 # a CPU: no links, no decode loops
+    assert all(v >= 0 for v in prof.phase_seconds.values()) and prof.phase_seconds["operator rows"] > 0
+    assert sum(prof.phase_seconds.values()) == pytest.approx(prof.seconds, abs=0.5)
+    line = next(x for x in summary_lines(prof, csv_path, toml_path) if x.startswith("  time: "))
+    assert "operator rows" in line and "whole forwards" in line
+
+
 def test_a_guarded_profile_retakes_the_rows_measured_while_the_probe_read_slow():
     from real.run.contention import Guard
     from real.validation.profile_device import ProfileSettings, contention_note, profile_device
@@ -469,8 +482,8 @@ def test_on_cuda_a_call_inside_a_graph_adds_nothing_and_the_replay_is_kept_apart
     graph beyond that is the graph's own cost, once per replay, not a launch per operator."""
     from real.validation import profile_device as pd
 
-    monkeypatch.setattr(pd, "_sync", lambda device: None)
-    monkeypatch.setattr(pd, "_wall_per_call", lambda fn, device, calls: 30e-6)      # an eager call: 30 us
+    monkeypatch.setattr(pd, "sync_device", lambda device: None)
+    monkeypatch.setattr(pd, "wall_per_call", lambda fn, device, calls: 30e-6)       # an eager call: 30 us
     monkeypatch.setattr(pd, "_graph_per_call", lambda fn, device, copies: (4e-6, 19e-6))
     timing = pd.time_op(lambda: None, _FakeCuda(), pd.ProfileSettings())()
     assert timing == pd.OpTiming(kernel_s=4e-6, eager_launch_s=pytest.approx(26e-6), graph_launch_s=0.0,

@@ -61,6 +61,7 @@ import torch
 from hwmodels.errors import HetSpecError
 from real import openmp_label
 from real.run.repeats import interleaved, median
+from real.validation.device_copies import copy_bandwidth, link_timings, sync_device, wall_per_call
 from real.validation.device_loops import device_loop_costs, device_loops
 from real.validation.profile_ops import (  # noqa: F401  (op_callable, weight_ring: this module's public names)
     last_level_cache_bytes,
@@ -154,6 +155,9 @@ class DeviceProfile:
     #: platform's loop costs) and the repeats each is the median of
     loops: tuple = ()
     loop_repeats: int = 0
+    #: seconds each part of the measurement took (launch costs, whole forwards before and after the rows, the
+    #: rows, bandwidth, links, decode loops), in order: where a long profile spends its time
+    phase_seconds: dict[str, float] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------------- timing one callable
@@ -184,21 +188,6 @@ def parse_device(text: str) -> torch.device:
             raise HetSpecError(f"--device {text}: only {torch.cuda.device_count()} CUDA device(s)")
         device = torch.device("cuda", index)
     return device
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def _wall_per_call(fn: Callable[[], object], device: torch.device, calls: int) -> float:
-    """Seconds per call of ``calls`` back-to-back calls (the device drained before and after)."""
-    _sync(device)
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    _sync(device)
-    return (time.perf_counter() - t0) / calls
 
 
 def _graph_per_call(fn: Callable[[], object], device: torch.device, copies: int) -> tuple[float, float]:
@@ -233,10 +222,10 @@ def time_op(fn: Callable[[], object], device: torch.device, settings: ProfileSet
             dispatch_s: float = 0.0) -> Callable[[], OpTiming]:
     """A measurement of ``fn`` (called once per sample by the interleaved protocol)."""
     fn()   # first call: allocations, kernel selection
-    _sync(device)
+    sync_device(device)
 
     def sample() -> OpTiming:
-        eager = _wall_per_call(fn, device, settings.calls)
+        eager = wall_per_call(fn, device, settings.calls)
         if device.type != "cuda":
             return OpTiming(kernel_s=max(eager - dispatch_s, 0.0), eager_launch_s=min(dispatch_s, eager))
         kernel, one = _graph_per_call(fn, device, settings.graph_copies)
@@ -255,36 +244,6 @@ def _median_timing(samples: Sequence[OpTiming]) -> OpTiming:
 
 def device_has_graphs(samples: Sequence[OpTiming]) -> bool:
     return any(not math.isnan(s.graph_launch_s) for s in samples)
-
-
-# ---------------------------------------------------------------------------- bandwidth, links
-def copy_bandwidth(device: torch.device, nbytes: int, settings: ProfileSettings) -> float:
-    """Bytes per second of a device-to-device copy (read + write counted)."""
-    n = nbytes // 4
-    a, b = torch.empty(n, device=device), torch.empty(n, device=device)
-    a.fill_(1.0)
-    b.copy_(a)   # first touch of the destination's pages, outside the timing
-    runs = interleaved(1, settings.repeats, lambda *_: _wall_per_call(lambda: b.copy_(a), device, 2))
-    return 2 * n * 4 / median(r[0] for r in runs[0])
-
-
-def link_timings(device: torch.device, settings: ProfileSettings) -> dict[str, dict[str, float]]:
-    """CUDA: latency (4 KiB) and bandwidth (256 MiB) of host-to-device and device-to-host copies,
-    pinned and pageable host memory."""
-    out = {}
-    for pinned in (True, False):
-        for direction in ("h2d", "d2h"):
-            row = {}
-            for label, nbytes in (("latency_us", 4096), ("bw_gbps", 256 * 2**20)):
-                host = torch.empty(nbytes // 4, pin_memory=pinned)
-                dev = torch.empty(nbytes // 4, device=device)
-                src, dst = (host, dev) if direction == "h2d" else (dev, host)
-                runs = interleaved(1, settings.repeats,
-                                   lambda *_: _wall_per_call(lambda: dst.copy_(src, non_blocking=pinned), device, 3))
-                s = median(r[0] for r in runs[0])
-                row[label] = s * 1e6 if label == "latency_us" else nbytes / s / 1e9
-            out[f"{direction}_{'pinned' if pinned else 'pageable'}"] = row
-    return out
 
 
 # ---------------------------------------------------------------------------- the whole measurement
@@ -355,7 +314,7 @@ def profile_device(device_text: str, models, settings: ProfileSettings = Profile
 
     def forwards(spec):
         bar.set_postfix_str(f"whole forwards of {spec.name}", refresh=False)   # which part is slow, as it runs
-        return time_model_forwards(spec, device, tdtype, settings.tokens, lambda fn, n: _wall_per_call(fn, device, n),
+        return time_model_forwards(spec, device, tdtype, settings.tokens, lambda fn, n: wall_per_call(fn, device, n),
                                    settings.calls, settings.repeats, tick=bar.update, guard=guard,
                                    records=forward_records)
 
@@ -378,10 +337,21 @@ def profile_device(device_text: str, models, settings: ProfileSettings = Profile
         return (table, shape, tokens, keys, timing.kernel_s * 1e6, timing.eager_launch_s * 1e6,
                 timing.graph_launch_s * 1e6)
 
+    clock = [time.perf_counter()]
+
+    def phase(name: str) -> None:
+        now = time.perf_counter()
+        out.phase_seconds[name] = round(out.phase_seconds.get(name, 0.0) + now - clock[0], 1)
+        clock[0] = now
+
+    out.phase_seconds["launch costs"] = round(clock[0] - t0, 1)
     before = [forwards(spec) for spec in forward_models]
+    phase("whole forwards")
     rows, records = guarded_batches(guard, work, row, tick=bar.update)
     out.rows += [r for r in rows if r is not None]
+    phase("operator rows")
     after = [forwards(spec) for spec in forward_models]
+    phase("whole forwards")
     out.contention = guard_summary(guard, records + forward_records)
     for spec, early, late in zip(forward_models, before, after):
         timed = bracketed_forwards(early, late)
@@ -392,11 +362,15 @@ def profile_device(device_text: str, models, settings: ProfileSettings = Profile
         from real.validation.forward_launch import forward_probe_s
 
         out.forward = (probe, forward_probe_s(settings.calls, settings.repeats))
+        phase("launch inside a forward")
     out.copy_gbps = copy_bandwidth(device, 256 * 2**20 if device.type == "cuda" else 128 * 2**20, settings) / 1e9
     out.gemv_gbps, out.gemm_tflops = _best_rates(out.rows, DTYPE_BYTES_OF[dtype])
+    phase("copy bandwidth")
     if device.type == "cuda":
         out.links = link_timings(device, settings)
+        phase("host links")
         out.loops, out.loop_repeats = device_loops(out, settings.loop_repeats, progress), settings.loop_repeats
+        phase("decode loops")
     out.seconds = time.perf_counter() - t0
     return out
 

@@ -35,6 +35,8 @@ def summary_lines(prof, csv_path: Path, toml_path: Path) -> list[str]:
              f"  copy {prof.copy_gbps:.1f} GB/s, best one-token linear {prof.gemv_gbps:.1f} GB/s, "
              f"best linear {prof.gemm_tflops * 1e3:.1f} GFLOP/s"]
     lines += [f"  {k}: {v['latency_us']:.1f} us, {v['bw_gbps']:.1f} GB/s" for k, v in prof.links.items()]
+    if prof.phase_seconds:
+        lines.append("  time: " + ", ".join(f"{k} {v:.0f} s" for k, v in prof.phase_seconds.items()))
     lines += forward_rest_lines(csv_path)
     lines += loop_cost_lines(toml_path)
     lines += [f"  {contention_note(prof.contention)}"] if prof.contention else []

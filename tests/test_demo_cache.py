@@ -35,7 +35,7 @@ def cache(tiny_demo, tmp_path, monkeypatch):
     pristine = tiny_demo.folder
     calls = []
 
-    def fake_train(recipe, folder, progress=True, delay=0.0):
+    def fake_train(recipe, folder, progress=True, device="cpu"):
         calls.append(recipe.name)
         time.sleep(fake_train.delay)
         shutil.rmtree(folder, ignore_errors=True)

@@ -106,9 +106,10 @@ def _profile_device(args: argparse.Namespace) -> int:
 def _calibrated_host():
     """The calibrated ``host`` platform where ``hetspec calibrate`` has written one, else None."""
     from hwmodels.errors import HetSpecError
-    from hwmodels.loader import load_platform_file, user_platform_dir
+    from hwmodels.loader import load_platform_file
+    from real.validation.calibrate import default_out
 
-    path = user_platform_dir() / "host.toml"
+    path = default_out()
     try:
         return load_platform_file(path) if path.exists() else None
     except HetSpecError:      # unreadable: the guard times its reference now

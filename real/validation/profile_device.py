@@ -337,14 +337,14 @@ def profile_device(device_text: str, models, settings: ProfileSettings = Profile
         return (table, shape, tokens, keys, timing.kernel_s * 1e6, timing.eager_launch_s * 1e6,
                 timing.graph_launch_s * 1e6)
 
-    clock = [time.perf_counter()]
+    clock = [t0]
 
     def phase(name: str) -> None:
         now = time.perf_counter()
         out.phase_seconds[name] = round(out.phase_seconds.get(name, 0.0) + now - clock[0], 1)
         clock[0] = now
 
-    out.phase_seconds["launch costs"] = round(clock[0] - t0, 1)
+    phase("launch costs")
     before = [forwards(spec) for spec in forward_models]
     phase("whole forwards")
     rows, records = guarded_batches(guard, work, row, tick=bar.update)

@@ -26,8 +26,6 @@ DRAFT_PARTS = ("draft", "heads", "transfer")
 VERIFY_PARTS = ("verify", "decode")
 
 
-
-
 def _pct(x) -> str:
     return "n/a" if x is None or not math.isfinite(x) else f"{100 * x:.1f} %"
 

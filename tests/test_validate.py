@@ -18,6 +18,7 @@ from real.validation.metrics import (
     relative_error,
     signed_error,
     summarize_method,
+    within_full_targets,
 )
 from tests.cli_runner import run_cli
 
@@ -77,6 +78,10 @@ def test_method_summary_medians_and_targets():
     assert not s.passes                                          # regret 25 % > 10 %
     good = summarize_method("m", ["a", "b"], [1.0, 2.0], [1.0, 2.1], [5.0, 4.0], [5.2, 4.1], [1, 1], [1, 1])
     assert good.passes and not good.paired
+    # the full run's stricter targets: 5 % step and tokens/s errors (here 2.4 % and 3.1 %), 2 % regret
+    assert good.passes_full and good.to_json()["passes_full"] and not s.passes_full
+    assert within_full_targets(0.05, 0.05, 0.02) and not within_full_targets(0.05, 0.05, 0.021)
+    assert not within_full_targets(0.051, 0.0, 0.0) and not within_full_targets(float("nan"), 0.0, 0.0)
     # with each point's repeats: the paired regret decides, the regret of the medians stays beside it
     paired = summarize_method("m", ["a", "b", "c"], [1.1, 2.0, 3.3], [1.0, 2.0, 3.0], [10.0, 30.0, 20.0],
                               [12.0, 15.0, 20.0], [1.0, 2.0, 3.0], [1.0, 2.0, 3.0],
@@ -183,6 +188,10 @@ def test_validate_end_to_end_on_tiny(tiny_demo, tmp_path, monkeypatch):
         assert priced["pred_step_ms"] != row["pred_step_ms"]          # another timing of the operators
     assert "### Operator timing: measured profile beside the roofline" in report
     assert "| chain | roofline |" in report and "| chain | profiled |" in report
+    assert "| regret of the medians | within the full run's targets |" in report
+    assert "this run is quick: it is not held to them" in report
+    summary = saved["models"]["summary"]                 # which training of the models was validated
+    assert summary["device"] == "cpu" and f"recipe fingerprint {summary['fingerprint']}" in report
 
 
 @pytest.mark.slow

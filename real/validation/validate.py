@@ -353,7 +353,8 @@ def validate(out: str | Path | None = None, preset: str | None = None, quick: bo
         "drift": drift,
         "models": {"target": models.target.spec.to_dict(), "draft": models.draft.spec.to_dict(),
                    "medusa_heads": models.heads.n_heads, "summary": {k: models.summary.get(k) for k in (
-                       "fingerprint", "trained_at", "target_eval_perplexity", "draft_greedy_agreement")}},
+                       "fingerprint", "trained_at", "device", "bf16_autocast", "torch", "target_eval_perplexity",
+                       "draft_greedy_agreement")}},
         "acceptance": {"draft_alpha": profile.draft_alpha, "chain_length": profile.chain_acceptance_length,
                        "medusa_length": ({p.value: profile.acceptance_length.get(p.value) for p in trees}
                                          if profile.acceptance_length else None),

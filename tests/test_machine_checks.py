@@ -142,6 +142,8 @@ def test_calibrate_cli_exit_status_without_and_with_force(forced, tmp_path, monk
     _, _, cal, _ = forced
     monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")           # main() would set it for the process
     monkeypatch.setattr(cal_mod, "measure", lambda *a, **k: cal)
+    # the operator profile written beside a calibration is timed for real in test_calibrate_cli_quick_writes_host
+    monkeypatch.setattr("real.validation.cpu_profiles.profile_cpu_beside", lambda *a, **k: ["(profile beside)"])
     out = tmp_path / "host.toml"
     assert main(["calibrate", "--quick", "--out", str(out), "--attempts", "1"]) == EXIT_UNTRUSTED == 3
     err = capsys.readouterr().err.strip()

@@ -107,9 +107,9 @@ def training_words(summary: dict) -> str:
     device or precision gives other weights."""
     if not summary.get("trained_at"):
         return ""
-    how = (f"on {summary['device']}" + (" with bf16 autocast" if summary.get("bf16_autocast") else " in fp32")
+    how = (f" on {summary['device']}" + (" with bf16 autocast" if summary.get("bf16_autocast") else " in fp32")
            if summary.get("device") else "")
-    words = [f" Weights trained {how} at {summary['trained_at']}".replace("  ", " ")
+    words = [f" Weights trained{how} at {summary['trained_at']}"
              + (f" (torch {summary['torch']})" if summary.get("torch") else "")
              + f", recipe fingerprint {summary.get('fingerprint')}"]
     if summary.get("target_eval_perplexity") is not None:
@@ -187,7 +187,8 @@ def markdown(doc: dict) -> str:
         f"- Demo preset `{doc['preset']}` ({doc['preset_reason']}): target {target['n_layers']} layers x "
         f"{target['hidden']} hidden, vocab {target['vocab']}; draft {draft['n_layers']} x {draft['hidden']}; "
         f"{doc['models']['medusa_heads']} Medusa heads; "
-        + (f"decoded on {plat['placement']}." if plat.get("placement") else "fp32 on the CPU.") + training_words(doc["models"].get("summary") or {}),
+        + (f"decoded on {plat['placement']}." if plat.get("placement") else "fp32 on the CPU.")
+        + training_words(doc["models"].get("summary") or {}),
         f"- Acceptance profile measured on {st['calibration_prompts']} **calibration** prompts "
         f"({doc['acceptance'].get('positions')} positions); real runs on {st['eval_prompts']} held-out "
         f"**evaluation** prompts of {st['prompt_tokens']} tokens, {st['max_new_tokens']} new tokens each, greedy, "

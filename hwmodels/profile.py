@@ -34,7 +34,10 @@ Columns (all required; one row per operator call):
   ``forward_rest`` (``L<layers>H<hidden>I<intermediate>h<heads>kv<kv heads>d<head dim>V<vocabulary>``,
   :func:`sim.step_graph.forward_key`): what a model's whole eager forward of ``tokens`` tokens took beyond
   the sum of its operators' rows, in ``eager_launch_us`` (``kernel_us`` 0; ``graph_launch_us`` 0 where
-  graphs exist: a replayed graph runs no Python);
+  graphs exist: a replayed graph runs no Python); ``draft_pass_chain``, ``draft_pass_tree`` and their
+  ``_full`` kinds (the same shape key, of a draft model): each pass of a round of the real ``chain`` or
+  ``draft-tree`` decode loop, whole, in ``kernel_us`` (``tokens``: the pass's index in its round, ``keys``: the
+  draft's cached tokens at the round's first pass; :mod:`sim.strategies.loop_passes`);
 - ``tokens``: the token (GEMM M) count of the call (b x q for linears and elementwise operators, q for
   attention), an integer >= 1;
 - ``keys``: keys attended (attention; ``0`` for every other operator);
@@ -88,6 +91,8 @@ OP_SHAPES: dict[str, str] = {
     "kv_write": rf"kv{_DIM}d{_DIM}",
     "positions": _DIM, "rope_gather": _DIM, "mask_build": _DIM,
     "forward_rest": rf"L{_DIM}H{_DIM}I{_DIM}{_HEADS}V{_DIM}",
+    **{op: rf"L{_DIM}H{_DIM}I{_DIM}{_HEADS}V{_DIM}" for op in ("draft_pass_chain", "draft_pass_chain_full",
+                                                              "draft_pass_tree", "draft_pass_tree_full")},
 }
 _HEADER_KEYS = ("format", "dtype", "source", "device", "launch_us.eager", "launch_us.eager.source",
                 "launch_us.graph", "launch_us.graph.source")
@@ -260,8 +265,9 @@ def read_profile(path: str | Path) -> OpProfile:
         keys = int(_number(where_file, f"{here}: keys", get["keys"], integer=True, low=0))
         if op == "attention" and keys < 1:
             raise _fail(where_file, f"{here}: keys", "an attention row attends to at least one key (got 0)")
-        if op != "attention" and keys != 0:
-            raise _fail(where_file, f"{here}: keys", f"only attention rows have keys; a {op} row has 0 (got {keys})")
+        if op != "attention" and not op.startswith("draft_pass") and keys != 0:
+            raise _fail(where_file, f"{here}: keys", f"only attention and draft_pass rows have keys; a {op} row has 0 "
+                                                     f"(got {keys})")
         kernel = _number(where_file, f"{here}: kernel_us", get["kernel_us"])
         eager = _number(where_file, f"{here}: eager_launch_us", get["eager_launch_us"], allow_missing=True)
         graph = _number(where_file, f"{here}: graph_launch_us", get["graph_launch_us"], allow_missing=True)
@@ -298,7 +304,8 @@ def _shape_help(op: str) -> str:
             "attention": "h<heads>kv<kv heads>d<head dim>[b<batch>], "
             "e.g. h32kv32d128", "rope": "h<heads>kv<kv heads>d<head dim>", "kv_write": "kv<kv heads>d<head dim>",
             "forward_rest": "L<layers>H<hidden>I<intermediate>h<heads>kv<kv heads>d<head dim>V<vocabulary>, "
-            "e.g. L8H384I1024h6kv6d64V4096"}.get(op, "<width>, e.g. 4096")
+            "e.g. L8H384I1024h6kv6d64V4096"}.get("forward_rest" if op.startswith("draft_pass") else op,
+                                                  "<width>, e.g. 4096")
 
 
 def write_profile(path: str | Path, header: Mapping[str, str], rows, notes=()) -> Path:

@@ -281,9 +281,9 @@ def test_a_single_thread_worker_is_profiled_pinned_to_its_core_on_one_thread(tmp
     worker = f"cpu{allowed_cores()[0]}"
     seen = []
 
-    def spy(device_text, models, settings, dtype, progress=True, guard=None):
+    def spy(device_text, models, settings, dtype, progress=True, guard=None, pairs=()):
         seen.append((torch.get_num_threads(), tuple(sorted(os.sched_getaffinity(0))) if can_pin() else None))
-        return real(device_text, models, settings, dtype, progress=progress, guard=guard)
+        return real(device_text, models, settings, dtype, progress=progress, guard=guard, pairs=pairs)
 
     real = pd.profile_device
     monkeypatch.setattr(pd, "profile_device", spy)
@@ -302,6 +302,15 @@ def test_a_single_thread_worker_is_profiled_pinned_to_its_core_on_one_thread(tmp
     platform = load_platform_file(tmp_path / "w.toml")
     assert f"({worker})" in platform.description and platform.device("cpu").timing.profiled
     assert "1 torch threads" in (tmp_path / "w.csv").read_text()
+    # the demo draft's passes inside both decode loops, both kinds of round, on the worker too
+    from real.validation.draft_loop import PASSES, demo_pairs
+    from sim.step_graph import forward_key
+
+    profile = platform.device("cpu").timing.profile
+    draft_key = forward_key(demo_pairs(["demo:tiny"])[0][1])
+    for op in ("draft_pass_chain", "draft_pass_chain_full", "draft_pass_tree", "draft_pass_tree_full"):
+        assert profile.table(op, draft_key).lines[0][1] == tuple(range(1, PASSES + 1))
+    assert any(line.startswith("  draft_pass_chain of tiny-draft inside the decode loop") for line in lines)
     from real.validation.gpu_target import profiled_platform_name
 
     assert profiled_platform_name(worker) == f"profiled-{worker}"    # the file backends.profiled_variant reads

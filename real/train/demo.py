@@ -54,7 +54,7 @@ from real.train.timing import ForwardTime, forward_times, heads_time
 from real.train.train_time import QUICK_PRESETS, TRAIN_TIME
 
 __all__ = ["CACHE_ENV", "DEMO_PRESETS", "RECIPE_REVISION", "TRAIN_TIME", "DemoModels", "DemoRecipe", "Shape",
-           "TrainConfig", "cache_folder", "cache_lock", "cache_root", "cached_fingerprint", "choose_preset",
+           "TrainConfig", "cache_folder", "demo_specs", "cache_lock", "cache_root", "cached_fingerprint", "choose_preset",
            "demo_forward_times", "get_recipe", "load_demo", "prepare_demo", "preset_names", "summary_markdown",
            "train_demo", "with_steps"]
 
@@ -107,6 +107,13 @@ def get_recipe(preset: str | DemoRecipe) -> DemoRecipe:
     if preset not in DEMO_PRESETS:
         raise UnknownNameError("demo preset", preset, DEMO_PRESETS)
     return DEMO_PRESETS[preset]
+
+
+def demo_specs(preset: str | DemoRecipe) -> tuple:
+    """(target, draft) ModelSpecs of a demo preset's shapes (``<preset>-target``, ``<preset>-draft``)."""
+    recipe = get_recipe(preset)
+    return (recipe.target.spec(f"{recipe.name}-target", recipe.vocab, recipe.max_position),
+            recipe.draft.spec(f"{recipe.name}-draft", recipe.vocab, recipe.max_position))
 
 
 def cache_root() -> Path:

@@ -155,6 +155,9 @@ class DeviceProfile:
     #: platform's loop costs) and the repeats each is the median of
     loops: tuple = ()
     loop_repeats: int = 0
+    #: a CPU: the drafts' passes inside the chain and draft-tree decode loops (op, draft spec, context, seconds per
+    #: pass index; :mod:`real.validation.draft_loop`, the ``draft_pass_*`` rows)
+    draft_passes: list = field(default_factory=list)
     #: seconds each part of the measurement took (launch costs, whole forwards before and after the rows, the
     #: rows, bandwidth, links, decode loops), in order: where a long profile spends its time
     phase_seconds: dict[str, float] = field(default_factory=dict)
@@ -248,8 +251,9 @@ def device_has_graphs(samples: Sequence[OpTiming]) -> bool:
 
 # ---------------------------------------------------------------------------- the whole measurement
 def profile_device(device_text: str, models, settings: ProfileSettings = ProfileSettings(), dtype: str | None = None,
-                   progress: bool = True, guard=None) -> DeviceProfile:
-    """Measure the operators of ``models`` (ModelSpecs) and the device's bandwidth, launch costs and links.
+                   progress: bool = True, guard=None, pairs=()) -> DeviceProfile:
+    """Measure the operators of ``models`` (ModelSpecs) and the device's bandwidth, launch costs and links; on
+    a CPU also the drafts' passes inside the decode loops of ``pairs`` ((target, draft) specs).
     ``guard`` (:class:`real.run.contention.Guard`): the operator rows and the models' whole forwards measured
     in batches of a few seconds, each retaken while the guard's probe reads the cores slowed from outside
     (:func:`real.run.contention.guarded_batches`)."""
@@ -352,6 +356,13 @@ def profile_device(device_text: str, models, settings: ProfileSettings = Profile
     phase("operator rows")
     after = [forwards(spec) for spec in forward_models]
     phase("whole forwards")
+    if device.type == "cpu" and pairs:
+        from real.validation.draft_loop import time_draft_passes
+
+        bar.set_postfix_str("draft passes inside the decode loops")
+        out.draft_passes = time_draft_passes(pairs, device, tdtype, settings.repeats, guard, forward_records,
+                                             progress=False)
+        phase("draft passes in the loops")
     out.contention = guard_summary(guard, records + forward_records)
     for spec, early, late in zip(forward_models, before, after):
         timed = bracketed_forwards(early, late)
@@ -461,6 +472,13 @@ def write_device_profile(prof: DeviceProfile, out: str | Path, command: str) -> 
                          "tokens; timed before and after the operator rows, the median of both) less the rows' "
                          "price of it, never below 0",)
         device = _written_device(prof, csv_path, header, rows, notes, mode, by)
+    if prof.draft_passes:
+        from real.validation.draft_loop import draft_pass_rows
+
+        rows = rows + draft_pass_rows(prof.draft_passes)
+        notes = notes + ("draft_pass_*: each pass of a round of the real chain and draft-tree decode loops, by its index "
+                         "in the round (random weights; LM-head hooks make every draft accepted or rejected)",)
+        device = _written_device(prof, csv_path, header, rows, notes, mode, by)
     loops = device_loop_costs(device, prof, command, date)
     platform = Platform(name=toml_path.stem, description=f"{prof.name} ({prof.device}), profiled by {command} on {date}",
                         devices={device.name: device}, loop_costs={device.name: loops} if loops else {})
@@ -533,11 +551,9 @@ def resolve_models(names: Sequence[str]):
     specs = []
     for name in names:
         if name.startswith("demo:"):
-            from real.train.demo import get_recipe
+            from real.train.demo import demo_specs
 
-            recipe = get_recipe(name.split(":", 1)[1])
-            specs += [recipe.target.spec(f"{recipe.name}-target", recipe.vocab, recipe.max_position),
-                      recipe.draft.spec(f"{recipe.name}-draft", recipe.vocab, recipe.max_position)]
+            specs += list(demo_specs(name.split(":", 1)[1]))
         else:
             specs.append(get_model(name))
     return specs
@@ -561,8 +577,11 @@ def profile_and_write(device_text: str, model_names: Sequence[str] | None, dtype
     # a single-thread worker is measured as the real path runs it: pinned to its core, one torch thread
     # (the profile's source line names the threads it was written with, so the writing is pinned too)
     with on_worker(worker) if worker is not None else nullcontext():
+        from real.validation.draft_loop import demo_pairs
+
+        pairs = demo_pairs(list(model_names) if model_names else default_models(name))
         prof = profile_device(device_text, models, QUICK if quick else ProfileSettings(), dtype, progress=progress,
-                              guard=guard)
+                              guard=guard, pairs=pairs)
         if cache is not None and prof.cache_bytes:     # the cache a calibrated host platform measured
             prof.cache_bytes, prof.cache_source = int(cache[0] * 1e9), cache[1]
         csv_path, toml_path = write_device_profile(prof, out, command)

@@ -32,6 +32,7 @@ from sim.plan import StepPlan, Task, delay_task, graph_tasks, transfer_task
 from sim.step_graph import build_step_graph
 from sim.strategies.base import (DEFAULT_DRAFT_MODEL, Estimate, EstimateArrays, Knob, Problem, Strategy, StrategyConfig,
                                  co_resident, fitting_devices, host_seconds, require_fit)
+from sim.strategies.loop_passes import full_share_chain, measured_passes
 
 #: Draft lengths searched: 1..8. Medusa's Fig. 7 finds gamma 3-4 best with Llama-68M and "larger
 #: gamma degrades throughput"; 8 leaves room for CPU-target platforms where verification is dear.
@@ -69,24 +70,53 @@ def rewarm_seconds(problem: Problem, draft: ModelSpec, device: str, j: int) -> f
     return share * max(cold - warm, 0.0)
 
 
-def draft_pass_seconds(problem: Problem, draft: ModelSpec, device: str, passes: int) -> np.ndarray:
+def draft_pass_seconds(problem: Problem, draft: ModelSpec, device: str, passes: int, method: str = "chain",
+                       full: bool = False) -> np.ndarray:
     """Seconds of each of ``passes`` one-token forwards of ``draft``, the cache growing from the
     context, each cold or cache-resident as :func:`draft_pass_resident` says (plus the re-warming,
-    :func:`rewarm_seconds`)."""
+    :func:`rewarm_seconds`). Where ``device``'s profile measured the draft's passes inside ``method``'s
+    decode loop (:mod:`sim.strategies.loop_passes`; ``full``: in rounds after one that accepted every draft),
+    each pass is that measurement, moved by the price of the context between the probe's and this one."""
+    measured = measured_passes(problem, draft, device, method, full)
     out = np.zeros(max(passes, 0))
     for j in range(max(passes, 0)):
-        out[j] = float(step_seconds(draft, problem.platform, device, 1, problem.context + j, problem.batch,
-                                    resident=draft_pass_resident(problem, draft, device, j)))
-        out[j] += rewarm_seconds(problem, draft, device, j)
+        resident = draft_pass_resident(problem, draft, device, j)
+
+        def price(context: int) -> float:
+            return float(step_seconds(draft, problem.platform, device, 1, context, problem.batch, resident=resident))
+        if measured is None:
+            out[j] = price(problem.context + j) + rewarm_seconds(problem, draft, device, j)
+        else:
+            context, seconds = measured
+            out[j] = seconds[min(j, len(seconds) - 1)] + price(problem.context + j) - price(context + j)
     return out
 
 
+def draft_cumulative(problem: Problem, draft: ModelSpec, device: str, passes: int,
+                     method: str = "chain") -> tuple[np.ndarray, np.ndarray]:
+    """Seconds of the first k draft passes of a round, k = 0..``passes``: in a round after one that rejected a
+    draft, and after one that accepted every draft (the same where no loop measurement tells them apart).
+    A round whose share ``p`` follows full acceptance costs ``(1 - p) * first[k] + p * second[k]``."""
+    after_rejection = np.concatenate([[0.0], np.cumsum(draft_pass_seconds(problem, draft, device, passes, method))])
+    if measured_passes(problem, draft, device, method) is None:
+        return after_rejection, after_rejection
+    after_full = np.concatenate([[0.0], np.cumsum(draft_pass_seconds(problem, draft, device, passes, method, True))])
+    return after_rejection, after_full
+
+
 def draft_pass_tasks(problem: Problem, draft: ModelSpec, device: str, passes: int,
-                     per_layer: bool = False) -> list[Task]:
+                     per_layer: bool = False, method: str = "chain", full_share: float = 0.0) -> list[Task]:
     """The plan of the same ``passes`` draft forwards as :func:`draft_pass_seconds`: ``draft<j>``
     tasks one after the other, each with its residency and, where the cache re-warms, a
-    ``draft<j>/rewarm`` delay after it."""
+    ``draft<j>/rewarm`` delay after it. Passes measured inside the decode loop are one ``draft<j>`` delay
+    each, of the mix by ``full_share`` (:func:`draft_cumulative`)."""
     tasks: list[Task] = []
+    if measured_passes(problem, draft, device, method) is not None:
+        first, second = (np.diff(c) for c in draft_cumulative(problem, draft, device, passes, method))
+        for j, seconds in enumerate((1.0 - full_share) * first + full_share * second):
+            deps = (tasks[-1].name,) if tasks else ()
+            tasks.append(delay_task(f"draft{j}", float(seconds), "draft", deps, device))
+        return tasks
     for j in range(passes):
         graph = build_step_graph(draft, 1, problem.context + j, problem.batch)
         deps = (tasks[-1].name,) if tasks else ()
@@ -184,13 +214,15 @@ class ChainStrategy(Strategy):
                          for g in passes])
 
     def _round_parts(self, problem: Problem, config: StrategyConfig, kinds: tuple[np.ndarray, np.ndarray],
-                     draft_cum: np.ndarray, verify: np.ndarray) -> tuple[dict[str, float], float]:
+                     draft_cum: tuple[np.ndarray, np.ndarray], verify: np.ndarray) -> tuple[dict[str, float], float]:
         """The mean seconds of each part of a round over the round ``kinds`` (:func:`round_kinds` at the
-        config's gamma), and the mean draft passes; ``draft_cum[k]`` / ``verify[k]``: k draft passes / a
-        verification of k + 1 tokens."""
+        config's gamma), and the mean draft passes; ``draft_cum`` (:func:`draft_cumulative`) / ``verify[k]``:
+        k draft passes / a verification of k + 1 tokens."""
         passes, weight = kinds
         host = host_seconds(problem, self.name, config.device, passes=passes, nodes=passes + 1)
-        parts = {"draft": draft_cum[passes], "transfer": self._transfer_s(problem, config, passes),
+        full = full_share_chain(problem.acceptance, config.draft_depth)
+        parts = {"draft": (1.0 - full) * draft_cum[0][passes] + full * draft_cum[1][passes],
+                 "transfer": self._transfer_s(problem, config, passes),
                  "verify": verify[passes], "host": host}
         return {k: float(weight @ v) for k, v in parts.items()}, float(weight @ passes)
 
@@ -199,10 +231,9 @@ class ChainStrategy(Strategy):
         return np.atleast_1d(step_seconds(problem.model, problem.platform, config.device, np.arange(1, g_max + 2),
                                           problem.context, problem.batch, resident=self._resident(problem, config)))
 
-    def _draft_cumulative(self, problem: Problem, config: StrategyConfig, g_max: int) -> np.ndarray:
-        """Seconds of the first k draft passes of a round, k = 0..g_max."""
-        per_pass = draft_pass_seconds(problem, self._draft(config), config.draft_device, g_max)
-        return np.concatenate([[0.0], np.cumsum(per_pass)])
+    def _draft_cumulative(self, problem: Problem, config: StrategyConfig, g_max: int) -> tuple[np.ndarray, np.ndarray]:
+        """Seconds of the first k draft passes of a round, k = 0..g_max (:func:`draft_cumulative`)."""
+        return draft_cumulative(problem, self._draft(config), config.draft_device, g_max, self.name)
 
     def estimate(self, problem: Problem, config: StrategyConfig) -> Estimate:
         gamma = config.draft_depth
@@ -219,7 +250,7 @@ class ChainStrategy(Strategy):
         n = len(configs)
         gammas = np.array([c.draft_depth for c in configs])
         g_max = int(gammas.max())
-        draft_cum: dict[tuple[str, str], np.ndarray] = {}
+        draft_cum: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}
         verify: dict[tuple[str, str], np.ndarray] = {}
         kinds = {g: round_kinds(problem, g) for g in set(gammas.tolist())}
         step, proposed = np.zeros(n), np.zeros(n)
@@ -243,7 +274,8 @@ class ChainStrategy(Strategy):
         platform, acc = problem.platform, problem.acceptance
         passes, weight = round_kinds(problem, config.draft_depth)
         gamma = int(passes[np.argmax(weight)] if rng is None else rng.choice(passes, p=weight / weight.sum()))
-        tasks = draft_pass_tasks(problem, self._draft(config), config.draft_device, gamma, per_layer)
+        tasks = draft_pass_tasks(problem, self._draft(config), config.draft_device, gamma, per_layer, self.name,
+                                 full_share_chain(acc, config.draft_depth))
 
         def after() -> tuple[str, ...]:
             return (tasks[-1].name,) if tasks else ()

@@ -78,6 +78,7 @@ from sim.step_graph import build_step_graph
 from sim.strategies.base import (DEFAULT_DRAFT_MODEL, Estimate, Knob, Problem, Strategy, StrategyConfig, co_resident,
                                  host_seconds)
 from sim.strategies.chain import draft_pass_tasks
+from sim.strategies.loop_passes import full_share_tree
 from sim.strategies.draft_tree_fallback import (conditioned_accuracy, fallback_chain, measured_rounds, replayed_rounds,
                                                 round_tree)
 from sim.strategies.hcmp_threads import split_costs
@@ -340,14 +341,13 @@ class DraftTreeStrategy(Strategy):
         platform = problem.platform
         sizes = np.array([t.size for t in trees])
         fed = np.array([t.n_internal for t in trees])
-        passes = _draft_pass_seconds(problem, self._draft(problem, config), config.draft_device, int(fed.max()))
-        cumulative = np.concatenate([[0.0], np.cumsum(passes)])
+        draft = _draft_seconds(problem, self._draft(problem, config), config.draft_device, fed)
         load = load_seconds(platform, config.device, plan.streamed) if plan.streamed > 0 else 0.0
         verify = step_seconds(problem.model, platform, config.device, sizes, problem.context, problem.batch,
                               np.array([t.mask_density for t in trees]),
                               resident=self._target_resident(problem, config))
         host = host_seconds(problem, self.name, config.device, passes=fed, nodes=sizes)
-        return {"draft": cumulative[fed], "load": np.full(len(trees), load), "verify": np.asarray(verify, float),
+        return {"draft": draft, "load": np.full(len(trees), load), "verify": np.asarray(verify, float),
                 "host": np.asarray(host, float) * np.ones(len(trees))}
 
     def _target_resident(self, problem: Problem, config: StrategyConfig) -> bool | None:
@@ -380,8 +380,7 @@ class DraftTreeStrategy(Strategy):
         model, platform = problem.model, problem.platform
         sizes = np.array([r.tree.size for r in rounds])
         fed = np.array([r.tree.n_internal for r in rounds])
-        passes = _draft_pass_seconds(problem, self._draft(problem, config), config.draft_device, int(fed.max()))
-        cumulative = np.concatenate([[0.0], np.cumsum(passes)])
+        draft = _draft_seconds(problem, self._draft(problem, config), config.draft_device, fed)
         host = np.asarray(host_seconds(problem, self.name, config.device, passes=fed, nodes=sizes), float) \
             * np.ones(len(rounds))
         load, share = 0.0, 0.0
@@ -401,7 +400,7 @@ class DraftTreeStrategy(Strategy):
             sections = np.asarray(poly.sections)
             layer = float(per_op[sections == "layer"].sum()) / model.n_layers
             embed, tail = float(per_op[sections == "pre"].sum()), float(per_op[sections == "post"].sum())
-            out.append(pipeline_round(float(cumulative[r.tree.n_internal]), embed, lp.resident_layers * layer, layer,
+            out.append(pipeline_round(float(draft[i]), embed, lp.resident_layers * layer, layer,
                                       tail, float(host[i]), load, lp.streamed_layers, lp.staging, wake_s=wake,
                                       resume_s=resume, host_share=share))
         return lp, out
@@ -467,7 +466,8 @@ class DraftTreeStrategy(Strategy):
             accepted = chosen.tokens if rng is None else _sample_tokens(tree, rank_probs(problem.acceptance), rng)
             return self._staged_plan(problem, config, chosen, accepted, per_layer)
         pipeline = bool(config.option("pipeline"))
-        tasks = draft_pass_tasks(problem, self._draft(problem, config), config.draft_device, tree.n_internal, per_layer)
+        tasks = draft_pass_tasks(problem, self._draft(problem, config), config.draft_device, tree.n_internal, per_layer,
+                                 self.name, float(full_share_tree(problem.acceptance, tree.n_internal)))
         last_draft = tasks[-1].name
         deps_verify = [last_draft]
         if link is not None:
@@ -495,7 +495,8 @@ class DraftTreeStrategy(Strategy):
         what is left of it), the tail and the host-side work; the same schedule as the closed form."""
         _, (staged,) = self.staged_rounds(problem, config, [chosen])
         tree, device = chosen.tree, config.device
-        tasks = draft_pass_tasks(problem, self._draft(problem, config), config.draft_device, tree.n_internal, per_layer)
+        tasks = draft_pass_tasks(problem, self._draft(problem, config), config.draft_device, tree.n_internal, per_layer,
+                                 self.name, float(full_share_tree(problem.acceptance, tree.n_internal)))
         if staged.draft_wall_s > staged.draft_s:     # the draft slowed by a read in flight beside it
             tasks.append(delay_task("draft/beside_read", staged.draft_wall_s - staged.draft_s, "draft",
                                     (tasks[-1].name,), config.draft_device))
@@ -548,12 +549,16 @@ def _passes(rounds: Sequence[Round]) -> float:
     return float(sum(r.weight * r.tree.n_internal for r in rounds))
 
 
-def _draft_pass_seconds(problem: Problem, draft: ModelSpec, device: str, passes: int) -> np.ndarray:
-    """Seconds of each of ``passes`` one-token draft forwards, the cache growing from the context
-    (the tree decoder feeds one tree token per pass); as :func:`sim.strategies.chain.draft_seconds`."""
-    from sim.strategies.chain import draft_pass_seconds
+def _draft_seconds(problem: Problem, draft: ModelSpec, device: str, fed: np.ndarray) -> np.ndarray:
+    """Seconds of drafting each tree of ``fed`` draft passes (one tree node fed per pass, the cache growing from
+    the context; :func:`sim.strategies.chain.draft_cumulative`), each the mix by the share of rounds after one
+    that accepted everything (:func:`sim.strategies.loop_passes.full_share_tree`)."""
+    from sim.strategies.chain import draft_cumulative
 
-    return draft_pass_seconds(problem, draft, device, passes)
+    fed = np.asarray(fed, dtype=int)
+    first, second = draft_cumulative(problem, draft, device, int(fed.max()), DraftTreeStrategy.name)
+    full = full_share_tree(problem.acceptance, fed)
+    return (1.0 - full) * first[fed] + full * second[fed]
 
 
 def _sample_tokens(tree: TokenTree, p: Sequence[float], rng: np.random.Generator) -> int:

@@ -1,0 +1,172 @@
+"""A draft's passes measured inside the decode loop (a profile's ``draft_pass_*`` rows): how the simulator prices
+them (sim.strategies.loop_passes), how the profile reads them, and the probe that measures them
+(real.validation.draft_loop)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from hwmodels.errors import PresetError
+from hwmodels.loader import load_platform_file
+from hwmodels.profile import read_profile, write_profile
+from sim.acceptance import load_acceptance
+from sim.closed_form import step_seconds
+from sim.engine import simulate
+from sim.model_spec import get_model
+from sim.step_graph import forward_key
+from sim.strategies import get_strategy
+from sim.strategies.base import Problem, StrategyConfig
+from sim.strategies.chain import draft_cumulative, draft_pass_seconds
+from sim.strategies.loop_passes import full_share_chain, full_share_tree, measured_passes
+
+DATA = Path(__file__).resolve().parent / "data"
+EAGER = load_platform_file(DATA / "h100-sxm-eager.toml")
+DRAFT = get_model("llama-68m")
+CONTEXT = 70
+#: measured pass times (us) by index in the round: after a rejection, after a round accepting every draft
+AFTER_REJECTION = [900.0, 800.0, 700.0]
+AFTER_FULL = [1000.0, 810.0, 705.0]
+
+
+def _platform(tmp_path: Path, rows=None):
+    """EAGER with its ``gpu`` profile replaced by one holding only draft_pass rows of the draft (and a launch cost)."""
+    key = forward_key(DRAFT)
+    rows = rows if rows is not None else (
+        [(op, key, j + 1, CONTEXT, us, 0.0, float("nan")) for op, times in
+         (("draft_pass_chain", AFTER_REJECTION), ("draft_pass_chain_full", AFTER_FULL),
+          ("draft_pass_tree", AFTER_REJECTION), ("draft_pass_tree_full", AFTER_FULL)) for j, us in enumerate(times)])
+    path = write_profile(tmp_path / "loop.csv", {"dtype": "fp16", "source": "test", "launch_us.eager": "10",
+                                                 "launch_us.eager.source": "test"}, rows)
+    dev = EAGER.device("gpu")
+    return EAGER.with_device(replace(dev, timing=replace(dev.timing, profile=read_profile(path))))
+
+
+def _problem(platform, context=CONTEXT, acceptance="alpha:0.7", batch=1):
+    return Problem(get_model("vicuna-7b"), platform, load_acceptance(acceptance), context=context, batch=batch)
+
+
+def test_a_pass_at_the_probes_context_costs_what_was_measured(tmp_path):
+    p = _problem(_platform(tmp_path))
+    got = draft_pass_seconds(p, DRAFT, "gpu", 5)
+    # beyond the measured indices the last one holds
+    np.testing.assert_allclose(got, np.array([900, 800, 700, 700, 700]) * 1e-6, rtol=1e-12)
+    np.testing.assert_allclose(draft_pass_seconds(p, DRAFT, "gpu", 3, full=True), np.array(AFTER_FULL) * 1e-6,
+                               rtol=1e-12)
+
+
+def test_at_another_context_the_rows_price_the_difference(tmp_path):
+    plat = _platform(tmp_path)
+    p = _problem(plat, context=CONTEXT + 900)
+    got = draft_pass_seconds(p, DRAFT, "gpu", 3)
+    for j in range(3):
+        moved = float(step_seconds(DRAFT, plat, "gpu", 1, CONTEXT + 900 + j) - step_seconds(DRAFT, plat, "gpu", 1, CONTEXT + j))
+        assert moved > 0
+        assert got[j] == pytest.approx(AFTER_REJECTION[j] * 1e-6 + moved, rel=1e-12)
+
+
+def test_no_rows_no_change(tmp_path):
+    """A roofline device, a batch the probe did not run and another dtype keep the forward's price."""
+    plat = _platform(tmp_path)
+    assert measured_passes(_problem(EAGER), DRAFT, "cpu", "chain") is None
+    assert measured_passes(_problem(plat, batch=2), DRAFT, "gpu", "chain") is None
+    assert measured_passes(_problem(plat), DRAFT.with_dtype("fp32"), "gpu", "chain") is None
+    assert measured_passes(_problem(plat), DRAFT, "gpu", "medusa") is None
+    first, second = draft_cumulative(_problem(EAGER), DRAFT, "gpu", 3)
+    assert first is second
+
+
+def test_the_rounds_after_full_acceptance_fall_back_to_the_other_kind(tmp_path):
+    key = forward_key(DRAFT)
+    plat = _platform(tmp_path, [("draft_pass_chain", key, j + 1, CONTEXT, us, 0.0, float("nan"))
+                                for j, us in enumerate(AFTER_REJECTION)])
+    np.testing.assert_allclose(draft_pass_seconds(_problem(plat), DRAFT, "gpu", 3, full=True),
+                               np.array(AFTER_REJECTION) * 1e-6, rtol=1e-12)
+
+
+def test_the_share_after_full_acceptance():
+    alpha = load_acceptance("alpha:0.7")
+    assert full_share_chain(alpha, 3) == pytest.approx(0.7 ** 3)
+    np.testing.assert_allclose(full_share_chain(alpha, np.array([1, 2])), [0.7, 0.49])
+    table = replace(alpha, chain_length_table=((1, 1.8), (2, 2.4), (3, 2.85)))
+    # E[tokens](gamma) = 1 + sum_k P(first k accepted): the last difference is P(all gamma accepted)
+    assert full_share_chain(table, 1) == pytest.approx(0.8)
+    assert full_share_chain(table, 3) == pytest.approx(0.45)
+    assert full_share_chain(table, 5) == pytest.approx(0.7 ** 5)       # not in the table: alpha^gamma
+    np.testing.assert_allclose(full_share_tree(alpha, np.array([0, 2])), [1.0, 0.49])
+
+
+def test_a_chain_round_mixes_both_kinds_by_that_share(tmp_path):
+    p = _problem(_platform(tmp_path))
+    strategy = get_strategy("chain")
+    config = strategy.resolve(p, StrategyConfig(draft_depth=3, draft_device="gpu"))
+    share = 0.7 ** 3
+    want = ((1 - share) * sum(AFTER_REJECTION) + share * sum(AFTER_FULL)) * 1e-6
+    assert strategy.estimate(p, config).breakdown["draft"] == pytest.approx(want, rel=1e-12)
+
+
+@pytest.mark.parametrize("method,config", [
+    ("chain", StrategyConfig(draft_depth=2)),
+    ("chain", StrategyConfig(draft_depth=5)),
+    ("draft-tree", StrategyConfig(tree_width=5, draft_depth=4, options={"fallback": "budget"})),
+])
+def test_engine_and_closed_form_agree_with_measured_passes(tmp_path, method, config):
+    sim = simulate(_problem(_platform(tmp_path), context=300), method, config, steps=2)
+    assert sim.engine_step_s == pytest.approx(sim.closed_form_step_s, rel=1e-9)
+
+
+def test_estimate_many_equals_estimate_with_measured_passes(tmp_path):
+    p = _problem(_platform(tmp_path), context=500)
+    strategy = get_strategy("chain")
+    configs = [strategy.resolve(p, StrategyConfig(draft_depth=g)) for g in (1, 3, 8)]
+    many = strategy.estimate_many(p, configs)
+    for i, c in enumerate(configs):
+        assert many.step_s[i] == pytest.approx(strategy.estimate(p, c).step_s, rel=1e-12)
+
+
+def test_the_profile_reads_keys_of_draft_pass_rows_only(tmp_path):
+    key = forward_key(DRAFT)
+    header = {"dtype": "fp16", "source": "test"}
+    prof = read_profile(write_profile(tmp_path / "ok.csv", header, [("draft_pass_tree", key, 1, 64, 5.0, 0.0, 0.0)]))
+    assert prof.table("draft_pass_tree", key).lines[0][0] == 64
+    bad = tmp_path / "bad.csv"
+    bad.write_text("# format: hetspec-op-profile/1\n# dtype: fp16\n# source: test\n"
+                   "op,shape,tokens,keys,kernel_us,eager_launch_us,graph_launch_us\nnorm,768,1,64,5.0,0,0\n")
+    with pytest.raises(PresetError, match=r"bad\.csv.*row 1.*keys.*only attention and draft_pass rows have keys"):
+        read_profile(bad)
+    wrong = tmp_path / "wrong.csv"
+    wrong.write_text("# format: hetspec-op-profile/1\n# dtype: fp16\n# source: test\n"
+                     "op,shape,tokens,keys,kernel_us,eager_launch_us,graph_launch_us\n"
+                     "draft_pass_chain,768x768,1,64,5.0,0,0\n")
+    with pytest.raises(PresetError, match=r"shape.*L<layers>H<hidden>"):
+        read_profile(wrong)
+
+
+def test_the_probe_times_every_pass_of_rounds_that_accept_all_or_nothing(tmp_path):
+    """Random-weight tiny demo models; the LM-head hooks decide acceptance: every draft accepted moves the context
+    by a whole round a round, every draft rejected by one token."""
+    from real.decode.common import DecodeModels
+    from real.model.transformer import Transformer
+    from real.validation.draft_loop import PASSES, PROMPT_TOKENS, ROUNDS, demo_pairs, draft_pass_rows, time_loop_passes
+
+    torch.set_num_threads(1)
+    (target, draft), = demo_pairs(["tiny:ignored", "demo:tiny"])
+    torch.manual_seed(0)
+    models = DecodeModels(Transformer(target).eval(), Transformer(draft).eval())
+    timed = []
+    for method in ("chain", "draft-tree"):
+        for full in (False, True):
+            context, seconds = time_loop_passes(models, method, full, repeats=1)
+            assert len(seconds) == PASSES and all(s > 0 for s in seconds)
+            # kept rounds 1..ROUNDS, each after a round that emitted PASSES + 1 tokens (all accepted) or 1
+            per_round = PASSES + 1 if full else 1
+            assert context == int(np.median([PROMPT_TOKENS + per_round * s for s in range(1, ROUNDS + 1)]))
+            timed.append((f"draft_pass_{'chain' if method == 'chain' else 'tree'}{'_full' if full else ''}", draft,
+                          context, seconds))
+    assert models.target.lm_head._forward_hooks == {} and models.draft.lm_head._forward_hooks == {}
+    prof = read_profile(write_profile(tmp_path / "p.csv", {"dtype": "fp32", "source": "test"}, draft_pass_rows(timed)))
+    assert len(prof.table("draft_pass_tree_full", forward_key(draft)).lines[0][1]) == PASSES

@@ -58,3 +58,20 @@ def test_without_aligned_repeats_the_regret_is_the_ratio_of_the_medians():
     # each repeat's tokens/s: the configuration's tokens per step over that repeat's step
     assert repeat_tokens_per_s([("A", 9.0, 13.0, 1.0, 2e3 / 13.0, [10.0, 13.0])]) == [[pytest.approx(200.0),
                                                                                        pytest.approx(2e3 / 13.0)]]
+
+
+def _alspec(meets_floor: bool) -> dict:
+    """Two ALSpec rows, predicted within 1 %; the predicted best measured faster than the measured best (a negative
+    regret), which it can only be by keeping fewer of the exact tokens."""
+    rows = [{"window": 8, "lambda": lam, "pred_step_ms": p, "meas_step_ms": m, "pred_tokens_per_s": 1e3 / p,
+             "meas_tokens_per_s": 1e3 / m} for lam, p, m in ((0.05, 9.9, 10.0), (0.0, 10.9, 11.0))]
+    return {"alspec": {"rows": rows, "agreement_floor": 0.99, "predicted_best": "S=8, lambda=0.05",
+                       "measured_best": "S=8, lambda=0.0", "regret": 1.0 - 11.0 / 10.0,
+                       "predicted_best_meets_floor": meets_floor}}
+
+
+def test_an_alspec_pick_below_the_agreement_floor_does_not_meet_the_targets():
+    kept = hetero_summary(_alspec(True))["methods"]["alspec"]
+    assert kept["meets_targets"] and not kept["predicted_best_below_floor"]
+    broken = hetero_summary(_alspec(False))["methods"]["alspec"]
+    assert broken["regret"] < 0 and broken["predicted_best_below_floor"] and not broken["meets_targets"]

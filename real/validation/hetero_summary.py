@@ -74,7 +74,8 @@ def method_check(method: str, rows, doc: dict) -> dict:
     """One method's errors, best configurations, regret and verdict. The regret is paired
     (:func:`real.validation.metrics.paired_regret` on :func:`repeat_tokens_per_s`) where every configuration
     was timed in every repeat, the ratio of the medians otherwise; the ratio of the medians is kept beside it.
-    ALSpec's best configurations are chosen under its agreement floor (its section's own regret)."""
+    ALSpec's best configurations are chosen under its agreement floor (its section's own regret), and its verdict
+    fails where the predicted best falls below the floor on the evaluation prompts."""
     step = [relative_error(r[1], r[2]) for r in rows]
     tps = [relative_error(r[3], r[4]) for r in rows]
     paired = False
@@ -98,6 +99,11 @@ def method_check(method: str, rows, doc: dict) -> dict:
               reg is not None and reg <= REGRET_TARGET]
     if method in CONFIG_LIMITED:
         checks.append(worst <= CONFIG_LIMIT)
+    if method == "alspec":
+        # a predicted best that keeps the floor on the calibration prompts but not on the evaluation prompts is
+        # not a pick the user could keep: whatever its speed, it does not meet the targets
+        out["predicted_best_below_floor"] = doc["alspec"].get("predicted_best_meets_floor") is False
+        checks.append(not out["predicted_best_below_floor"])
     out["meets_targets"] = all(checks)
     return out
 

@@ -151,7 +151,8 @@ def test_the_probe_times_every_pass_of_rounds_that_accept_all_or_nothing(tmp_pat
     by a whole round a round, every draft rejected by one token."""
     from real.decode.common import DecodeModels
     from real.model.transformer import Transformer
-    from real.validation.draft_loop import PASSES, PROMPT_TOKENS, ROUNDS, demo_pairs, draft_pass_rows, time_loop_passes
+    from real.validation.draft_loop import (PASSES, PROMPT_TOKENS, ROUNDS, demo_pairs, draft_pass_rows, pass_medians,
+                                            time_loop_passes)
 
     torch.set_num_threads(1)
     (target, draft), = demo_pairs(["tiny:ignored", "demo:tiny"])
@@ -160,7 +161,9 @@ def test_the_probe_times_every_pass_of_rounds_that_accept_all_or_nothing(tmp_pat
     timed = []
     for method in ("chain", "draft-tree"):
         for full in (False, True):
-            context, seconds = time_loop_passes(models, method, full, repeats=1)
+            rounds = time_loop_passes(models, method, full, repeats=1)
+            assert len(rounds) == ROUNDS
+            context, seconds = pass_medians(rounds)
             assert len(seconds) == PASSES and all(s > 0 for s in seconds)
             # kept rounds 1..ROUNDS, each after a round that emitted PASSES + 1 tokens (all accepted) or 1
             per_round = PASSES + 1 if full else 1
@@ -170,3 +173,15 @@ def test_the_probe_times_every_pass_of_rounds_that_accept_all_or_nothing(tmp_pat
     assert models.target.lm_head._forward_hooks == {} and models.draft.lm_head._forward_hooks == {}
     prof = read_profile(write_profile(tmp_path / "p.csv", {"dtype": "fp32", "source": "test"}, draft_pass_rows(timed)))
     assert len(prof.table("draft_pass_tree_full", forward_key(draft)).lines[0][1]) == PASSES
+
+
+def test_the_passes_before_and_after_the_rows_are_pooled():
+    """Rounds timed before the operator rows and after them: the medians of both together, per op and draft."""
+    from real.validation.draft_loop import PASSES, bracketed_passes
+
+    def passes(first: float, second: float) -> list[float]:
+        return [first, second] + [0.1] * (PASSES - 2)
+
+    before = [("draft_pass_chain", DRAFT, [(64, passes(1.0, 0.5)), (66, passes(3.0, 0.7))])]
+    after = [("draft_pass_chain", DRAFT, [(68, passes(2.0, 0.6))]), ("draft_pass_tree", DRAFT, [])]
+    assert bracketed_passes(before, after) == [("draft_pass_chain", DRAFT, 66, passes(2.0, 0.6))]

@@ -10,11 +10,13 @@ the loop where those rows price 1.69-1.82 ms.
 
 So ``hetspec calibrate --device cpu`` also runs the real decoders (:mod:`real.decode.chain`,
 :mod:`real.decode.draft_tree`) on random-weight models of every profiled demo preset's target and draft shapes,
-and writes the median time of each pass of a round, by its index in the round, as the draft's rows
-(:mod:`sim.strategies.loop_passes` says how the simulator prices them). What the models propose is set, not
-learnt: a forward hook on each LM head raises one token's logit far above the rest, the same token for both
-models (every draft accepted: the ``_full`` rows) or another for the draft (every draft rejected), so every
-round drafts :data:`PASSES` tokens whatever the weights, and a draft tree grows along one branch to its budget.
+and writes the median time of each pass of a round, by its index in the round, as the draft's rows. They are
+timed before and after the operator rows and the rounds of both pooled, so that a drift of the machine's speed
+during the profile moves them as it moves the rows; :mod:`sim.strategies.loop_passes` says how the simulator
+prices them. What the models propose is set, not learnt: a forward hook on each LM head raises one token's
+logit far above the rest, the same token for both models (every draft accepted: the ``_full`` rows) or another
+for the draft (every draft rejected), so every round drafts :data:`PASSES` tokens whatever the weights, and a
+draft tree grows along one branch to its budget.
 Only times are taken from these runs, never acceptance.
 """
 
@@ -66,12 +68,12 @@ def _decoder(method: str):
 
 
 def time_loop_passes(models, method: str, full: bool, repeats: int, guard=None,
-                     records: list | None = None) -> tuple[int, list[float]]:
-    """(context, median seconds of pass 1..:data:`PASSES` of a round) of the draft inside ``method``'s decode loop
-    on ``models`` (:class:`real.decode.common.DecodeModels`, random weights), every draft accepted (``full``) or
-    rejected: ``repeats`` decodes of :data:`ROUNDS` kept rounds each (the first round, after the prefill, and
+                     records: list | None = None) -> list[tuple[int, list[float]]]:
+    """(context, seconds of pass 1..:data:`PASSES`) of every kept round of the draft inside ``method``'s decode
+    loop on ``models`` (:class:`real.decode.common.DecodeModels`, random weights), every draft accepted (``full``)
+    or rejected: ``repeats`` decodes of :data:`ROUNDS` kept rounds each (the first round, after the prefill, and
     the last rounds, which draft fewer, left out), taken in batches the contention ``guard`` checks (its records
-    appended to ``records``). ``context``: the draft's cached tokens at the kept rounds' first pass (median)."""
+    appended to ``records``). ``context``: the draft's cached tokens at the round's first pass."""
     from real.decode.common import Clock
     from real.run.contention import guarded_batches
 
@@ -103,7 +105,12 @@ def time_loop_passes(models, method: str, full: bool, repeats: int, guard=None,
             handle.remove()
     if records is not None:
         records += kept
-    rounds = [r for run in runs for r in run]
+    return [r for run in runs for r in run]
+
+
+def pass_medians(rounds) -> tuple[int, list[float]]:
+    """(median context, median seconds of each pass index) of ``rounds`` (:func:`time_loop_passes`, any number of
+    them pooled); no passes without rounds."""
     if not rounds:
         return PROMPT_TOKENS, []
     return (int(median([c for c, _ in rounds])),
@@ -112,8 +119,9 @@ def time_loop_passes(models, method: str, full: bool, repeats: int, guard=None,
 
 def time_draft_passes(pairs, device: torch.device, dtype: torch.dtype, repeats: int, guard=None,
                       records: list | None = None, progress: bool = True) -> list[tuple]:
-    """(op, draft spec, context, [seconds per pass index]) of every (target, draft) of ``pairs`` (specs), both
-    decoders and both kinds of round (:func:`time_loop_passes`), on random-weight models in ``dtype``."""
+    """(op, draft spec, [(context, seconds per pass index) of each round]) of every (target, draft) of ``pairs``
+    (specs), both decoders and both kinds of round (:func:`time_loop_passes`), on random-weight models in
+    ``dtype``. :func:`bracketed_passes` pools two such measurements."""
     from real.decode.common import DecodeModels
     from real.model.transformer import Transformer
 
@@ -128,9 +136,23 @@ def time_draft_passes(pairs, device: torch.device, dtype: torch.dtype, repeats: 
                                   Transformer(draft_spec).to(dtype=dtype).eval())
         for method, op in OPS.items():
             for full in (False, True):
-                context, seconds = time_loop_passes(models, method, full, repeats, guard, records)
-                if seconds:
-                    out.append((op + (FULL if full else ""), draft_spec, context, seconds))
+                out.append((op + (FULL if full else ""), draft_spec,
+                            time_loop_passes(models, method, full, repeats, guard, records)))
+    return out
+
+
+def bracketed_passes(before, after) -> list[tuple]:
+    """(op, draft spec, context, [median seconds per pass index]) of two :func:`time_draft_passes` measurements,
+    taken before and after a profile's operator rows, their rounds pooled: a machine whose speed drifts while the
+    rows are measured moves these medians as it moved the rows (as the ``forward_rest`` forwards are bracketed)."""
+    pooled: dict = {}
+    for op, spec, rounds in list(before) + list(after):
+        pooled.setdefault((op, spec.name), [op, spec, []])[2].extend(rounds)
+    out = []
+    for op, spec, rounds in pooled.values():
+        context, seconds = pass_medians(rounds)
+        if seconds:
+            out.append((op, spec, context, seconds))
     return out
 
 

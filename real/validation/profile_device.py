@@ -348,21 +348,26 @@ def profile_device(device_text: str, models, settings: ProfileSettings = Profile
         out.phase_seconds[name] = round(out.phase_seconds.get(name, 0.0) + now - clock[0], 1)
         clock[0] = now
 
+    from real.validation.draft_loop import bracketed_passes, time_draft_passes
+
+    def loop_passes() -> list:      # a CPU's drafts inside the decode loops, before and after the rows
+        if device.type != "cpu" or not pairs:
+            return []
+        bar.set_postfix_str("draft passes inside the decode loops")
+        timed = time_draft_passes(pairs, device, tdtype, settings.repeats, guard, forward_records, progress=False)
+        phase("draft passes in the loops")
+        return timed
+
     phase("launch costs")
     before = [forwards(spec) for spec in forward_models]
     phase("whole forwards")
+    passes_before = loop_passes()
     rows, records = guarded_batches(guard, work, row, tick=bar.update)
     out.rows += [r for r in rows if r is not None]
     phase("operator rows")
     after = [forwards(spec) for spec in forward_models]
     phase("whole forwards")
-    if device.type == "cpu" and pairs:
-        from real.validation.draft_loop import time_draft_passes
-
-        bar.set_postfix_str("draft passes inside the decode loops")
-        out.draft_passes = time_draft_passes(pairs, device, tdtype, settings.repeats, guard, forward_records,
-                                             progress=False)
-        phase("draft passes in the loops")
+    out.draft_passes = bracketed_passes(passes_before, loop_passes())
     out.contention = guard_summary(guard, records + forward_records)
     for spec, early, late in zip(forward_models, before, after):
         timed = bracketed_forwards(early, late)

@@ -78,10 +78,10 @@ from sim.step_graph import build_step_graph
 from sim.strategies.base import (DEFAULT_DRAFT_MODEL, Estimate, Knob, Problem, Strategy, StrategyConfig, co_resident,
                                  host_seconds)
 from sim.strategies.chain import draft_pass_tasks
-from sim.strategies.loop_passes import full_share_tree
 from sim.strategies.draft_tree_fallback import (conditioned_accuracy, fallback_chain, measured_rounds, replayed_rounds,
                                                 round_tree)
 from sim.strategies.hcmp_threads import split_costs
+from sim.strategies.loop_passes import full_share_tree
 from sim.strategies.streaming_pipeline import READS_PER_LAYER, LayerPlan, layer_plan, pipeline_round
 from sim.tree import TokenTree
 from sim.tree_search import greedy_trees

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 import torch
 
 from real.run.repeats import median
+from sim.strategies.loop_passes import FULL, OPS   # the profile op of each decoder's passes
 
 #: Draft passes per round of the probe: every pass index a round of the simulator's search prices.
 PASSES = 8
@@ -37,10 +38,6 @@ ROUNDS = 6
 PROMPT_TOKENS = 64
 #: What the LM-head hooks add to the proposed token's logit (the softmax puts all but nothing on it).
 LOGIT_LIFT = 30.0
-#: Profile op of each decoder's passes (sim.strategies.loop_passes.OPS), and the suffix of the rounds that
-#: follow a round accepting every draft.
-OPS = {"chain": "draft_pass_chain", "draft-tree": "draft_pass_tree"}
-FULL = "_full"
 
 
 def demo_pairs(names: Sequence[str]) -> list[tuple]:

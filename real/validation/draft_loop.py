@@ -107,9 +107,7 @@ def time_loop_passes(models, method: str, full: bool, repeats: int, guard=None,
 
 def pass_medians(rounds) -> tuple[int, list[float]]:
     """(median context, median seconds of each pass index) of ``rounds`` (:func:`time_loop_passes`, any number of
-    them pooled); no passes without rounds."""
-    if not rounds:
-        return PROMPT_TOKENS, []
+    them pooled, at least one)."""
     return (int(median([c for c, _ in rounds])),
             [median([times[j] for _, times in rounds]) for j in range(PASSES)])
 
@@ -145,12 +143,7 @@ def bracketed_passes(before, after) -> list[tuple]:
     pooled: dict = {}
     for op, spec, rounds in list(before) + list(after):
         pooled.setdefault((op, spec.name), [op, spec, []])[2].extend(rounds)
-    out = []
-    for op, spec, rounds in pooled.values():
-        context, seconds = pass_medians(rounds)
-        if seconds:
-            out.append((op, spec, context, seconds))
-    return out
+    return [(op, spec, *pass_medians(rounds)) for op, spec, rounds in pooled.values() if rounds]
 
 
 def draft_pass_rows(timed) -> list[tuple]:

@@ -9,8 +9,20 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 
+#: Exit status of a command whose measurement cannot be trusted (2 stays a bad input): the machine
+#: changed under it, or its cores stayed slowed from outside too long to measure.
+EXIT_UNTRUSTED = 3
+
+
 class HetSpecError(ValueError):
     """Bad input: a name, a file or a value the user gave. The message is one line."""
+
+
+class UntrustedMeasurement(HetSpecError):
+    """A measurement the machine would not let be taken, or changed under: one line saying what and by how
+    much; the command exits with :data:`EXIT_UNTRUSTED`."""
+
+    exit_code = EXIT_UNTRUSTED
 
 
 class UnknownNameError(HetSpecError, KeyError):

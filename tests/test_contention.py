@@ -193,3 +193,80 @@ def test_a_guard_without_a_pause_never_waits():
     m, sleeps = Measure(), []
     _, rec = guarded(guard_of([50] * 10, pause_s=0.0, retakes=0), m, 0, 0, True, sleep=sleeps.append)
     assert sleeps == [] and rec.waited_s == 0.0 and rec.rates == [0.5, 0.5] and rec.contended
+
+
+# ---------------------------------------------------------------------- cores that stay slowed
+def _stopping_guard(readings, give_up_s=60.0, **kw):
+    """A guard on a scripted probe whose clock runs on the fake sleeps, and the sleep that advances it."""
+    from real.run.contention import Stretch
+
+    clock = Clock()
+
+    def sleep(s: float) -> None:
+        clock.now += s
+
+    g = guard_of(readings, give_up_s=give_up_s, stretch=Stretch(clock=clock), **kw)
+    return g, sleep
+
+
+def test_cores_slowed_longer_than_the_guard_gives_stop_the_run_in_one_line():
+    from hwmodels.errors import EXIT_UNTRUSTED
+    from real.run.contention import ContendedTooLong
+
+    g, sleep = _stopping_guard([50], give_up_s=60.0, max_wait_s=20.0, retakes=10)
+    m = Measure()
+    with pytest.raises(ContendedTooLong) as err:
+        for item in range(10):
+            guarded(g, m, item, 0, True, sleep=sleep)
+    text = str(err.value)
+    assert err.value.exit_code == EXIT_UNTRUSTED == 3 and "\n" not in text
+    assert "1 min without a break" in text and "probe at 50% of its reference" in text and "80% needed" in text
+    # 20 s of waits per attempt: the stretch passes 60 s on the fourth attempt's wait, before it measures
+    assert len(m.firsts) == 3
+
+
+def test_one_quiet_reading_breaks_the_stretch():
+    # slow for 40 s of waits, quiet once, slow again for 40 s: never 60 s unbroken
+    g, sleep = _stopping_guard([50] * 9 + [100] + [50] * 9 + [100] * 5, give_up_s=60.0, max_wait_s=40.0,
+                               retakes=0)
+    for item in range(3):
+        guarded(g, Measure(), item, 0, True, sleep=sleep)
+    assert g.stretch.since is None
+
+
+def test_without_a_limit_the_guard_waits_through_any_stretch():
+    g, sleep = _stopping_guard([50], give_up_s=None, max_wait_s=100.0, retakes=3)
+    for item in range(20):                      # 2,000 s of slow probes
+        _, rec = guarded(g, Measure(), item, 0, True, sleep=sleep)
+        assert rec.contended
+
+
+def test_a_long_run_of_batches_stops_too():
+    from real.run.contention import ContendedTooLong, guarded_batches
+
+    g, sleep = _stopping_guard([100, 100] + [50] * 100, give_up_s=30.0, pause_s=0.0, max_wait_s=0.0, retakes=0)
+
+    def measure(x):
+        g.stretch.clock.now += 10.0
+        return x
+
+    with pytest.raises(ContendedTooLong, match="without a break"):
+        guarded_batches(g, list(range(20)), measure, every_s=5.0, clock=g.stretch.clock)
+
+
+def test_a_measuring_process_that_stops_hands_back_its_line_and_exit_status():
+    import multiprocessing
+
+    from real.run.repeats import _repeat_child
+
+    g, _ = _stopping_guard([50], give_up_s=1e-9, pause_s=0.0, max_wait_s=0.0)
+    g.stretch.since = -1.0                       # the stretch began before this process's first reading
+    parent, child = multiprocessing.Pipe(duplex=False)
+    _repeat_child(child, 2, 0, _pid, None, None, g)
+    kind, line, untrusted = parent.recv()
+    assert kind == "error" and untrusted and line.startswith("the cores read slowed from outside")
+
+
+def test_a_guard_refuses_a_limit_that_is_not_positive():
+    with pytest.raises(ValueError, match="contention guard"):
+        Guard(probe=lambda: 1.0, reference=1.0, give_up_s=0.0)

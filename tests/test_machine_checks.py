@@ -155,6 +155,45 @@ def test_calibrate_cli_exit_status_without_and_with_force(forced, tmp_path, monk
     assert "WARNING: written with --force" in load_platform_file(out).description
 
 
+def test_cores_that_stay_slowed_stop_the_profile_beside_a_calibration_unless_forced(forced, tmp_path, monkeypatch,
+                                                                                     capsys):
+    from hetspec.cli import main
+    from real.run.contention import ContendedTooLong
+    from real.validation import calibrate as cal_mod
+
+    _, _, cal, _ = forced
+    steady = {label: {"start": _probe(10.0), "end": _probe(10.1)} for label in cal.robustness["reference"]}
+    calm = replace(cal, robustness={**cal.robustness, "reference": steady,
+                                    "spread": {k: {s: 0.01 for s in v} for k, v in cal.robustness["spread"].items()}})
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    monkeypatch.setattr(cal_mod, "measure", lambda *a, **k: calm)
+    forces = []
+
+    def profile(path, quick, one_thread=False, force=False, progress=True):    # the guard's verdict, injected
+        forces.append(force)
+        if not force:
+            raise ContendedTooLong("the cores read slowed from outside for 15 min without a break (...): run it "
+                                   "again on a quieter machine")
+        return ["(profile beside)"]
+
+    monkeypatch.setattr("real.validation.cpu_profiles.profile_cpu_beside", profile)
+    out = tmp_path / "host.toml"
+    assert main(["calibrate", "--quick", "--out", str(out), "--attempts", "1"]) == EXIT_UNTRUSTED
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith(f"hetspec: error: {out} written, an operator profile beside")
+    assert err.endswith("run it again on a quieter machine, or pass --force to measure through it")
+    assert main(["calibrate", "--quick", "--out", str(out), "--attempts", "1", "--force"]) == 0
+    assert forces == [False, True] and "(profile beside)" in capsys.readouterr().out
+
+
+def test_a_forced_profile_guard_waits_for_ever_and_an_unforced_one_for_a_quarter_hour(monkeypatch):
+    from real.validation import cpu_profiles
+
+    monkeypatch.setattr(machine, "gemm_rate", lambda threads, samples=5: 1e11)
+    assert cpu_profiles.cpu_profile_guard("cpu0").give_up_s == machine.GUARD_GIVE_UP_S == 900.0
+    assert cpu_profiles.cpu_profile_guard("cpu0", force=True).give_up_s is None
+
+
 # ---------------------------------------------------------------------------- validate
 def _drift(now_us: float, then_us: float = 8.0, triad: float = 20.0, then_triad: float = 20.0) -> dict:
     return {"now_us": now_us, "calibrated_us": then_us, "change": now_us / then_us - 1, "triad_now_gbps": triad,

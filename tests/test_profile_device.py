@@ -367,16 +367,21 @@ def test_a_standalone_full_cpu_profile_is_guarded_as_the_calibrations_are(monkey
     torch.set_num_threads(2)
     try:
         for device in ("cpu", "cpu0"):
-            commands._profile_device(argparse.Namespace(device=device, models=None, dtype=None, quick=False, out=None))
+            commands._profile_device(argparse.Namespace(device=device, models=None, dtype=None, quick=False, out=None,
+                                                        force=False))
     finally:
         torch.set_num_threads(1)
     assert all(isinstance(g, Guard) for g in seen) and [g.reference for g in seen] == [5e10, 5e10]
     assert probed == [2, 1] and "timed before the runs" in seen[0].source
+    assert [g.give_up_s for g in seen] == [machine.GUARD_GIVE_UP_S] * 2      # cores that stay slowed stop it
     monkeypatch.setattr(commands, "_calibrated_host", lambda: object())  # a host whose calibration was faster
-    commands._profile_device(argparse.Namespace(device="cpu", models=None, dtype=None, quick=False, out=None))
+    commands._profile_device(argparse.Namespace(device="cpu", models=None, dtype=None, quick=False, out=None,
+                                                force=True))
     assert seen[-1].reference == 8e10 and "the calibration's reference probe" in seen[-1].source
+    assert seen[-1].give_up_s is None                                    # --force measures through them
     for device, quick in (("cpu", True), ("cuda:0", False)):
-        commands._profile_device(argparse.Namespace(device=device, models=None, dtype=None, quick=quick, out=None))
+        commands._profile_device(argparse.Namespace(device=device, models=None, dtype=None, quick=quick, out=None,
+                                                    force=False))
         assert seen[-1] is None
 
 

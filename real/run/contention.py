@@ -12,6 +12,10 @@ a cache-resident GEMM, about 25 ms). Before it, the guard waits until the probe 
 probe below that floor discards the measurement and takes it again, at most ``retakes`` times; the last
 one is kept and marked contended. Every decision is a :class:`GuardRecord`, which the reports count.
 Nothing here looks at what is measured: only the probe decides.
+
+A machine whose cores stay slowed is not waited out for ever: when the probe has read below the floor,
+without one reading above it, for longer than the guard's ``give_up_s``, the run stops with
+:class:`ContendedTooLong` (one line; exit status 3) instead of spending hours on waits and retakes.
 """
 
 from __future__ import annotations
@@ -21,7 +25,21 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TypeVar
 
+from hwmodels.errors import UntrustedMeasurement
+
 T = TypeVar("T")
+
+
+class ContendedTooLong(UntrustedMeasurement):
+    """The probe read the cores slowed from outside, without a break, for longer than the guard gives."""
+
+
+@dataclass
+class Stretch:
+    """The probe's current unbroken run of readings below the floor: when it began on ``clock`` (None: the last
+    reading was above it). One per guard, shared by every measurement the guard brackets in a process."""
+    clock: Callable[[], float] = time.monotonic
+    since: float | None = None
 
 
 @dataclass(frozen=True)
@@ -33,10 +51,12 @@ class Guard:
     max_wait_s: float = 120.0     # longest wait for the probe to recover, per attempt
     retakes: int = 3              # measurements discarded at most, per item and repeat
     source: str = ""              # where the reference came from (for the reports)
+    give_up_s: float | None = None  # longest unbroken run of slow probes before the run stops (None: never)
+    stretch: Stretch = field(default_factory=Stretch, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not (self.reference > 0 and 0 < self.limit < 1 and self.pause_s >= 0 and self.max_wait_s >= 0
-                and self.retakes >= 0):
+                and self.retakes >= 0 and (self.give_up_s is None or self.give_up_s > 0)):
             raise ValueError(f"contention guard: invalid settings {self}")
 
     @property
@@ -55,9 +75,23 @@ class GuardRecord:
 
 
 def reading(guard: Guard, record: GuardRecord) -> float:
-    """The probe now (FLOP/s), its share of the reference added to ``record``."""
+    """The probe now (FLOP/s), its share of the reference added to ``record``; :class:`ContendedTooLong` when
+    it ends an unbroken run of slow readings longer than ``guard.give_up_s``."""
     rate = guard.probe()
     record.rates.append(round(rate / guard.reference, 4))
+    stretch = guard.stretch
+    if rate >= guard.floor:
+        stretch.since = None
+        return rate
+    now = stretch.clock()
+    if stretch.since is None:
+        stretch.since = now
+    elif guard.give_up_s is not None and now - stretch.since > guard.give_up_s:
+        raise ContendedTooLong(
+            f"the cores read slowed from outside for {(now - stretch.since) / 60:.0f} min without a break (the "
+            f"guard's probe at {rate / guard.reference:.0%} of its reference {guard.reference / 1e9:.1f} GFLOP/s, "
+            f"{1 - guard.limit:.0%} needed to measure); stopped after {guard.give_up_s / 60:.0f} min rather than "
+            "wait for ever: run it again on a quieter machine")
     return rate
 
 

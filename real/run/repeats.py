@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from functools import partial
 from typing import TypeVar
 
-from hwmodels.errors import HetSpecError
+from hwmodels.errors import HetSpecError, UntrustedMeasurement
 
 T = TypeVar("T")
 
@@ -114,8 +114,9 @@ def _one_repeat(n: int, rep: int, measure, payload, tick, threads, guard=None, r
             except EOFError:
                 raise HetSpecError(f"the measuring process of repeat {rep + 1} ended without its results "
                                    f"(exit code {proc.exitcode})") from None
-            if message[0] == "error":
-                raise HetSpecError(f"repeat {rep + 1}, in its own process: {message[1]}")
+            if message[0] == "error":       # an untrusted measurement keeps its exit status
+                raise (UntrustedMeasurement if message[2] else HetSpecError)(
+                    f"repeat {rep + 1}, in its own process: {message[1]}")
             if message[0] == "done":
                 break
             got[message[1]] = message[2]
@@ -133,7 +134,7 @@ def _one_repeat(n: int, rep: int, measure, payload, tick, threads, guard=None, r
 
 def _repeat_child(conn, n: int, rep: int, measure, payload, threads, guard=None) -> None:
     """The spawned process of one repeat: sends ``("item", i, result, guard record)`` per item, then
-    ``("done",)``; a failure as ``("error", one line)``."""
+    ``("done",)``; a failure as ``("error", one line, whether it is an untrusted measurement)``."""
     from real.run.contention import guarded
 
     try:
@@ -148,6 +149,8 @@ def _repeat_child(conn, n: int, rep: int, measure, payload, threads, guard=None)
             conn.send(("item", i, result, record))
         conn.send(("done",))
     except Exception as exc:            # handed to the parent, which raises it in one line
-        conn.send(("error", f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"))
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        untrusted = isinstance(exc, UntrustedMeasurement)
+        conn.send(("error", first if untrusted else f"{type(exc).__name__}: {first}", untrusted))
     finally:
         conn.close()

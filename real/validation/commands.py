@@ -4,6 +4,7 @@ and ``hetspec demo``."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 
 from real.train.commands import add_preset_flags, resolve_preset
@@ -37,8 +38,9 @@ def register_calibrate(subparsers) -> None:
                         "first core's worker, 7-13 minutes each on a 2-core machine, longer while other work slows it)")
     p.add_argument("--force", action="store_true",
                    help="write the calibration even if the machine changed under it (the warning goes into the "
-                        "platform's descriptions and the raw measurements); without it such a calibration is "
-                        "refused with exit status 3")
+                        "platform's descriptions and the raw measurements), and measure the guarded operator "
+                        "profiles through cores that stay slowed from outside; without it such a calibration is "
+                        "refused, and a profile stopped after 15 minutes of unbroken slowdown, with exit status 3")
     p.add_argument("--attempts", type=int, default=3, metavar="N",
                    help="measure up to N times while the machine changes under the measurement (default 3)")
     p.add_argument("--device", default=None, metavar="D",
@@ -78,9 +80,23 @@ def handle_calibrate(args: argparse.Namespace) -> int:
     # the CPU's operator profile beside it, which `hetspec validate` prices the grid with next to the roofline
     from real.validation.cpu_profiles import profile_cpu_beside
 
-    for line in profile_cpu_beside(path, args.quick, one_thread=not args.quick):
+    with _force_hint(f"{path} written, an operator profile beside it stopped"):
+        lines = profile_cpu_beside(path, args.quick, one_thread=not args.quick, force=args.force)
+    for line in lines:
         print(line)
     return 0
+
+
+@contextlib.contextmanager
+def _force_hint(what: str):
+    """A guarded profile the cores stayed too slow for: its one line says what was written and that --force
+    measures through it."""
+    from real.run.contention import ContendedTooLong
+
+    try:
+        yield
+    except ContendedTooLong as exc:
+        raise ContendedTooLong(f"{what}: {exc}, or pass --force to measure through it") from None
 
 
 def _profile_device(args: argparse.Namespace) -> int:
@@ -96,9 +112,11 @@ def _profile_device(args: argparse.Namespace) -> int:
         from real.validation.cpu_profiles import cpu_profile_guard
 
         profile_device.parse_device(args.device)       # a bad name: one line, before the guard's probe
-        guard = cpu_profile_guard(args.device, _calibrated_host())
-    for line in profile_device.profile_and_write(args.device, names, args.dtype, args.quick, args.out,
-                                                 " ".join(parts), guard=guard):
+        guard = cpu_profile_guard(args.device, _calibrated_host(), args.force)
+    with _force_hint("operator profile stopped, nothing written"):
+        lines = profile_device.profile_and_write(args.device, names, args.dtype, args.quick, args.out,
+                                                 " ".join(parts), guard=guard)
+    for line in lines:
         print(line)
     return 0
 

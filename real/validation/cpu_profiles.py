@@ -15,12 +15,13 @@ from real.validation.profile_device import profile_and_write
 
 
 def profile_cpu_beside(host_path: str | Path, quick: bool, progress: bool = True,
-                       one_thread: bool = False) -> list[str]:
+                       one_thread: bool = False, force: bool = False) -> list[str]:
     """The CPU's operator profile written beside a freshly calibrated ``host.toml`` (``profiled-cpu``), with
     the calibration's threads and OpenMP settings: what ``hetspec validate`` prices the grid with next to
     the roofline (:mod:`real.validation.backends`). ``one_thread``, on a machine of several cores: also the
     single-thread worker on the first core this process may use (``profiled-cpuN``), what ``hetspec validate
-    --device cpuN`` prices with."""
+    --device cpuN`` prices with. ``force``: its guard waits and retakes for as long as the cores stay slowed,
+    where it would otherwise stop after :data:`~real.validation.machine.GUARD_GIVE_UP_S`."""
     from hwmodels.loader import load_platform_file
     from real.hetero.workers import allowed_cores
     from real.validation.gpu_target import profiled_platform_name
@@ -39,17 +40,19 @@ def profile_cpu_beside(host_path: str | Path, quick: bool, progress: bool = True
         cache = None if cache_gb is None else (
             cache_gb, f"{Path(host_path).name}'s cache_gb of {host_device} ({cache_gb * 1e3:.1f} MB, measured by the "
                       "same calibration)")
-        guard = None if quick else cpu_profile_guard(device_text, host)
+        guard = None if quick else cpu_profile_guard(device_text, host, force)
         lines += profile_and_write(device_text, None, None, quick, out, command, progress, cache, guard)
     return lines
 
 
-def cpu_profile_guard(device_text: str, host=None):
+def cpu_profile_guard(device_text: str, host=None, force: bool = False):
     """The contention guard of a full CPU operator profile (``cpu``: all torch threads; ``cpuN``: one): its rows
     retaken while a compute-bound probe reads the cores slowed from outside. Its reference: the larger of the
-    GEMM rate ``host`` (a calibrated platform) measured at the end of its calibration and one timed now."""
-    from real.validation.machine import calibrated_gemm_gflops, contention_guard
+    GEMM rate ``host`` (a calibrated platform) measured at the end of its calibration and one timed now. It
+    stops the profile when the cores stay slowed (:data:`~real.validation.machine.GUARD_GIVE_UP_S`), unless
+    ``force``."""
+    from real.validation.machine import GUARD_GIVE_UP_S, calibrated_gemm_gflops, contention_guard
 
     threads = torch.get_num_threads() if device_text == "cpu" else 1
     calibrated = calibrated_gemm_gflops(host, threads) if host is not None else None
-    return contention_guard(threads, (calibrated or 0) * 1e9)
+    return contention_guard(threads, (calibrated or 0) * 1e9, give_up_s=None if force else GUARD_GIVE_UP_S)

@@ -42,6 +42,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def close_progress_bars() -> None:
+    """End the lines of the progress bars an error left open, so that the error gets a line of its own (a bar
+    closed later, when it is collected, would draw itself again after it)."""
+    std = sys.modules.get("tqdm.std")           # never imported here: only a command that drew a bar loaded it
+    if std is not None:
+        for bar in list(getattr(std.tqdm, "_instances", ())):
+            bar.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     # OpenMP reads its wait policy once, when torch starts it: importing this package (hetspec/__init__)
     # already set the project's defaults (real.OPENMP_DEFAULTS) before any command imports torch, so
@@ -54,9 +63,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except HetSpecError as exc:
+        close_progress_bars()
         print(f"hetspec: error: {exc}", file=sys.stderr)
         return getattr(exc, "exit_code", 2)     # 3: the machine changed under a measurement
     except KeyboardInterrupt:
+        close_progress_bars()
         print("hetspec: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # output piped into `head` and closed early: not an error

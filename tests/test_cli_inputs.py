@@ -147,3 +147,36 @@ def test_counts_below_one_are_one_line(capsys, args, match):
 def test_sweep_workers_below_one_is_one_line(tmp_path, capsys):
     one_line_error(capsys, "sweep", "--models", "vicuna-7b", "--platforms", A100, "--methods", "ar",
                    "--workers", "0", "--out", str(tmp_path / "t.csv"), match="--workers must be >= 1 (got 0)")
+
+
+# ---------------------------------------------------------------------- an error while a progress bar runs
+def test_an_error_under_a_progress_bar_gets_a_line_of_its_own(monkeypatch, capsys):
+    import argparse
+    import gc
+    import sys
+
+    from tqdm.auto import tqdm
+
+    import hetspec.cli as cli
+    from hwmodels.errors import HetSpecError
+
+    bars = []
+
+    def measuring(_args):
+        bars.append(tqdm(total=10, desc="measuring", file=sys.stderr))
+        bars[-1].update(3)
+        raise HetSpecError("the cores went away")
+
+    def parser():
+        p = argparse.ArgumentParser(prog="hetspec")
+        p.add_subparsers().add_parser("measure").set_defaults(func=measuring)
+        return p
+
+    monkeypatch.setattr(cli, "build_parser", parser)
+    assert main(["measure"]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines()[-1] == "hetspec: error: the cores went away"
+    assert "measuring" in err and err.count("hetspec: error") == 1
+    bars.clear()
+    gc.collect()                                # the bar, collected, does not draw itself after the error
+    assert capsys.readouterr().err == ""

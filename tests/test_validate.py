@@ -195,6 +195,28 @@ def test_validate_end_to_end_on_tiny(tiny_demo, tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
+@pytest.mark.slow
+def test_a_validation_the_guard_stops_leaves_its_folder_as_it_was(tiny_demo, tmp_path, monkeypatch):
+    from real.run.contention import ContendedTooLong
+    from real.validation.validate import QUICK, validate
+
+    monkeypatch.setenv("HETSPEC_PLATFORMS_DIR", host_platform_folder(tmp_path))
+    settings = replace(QUICK, calibration_prompts=2, eval_prompts=1, prompt_tokens=16, max_new_tokens=8,
+                       repeats=1, random_models=())
+
+    def stopped(*args, **kwargs):
+        raise ContendedTooLong("the cores read slowed from outside for 15 min without a break")
+
+    monkeypatch.setattr("real.validation.measure.measure_grid", stopped)
+    out = tmp_path / "report"
+    out.mkdir()
+    (out / "report.md").write_text("an earlier run's")
+    with pytest.raises(ContendedTooLong) as err:
+        validate(out, preset="tiny", progress=False, settings=settings, grid=(GridPoint("ar"),), command="test")
+    assert err.value.exit_code == 3
+    assert [f.name for f in out.iterdir()] == ["report.md"] and (out / "report.md").read_text() == "an earlier run's"
+
+
 def test_grid_repeats_in_fresh_processes_decode_as_in_this_one(tiny_demo):
     """Each repeat in a process of its own decodes exactly what this process decodes (greedy), ticks once per
     point, and keeps each repeat's samples."""

@@ -292,7 +292,6 @@ def validate(out: str | Path | None = None, preset: str | None = None, quick: bo
                                   meta={"preset": preset, "prompt_tokens": settings.prompt_tokens},
                                   draft_tree_widths=draft_tree_widths(grid))
     out.mkdir(parents=True, exist_ok=True)
-    profile.save(out / "acceptance-profile.json")
 
     banner(f"[4/6] predictions for {len(grid)} configurations ({host.name}:{device})", progress)
     trees = {p: medusa_tree(p.value, profile.medusa_accuracy) for p in grid if p.method == "medusa"}
@@ -378,6 +377,7 @@ def validate(out: str | Path | None = None, preset: str | None = None, quick: bo
         print(drift_line(after, "after the grid"), file=sys.stderr)
         if not doc["trust"]["trusted"]:
             print(doc["trust"]["headline"], file=sys.stderr)
+    profile.save(out / "acceptance-profile.json")     # with the report: a run stopped midway leaves the folder be
     write_report(doc, out)
     removed = remove_stale_outputs(out, hetero, bool(random_rows))
     if removed and progress:

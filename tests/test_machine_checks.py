@@ -13,10 +13,10 @@ from dataclasses import replace
 import pytest
 
 from demo_helpers import host_platform_folder
+from hwmodels.errors import EXIT_UNTRUSTED
 from hwmodels.loader import load_platform_file
 from real.validation import machine
 from real.validation.machine import (
-    EXIT_UNTRUSTED,
     PROBE_MOVE_LIMIT,
     SPREAD_LIMIT,
     MachineChanged,

@@ -7,8 +7,8 @@ import argparse
 import contextlib
 import json
 
+from hwmodels.errors import EXIT_UNTRUSTED
 from real.train.commands import add_preset_flags, resolve_preset
-from real.validation.machine import EXIT_UNTRUSTED
 
 
 def register(subparsers) -> None:

@@ -18,7 +18,7 @@ cannot (docs/validation.md, "Robustness on a shared machine"):
   decode loops' step times).
 
 A measurement that fails a check is refused (:class:`MachineChanged`, exit status
-:data:`EXIT_UNTRUSTED`) or, for a validation, reported as "not a validation".
+:data:`hwmodels.errors.EXIT_UNTRUSTED`) or, for a validation, reported as "not a validation".
 """
 
 from __future__ import annotations
@@ -26,11 +26,9 @@ from __future__ import annotations
 import math
 import time
 
-from hwmodels.errors import EXIT_UNTRUSTED, HetSpecError, UntrustedMeasurement
+from hwmodels.errors import HetSpecError, UntrustedMeasurement
 from real import openmp_label
 
-# EXIT_UNTRUSTED (3): the exit status of ``hetspec calibrate`` without ``--force``, ``hetspec validate``
-# and ``hetspec demo`` whose measurement cannot be trusted.
 #: Relative change of the fixed cost per operator since calibration above which the report warns.
 DRIFT_WARNING = 0.15
 #: The reference probe moving more than this between the start and the end of a calibration, or
@@ -119,7 +117,7 @@ GUARD_PROBE_SAMPLES = 3
 GUARD_LIMIT = 0.2
 #: The longest unbroken run of slow probes a guarded command waits and retakes through before it stops
 #: (exit status 3). Slowdowns on the development machine come and go within a minute or two; on the
-#: afternoon of 2026-11-28 its cores stayed at 50-60 % of their quiet speed for hours, and a calibration's
+#: afternoon of 2026-11-28 its cores stayed at 50-60 % of their quiet speed for over an hour, and a calibration's
 #: guarded operator profile took 27 minutes over 138 of its 5,066 rows (docs/validation.md, "Contention from
 #: outside"): fifteen minutes is several times a passing slowdown, and far short of such a day.
 GUARD_GIVE_UP_S = 900.0

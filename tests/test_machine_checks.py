@@ -282,3 +282,31 @@ def test_the_gemm_rate_is_part_of_the_probe_and_the_verdict(monkeypatch):
     assert machine.calibrated_gemm_gflops(None, 2) == 170.0 and machine.calibrated_gemm_gflops(None, 4) is None
     monkeypatch.setattr(host_facts, "raw_record", lambda platform: {})
     assert machine.calibrated_gemm_gflops(None, 2) is None
+
+
+def _cal_with_probes(peak_all: float, peak_one: float, end_all: float, end_one: float):
+    """A calibration's fields that busy_warnings reads: the peaks (FLOP/s) and the probes' end GEMM rates (GFLOP/s)."""
+    from types import SimpleNamespace
+
+    def threads(n, peak):
+        return SimpleNamespace(threads=n, peak_flops_per_s=peak, cache_bw_bytes_per_s=1.0,
+                               overhead=SimpleNamespace(per_op_s=1e-5))
+
+    reference = {"2 threads (cpu)": {"start": {"threads": 2}, "end": {"threads": 2, "gemm_gflops": end_all}},
+                 "1 thread (cpu0)": {"start": {"threads": 1}, "end": {"threads": 1, "gemm_gflops": end_one}}}
+    return SimpleNamespace(all_threads=threads(2, peak_all), one_thread=threads(1, peak_one),
+                           robustness={"reference": reference})
+
+
+def test_a_probe_far_below_the_calibrations_own_peak_warns_that_the_cores_were_slowed():
+    from real.validation.calibrate import busy_warnings
+
+    # the afternoon of 2026-11-28: 98.8 of 167.0 GFLOP/s with 2 threads; the single thread's probe at 0.83
+    lines = busy_warnings(_cal_with_probes(167.0e9, 103.7e9, 98.8, 85.7))
+    assert len(lines) == 1 and lines[0].startswith("warning: 2 threads (cpu): the reference probe's GEMM read 98.8")
+    assert "59% of the 167.0 GFLOP/s peak" in lines[0] and "slowed from outside" in lines[0]
+    # a quiet machine's probe sits near the peak (0.74-0.97): no warning; the limit itself is not below it
+    assert busy_warnings(_cal_with_probes(238.9e9, 120.0e9, 176.8, 100.0)) == []
+    assert busy_warnings(_cal_with_probes(100e9, 100e9, 100 * machine.PROBE_PEAK_WARNING, 100.0)) == []
+    # each thread count against its own peak
+    assert [l.split(":")[1] for l in busy_warnings(_cal_with_probes(200e9, 100e9, 180.0, 50.0))] == [" 1 thread (cpu0)"]

@@ -100,6 +100,7 @@ from real.validation.host_hetero import hetero_probes
 from real.validation.host_platform import build_platform
 from real.validation.machine import (
     PROBE_MOVE_LIMIT,
+    PROBE_PEAK_WARNING,
     SPREAD_KEYS,
     SPREAD_LIMIT,
     MachineChanged,
@@ -402,17 +403,26 @@ def calibration_age_days(platform_path: str | Path) -> float | None:
 
 def busy_warnings(cal: Calibration) -> list[str]:
     """Signs that the machine was busy while calibrating: all threads measuring slower than one (a
-    multi-threaded operator waits for its other threads whenever the scheduler takes their cores)."""
+    multi-threaded operator waits for its other threads whenever the scheduler takes their cores), and a
+    reference probe reading far below the GEMM peak the calibration measured (:data:`PROBE_PEAK_WARNING`:
+    the cores slowed from outside throughout)."""
     whole, one = cal.all_threads, cal.one_thread
-    if whole.threads == one.threads:
-        return []
     out = []
     for label, a, b in (("GEMM peak", whole.peak_flops_per_s, one.peak_flops_per_s),
                         ("cache bandwidth", whole.cache_bw_bytes_per_s, one.cache_bw_bytes_per_s),
                         ("fixed cost per operator", one.overhead.per_op_s, whole.overhead.per_op_s)):
-        if a < 0.5 * b:
+        if whole.threads != one.threads and a < 0.5 * b:
             out.append(f"warning: {label} with {whole.threads} threads is less than half of one thread's: the machine "
                        "looks busy; calibrate again when it is idle (or use the single-thread workers cpu0, cpu1, ...)")
+    peaks = {one.threads: one.peak_flops_per_s, whole.threads: whole.peak_flops_per_s}
+    for label, probes in cal.robustness.get("reference", {}).items():
+        end = probes.get("end") or {}
+        peak, rate = peaks.get(end.get("threads")), (end.get("gemm_gflops") or 0.0) * 1e9
+        if peak and rate and rate < PROBE_PEAK_WARNING * peak:
+            out.append(f"warning: {label}: the reference probe's GEMM read {rate / 1e9:.1f} GFLOP/s at the end, "
+                       f"{rate / peak:.0%} of the {peak / 1e9:.1f} GFLOP/s peak this calibration measured (below "
+                       f"{PROBE_PEAK_WARNING:.0%}): the cores look slowed from outside throughout; calibrate again "
+                       "when the machine is quiet")
     return out
 
 

@@ -37,6 +37,13 @@ DRIFT_WARNING = 0.15
 #: moved by 39-46 % within one calibration and a GEMM rate spread 46 % over three rounds, against
 #: spreads of 195-415 % with other jobs on the cores (docs/validation.md): the limits sit between.
 PROBE_MOVE_LIMIT = 0.6
+#: The reference probe's GEMM rate at the end of a calibration below this share of the GEMM peak the same
+#: calibration measured (same threads): the cores were slowed evenly throughout, which the start-to-end check
+#: cannot see. The probe's shape sits near the peak on a quiet machine: 0.74-0.97 with all threads in the nine
+#: calibrations behind the committed validations of 2026-11-26 to 2026-11-28 (each results.json's
+#: drift.gemm_calibrated_gflops over platform.device_fields.peak_tflops.fp32, in the repository's history);
+#: 0.59 (98.8 of 167.0 GFLOP/s) on the afternoon of 2026-11-28, the cores at about half their speed.
+PROBE_PEAK_WARNING = 0.65
 #: A key measurement of a calibration whose interleaved rounds spread more than this (max / min - 1).
 SPREAD_LIMIT = 1.0
 #: The reference probe before or after a validation's grid further than this from the calibration:

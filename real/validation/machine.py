@@ -193,19 +193,27 @@ def triad_bytes_of(platform) -> int:
         return DRAM_WORKING_SET_LLC * llc_bytes()[0]
 
 
+def end_gemm_rates(robustness: dict) -> dict[int, tuple[str, float]]:
+    """The reference probe's GEMM rate (GFLOP/s) at the end of a calibration, by thread count, with the label of
+    that thread count (``robustness``: the record a calibration keeps; a probe without the rate left out)."""
+    out = {}
+    for label, probes in (robustness.get("reference") or {}).items():
+        end = probes.get("end") or {}
+        if end.get("threads") and end.get("gemm_gflops"):
+            out[end["threads"]] = (label, float(end["gemm_gflops"]))
+    return out
+
+
 def calibrated_gemm_gflops(platform, threads: int) -> float | None:
     """The GEMM rate of the reference probe at the end of ``platform``'s calibration, on ``threads``
     threads (its raw measurements, next to the platform file); None where it has none."""
     from real.validation.host_facts import raw_record
 
     try:
-        for probes in (raw_record(platform) or {})["robustness"]["reference"].values():
-            end = probes["end"]
-            if end.get("threads") == threads and end.get("gemm_gflops"):
-                return float(end["gemm_gflops"])
-    except (KeyError, TypeError, AttributeError):
-        pass
-    return None
+        rate = end_gemm_rates((raw_record(platform) or {}).get("robustness") or {}).get(threads)
+    except (TypeError, AttributeError):
+        return None
+    return rate[1] if rate else None
 
 
 def machine_drift(dev, threads: int, triad_bytes: int | None = None, gemm_calibrated: float | None = None) -> dict:

@@ -34,7 +34,8 @@ def tiny_calibration(tmp_path_factory):
 
     settings = Settings(m_values=(1, 8), shapes=((64, 64), (128, 256)), repeats=2, warmup=1,
                         dram_working_set_bytes=16 * 2**20, cold_pool_bytes=16 * 2**20, overhead_repeats=2,
-                        loop_repeats=1, label="test", batched_m_values=(1, 4), batched_shapes=((64, 256), (128, 256)))
+                        loop_repeats=1, loop_new_tokens=24, label="test", batched_m_values=(1, 4),
+                        batched_shapes=((64, 256), (128, 256)))
     out = tmp_path_factory.mktemp("platforms") / "host.toml"
     platform, path, cal = calibrate(out, progress=False, settings=settings, force=True, attempts=1)  # any load
     return platform, path, cal
@@ -89,6 +90,9 @@ def test_calibration_writes_a_loadable_host_with_sources(tiny_calibration):
                                    "medusa_step", "medusa_node", "dovetail_step", "dovetail_pass"}
     assert all(v >= 0 for v in loops.costs_us.values())
     assert "decode loop" in loops.sources["chain_step"]
+    # the probe loops decode the tokens the settings ask for, and the sources say so
+    assert {s.new_tokens for s in cal.all_threads.loops + cal.one_thread.loops} == {24}
+    assert "24 new tokens after a 48-token prompt" in loops.sources["chain_step"]
     assert not hasattr(cpu, "host_costs_us")   # the hardware record describes hardware
     w0 = loaded.device("cpu0")
     assert w0.cores == 1 and "1 thread" in w0.sources["mem_bw_gbps"]
@@ -338,6 +342,15 @@ def test_dovetail_host_costs_are_the_loop_time_beyond_the_priced_passes():
     costs, sources = fit_host_costs(dev, samples, QUICK.medians(QUICK.loop_repeats), "by test", "on test")
     assert costs == {"dovetail_step": pytest.approx(30.0, abs=1e-3), "dovetail_pass": pytest.approx(200.0, abs=1e-3)}
     assert "dovetail decode loop" in sources["dovetail_pass"]
+    # loops that decoded fewer tokens (a glance's) are priced at their own, shorter context
+    short = LOOP_PROMPT_TOKENS + 24 // 2
+    assert _model_price(dev, replace(samples[1], new_tokens=24), short) != _model_price(dev, samples[1], context)
+    samples = [replace(bare, new_tokens=24, step_s=_model_price(dev, bare, short) + 1e-6 * (30.0 + 200.0 * (d + 1)))
+               for d, bare in ((d, LoopSample("dovetail", d, step_s=0.0, passes=d + 1.0, nodes=16.0, heads=0,
+                                              tokens=1.4)) for d in (2, 7))]
+    costs, sources = fit_host_costs(dev, samples, QUICK.medians(QUICK.loop_repeats), "by test", "on test")
+    assert costs == {"dovetail_step": pytest.approx(30.0, abs=1e-3), "dovetail_pass": pytest.approx(200.0, abs=1e-3)}
+    assert "24 new tokens" in sources["dovetail_step"]
 
 
 def test_host_costs_are_the_probe_loops_time_outside_their_forwards():

@@ -28,7 +28,7 @@ from real.validation.machine import (
 
 #: The smallest calibration that runs every benchmark: one token count, one shape, one repeat, two rounds.
 TINY = dict(m_values=(1,), shapes=((64, 64),), repeats=1, warmup=1, dram_working_set_bytes=16 * 2**20,
-            cold_pool_bytes=16 * 2**20, overhead_repeats=1, loop_repeats=1, label="test", rounds=2,
+            cold_pool_bytes=16 * 2**20, overhead_repeats=1, loop_repeats=1, loop_new_tokens=24, label="test", rounds=2,
             batched_m_values=(1,), batched_shapes=((64, 256),))
 
 

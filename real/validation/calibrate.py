@@ -180,7 +180,8 @@ def _interleaved_rounds(threads: int, settings: Settings, dram_ws: int, cache_ws
             out = (mb.dispatch_overhead_s(threads, reps, settings.warmup),
                    mb.layer_overhead(threads, settings.per_round(settings.overhead_repeats), settings.warmup + 2))
         else:
-            out = mb.decode_loop_samples(threads, settings.per_round(settings.loop_repeats))
+            out = mb.decode_loop_samples(threads, settings.per_round(settings.loop_repeats),
+                                         new_tokens=settings.loop_new_tokens or mb.LOOP_NEW_TOKENS)
         tick()
         return out
 
@@ -490,15 +491,16 @@ def robustness_lines(cal: Calibration) -> list[str]:
 
 
 # ---------------------------------------------------------------------------- for notebooks
-#: A measurement of a few seconds (two token counts, small shapes) for when no host platform exists
-#: yet, e.g. in the test suite: enough to draw the plots, not to validate with.
+#: A short measurement (three token counts, one small shape, probe decode loops of 24 tokens: under a minute
+#: on 2 cores) for when no host platform exists yet, e.g. in the test suite: enough to draw the plots, not to
+#: validate with.
 GLANCE = Settings(m_values=(1, 16, 64), shapes=((256, 256),), repeats=2, warmup=1,
                   dram_working_set_bytes=48 * 2**20, cold_pool_bytes=48 * 2**20, overhead_repeats=2, loop_repeats=1,
-                  label="glance")
+                  loop_new_tokens=24, label="glance")
 
 
 def host_calibration(platform_path: str | Path | None = None) -> tuple[Platform, dict, str]:
-    """The calibrated host and its raw measurements, or, if there is none yet, a few-second
+    """The calibrated host and its raw measurements, or, if there is none yet, a short
     :data:`GLANCE` measurement in a temporary folder. Returns ``(platform, raw, where)``."""
     import tempfile
 

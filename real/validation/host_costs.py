@@ -50,6 +50,11 @@ def _model_price(device: Device, sample, context: int, dtype: str | None = None)
     return price
 
 
+def _tokens(rows) -> str:
+    """The new tokens the probe loops of ``rows`` decoded (one number when they agree)."""
+    return "/".join(str(n) for n in sorted({s.new_tokens for s in rows}))
+
+
 def _nonneg_fit(xs, ys, terms: tuple[str, ...]) -> dict[str, float]:
     """Least squares ``y = a + b x`` (or ``y = a``) with a, b >= 0."""
     import numpy as np
@@ -81,19 +86,17 @@ def fit_host_costs(device: Device, loops, statistic: str, by: str, on: str,
     ``statistic``: how the sources name the samples' statistic (e.g. "median of 3 interleaved rounds x 2")."""
     from real.decode import ALL_DECODER_MODULES
     from real.validation.microbench import (
-        LOOP_NEW_TOKENS,
         LOOP_PROMPT_TOKENS,
         LOOP_SHAPE,
         REFERENCE_LAYERS,
     )
 
-    context = LOOP_PROMPT_TOKENS + LOOP_NEW_TOKENS // 2
     costs, sources = {}, {}
     for method, terms in HOST_COST_TERMS.items():
         rows = [s for s in loops if s.method == method]
         if not rows:
             continue
-        host = [_host_seconds(device, s, context, dtype) for s in rows]
+        host = [_host_seconds(device, s, LOOP_PROMPT_TOKENS + s.new_tokens // 2, dtype) for s in rows]
         seconds = [h for h, _ in host]
         what = ("its time outside the traced forwards (acceptance records and untraced Python)"
                 if all(kind == "measured" for _, kind in host)
@@ -107,7 +110,8 @@ def fit_host_costs(device: Device, loops, statistic: str, by: str, on: str,
             sources[key] = (
                 f"measured {by}: HetSpec's {method} decode loop ({ALL_DECODER_MODULES[method][0]}) on probe models "
                 f"(hidden {LOOP_SHAPE['hidden']}, vocabulary {LOOP_SHAPE['vocab']}: "
-                f"a {REFERENCE_LAYERS}-layer target, a 1-layer draft; configs {knobs}) costs "
+                f"a {REFERENCE_LAYERS}-layer target, a 1-layer draft; configs {knobs}; "
+                f"{_tokens(rows)} new tokens after a {LOOP_PROMPT_TOKENS}-token prompt) costs "
                 + ", ".join(f"{1e6 * s.step_s:.1f}" for s in rows)
                 + f" us per step; {what} ("
                 + ", ".join(f"{1e6 * r:.1f}" for r in seconds)

@@ -49,6 +49,9 @@ class Settings:
     cold_pool_bytes: int | None = None         # None: COLD_POOL_LLC x the last-level cache
     overhead_repeats: int = 9
     loop_repeats: int = 5
+    #: tokens each timed probe decode loop decodes (None: real.validation.microbench.LOOP_NEW_TOKENS, 96); fewer
+    #: give fewer steps to each median and only suit a glance or a test
+    loop_new_tokens: int | None = None
     label: str = "full"
     rounds: int = 3        # interleaved rounds of the benchmarks (real.run.repeats.interleaved)
     #: the batched GEMM of HetSpec's Medusa heads: token counts, (K, N) shapes (N over all heads), heads

@@ -401,6 +401,12 @@ def handoff_latency_s(repeats: int, warmup: int) -> float:
 
 
 # ---------------------------------------------------------------------------- decode loops
+#: Probe decode runs: prompt and new tokens per run (a calibration's settings may ask for fewer new tokens:
+#: :attr:`real.validation.host_facts.Settings.loop_new_tokens`).
+LOOP_PROMPT_TOKENS = 48
+LOOP_NEW_TOKENS = 96
+
+
 @dataclass(frozen=True)
 class LoopSample:
     """One real decode loop timed on the overhead probe."""
@@ -413,11 +419,9 @@ class LoopSample:
     heads: int                # Medusa heads computed per step (medusa only)
     tokens: float = 1.0       # tokens emitted per step (dovetail: the next round's first drafter pass)
     host_s: float | None = None   # median decode seconds per step outside the forwards (DecodeResult.host_s)
+    new_tokens: int = LOOP_NEW_TOKENS   # tokens each timed run decoded after the LOOP_PROMPT_TOKENS prompt
 
 
-#: Probe decode runs: prompt and new tokens per run.
-LOOP_PROMPT_TOKENS = 48
-LOOP_NEW_TOKENS = 96
 #: Logit scale of the probe's LM head: makes its predictions confident (top-1 probability near 1),
 #: so draft-tree rounds grow instead of falling back after one token, as a trained draft's do.
 PROBE_LOGIT_SCALE = 40.0
@@ -463,14 +467,15 @@ def loop_prompt() -> list[int]:
 
 
 def decode_loop_samples(threads: int, repeats: int, placement=None,
-                        configs: dict[str, tuple[int, ...]] | None = None) -> tuple[LoopSample, ...]:
+                        configs: dict[str, tuple[int, ...]] | None = None,
+                        new_tokens: int = LOOP_NEW_TOKENS) -> tuple[LoopSample, ...]:
     """Time HetSpec's real decode loops (real.decode) on the probe models: per method and config the
     median step time, with the draft passes and verified tokens per step.
 
     ``placement`` (:class:`real.model.placement.Placement`; None: this CPU, as ``hetspec calibrate`` times
     the host): the device, dtype and CUDA graphs the probe models run with, as a validation runs its
     models there. ``configs``: the methods and knobs timed (default :data:`LOOP_CONFIGS`; dovetail runs on
-    CPU workers and is left out on another device).
+    CPU workers and is left out on another device). ``new_tokens``: what each timed run decodes.
 
     The samples carry the loops' time outside their traced forwards (``host_s``) where that is host work
     alone: on a CPU a forward's record ends when it has run. On CUDA it ends once the host has queued the
@@ -509,7 +514,7 @@ def decode_loop_samples(threads: int, repeats: int, placement=None,
         # every repeat runs every loop once, so a slow moment of the machine hits them all alike
         for _ in range(repeats):
             for i, (_, _, config, gen) in enumerate(jobs):
-                runs[i].append(gen(models, prompt, LOOP_NEW_TOKENS, config, Clock()))
+                runs[i].append(gen(models, prompt, new_tokens, config, Clock()))
     out = []
     for (method, knob, _, _), results in zip(jobs, runs):
         run = sorted(results, key=lambda r: r.decode_s)[len(results) // 2]
@@ -517,7 +522,8 @@ def decode_loop_samples(threads: int, repeats: int, placement=None,
                               passes=run.draft_passes / run.steps, nodes=1.0 + sum(run.proposed_per_step) / run.steps,
                               heads=PROBE_MEDUSA_HEADS if method == "medusa" else 0,
                               tokens=run.mean_accepted_per_step,
-                              host_s=None if cuda else statistics.median(r.host_s / r.steps for r in results)))
+                              host_s=None if cuda else statistics.median(r.host_s / r.steps for r in results),
+                              new_tokens=new_tokens))
     return tuple(out)
 
 

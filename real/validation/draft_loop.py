@@ -17,7 +17,8 @@ prices them. What the models propose is set, not learnt: a forward hook on each 
 logit far above the rest, the same token for both models (every draft accepted: the ``_full`` rows) or another
 for the draft (every draft rejected), so every round drafts :data:`PASSES` tokens whatever the weights, and a
 draft tree grows along one branch to its budget.
-Only times are taken from these runs, never acceptance.
+Only times are taken from these runs, never acceptance. Whether they time what a decode of trained models
+runs: ``python -m real.validation.loop_pass_check`` (:mod:`real.validation.loop_pass_check`).
 """
 
 from __future__ import annotations

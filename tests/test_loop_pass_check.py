@@ -32,7 +32,8 @@ def test_real_rounds_are_sorted_by_the_round_before_them(tiny_demo):
         assert len(got[kind]) == (NEW_TOKENS // (PASSES + 1) - 1 if kind == KINDS[1] else NEW_TOKENS - PASSES - 2)
 
 
-def test_the_check_prints_both_kinds_side_by_side_and_refuses_bad_input(tiny_demo, capsys):
+def test_the_check_prints_both_kinds_side_by_side_and_refuses_bad_input(tiny_demo, capsys, tmp_path, monkeypatch):
+    from real.train.demo import CACHE_ENV
     from real.validation.loop_pass_check import main
 
     assert main(["--preset", "tiny", "--rounds", "1", "--threads", "1"]) == 0
@@ -50,3 +51,7 @@ def test_the_check_prints_both_kinds_side_by_side_and_refuses_bad_input(tiny_dem
     assert err.startswith("error: ") and err.count("\n") == 1
     assert main(["--preset", "huge"]) == 2
     assert "unknown demo preset" in capsys.readouterr().err
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))               # nothing cached there: one line, what to run
+    assert main(["--preset", "tiny", "--rounds", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "hetspec train-demo --preset tiny" in err and "--train" in err

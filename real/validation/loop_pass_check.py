@@ -12,7 +12,7 @@ On a machine whose speed swings from one minute to the next, few rounds do not t
 swings (on the 2-core Intel Xeon of docs/validation.md, its cores slowed from outside, runs of 8 rounds gave
 ratios of 0.91-1.28 within minutes of each other): take the default 24 or more.
 
-    python -m real.validation.loop_pass_check [--preset small] [--rounds 24] [--threads 2]
+    python -m real.validation.loop_pass_check [--preset small] [--rounds 24] [--threads 2] [--train]
 """
 
 from __future__ import annotations
@@ -105,11 +105,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--preset", default="small", help="the cached demo preset (default small)")
     parser.add_argument("--rounds", type=int, default=24, help="turns of the three decodes (default 24)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
+    parser.add_argument("--train", action="store_true", help="train the demo models first if they are not cached")
     args = parser.parse_args(argv)
     try:
         if min(args.rounds, args.threads) < 1:
             raise HetSpecError("--rounds and --threads must be at least 1")
-        demo = load_demo(args.preset, train=False, progress=False)
+        demo = load_demo(args.preset, train=args.train, progress=args.train)
         prompts = [list(p) for p in corpus_prompts(demo.tokenizer, "evaluation", args.rounds, PROMPT_TOKENS, seed=0)]
         with torch_threads(args.threads):
             got = compare(demo, prompts, args.rounds)

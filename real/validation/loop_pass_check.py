@@ -5,8 +5,8 @@ does the protocol (random weights, every draft accepted or every draft rejected,
 
 The rounds of the real decode are told apart as the protocol's are: after a round that rejected a draft token,
 and after one that accepted all of them (its first pass feeds two tokens). A ratio near 1 says the rows
-measure what the decode runs; a prediction that misses them by more then comes from the machine's speed
-between the calibration and the run, not from the protocol.
+measure what the decode runs: a prediction that then misses the decode's passes by more owes it to the
+machine's speed between the calibration and the run, not to the protocol.
 
 On a machine whose speed swings from one minute to the next, few rounds do not tell a 10 % difference from the
 swings (on the 2-core Intel Xeon of docs/validation.md, its cores slowed from outside, runs of 8 rounds gave
@@ -24,10 +24,11 @@ import torch
 
 from real.run.repeats import median
 from real.validation.draft_loop import PASSES, time_loop_passes
+from real.validation.validate import FULL
 
-#: New tokens of each real decode (as ``hetspec validate`` decodes) and its prompt's tokens.
-NEW_TOKENS = 96
-PROMPT_TOKENS = 64
+#: New tokens of each real decode and its prompt's tokens: as ``hetspec validate`` decodes.
+NEW_TOKENS = FULL.max_new_tokens
+PROMPT_TOKENS = FULL.prompt_tokens
 KINDS = ("after a rejection", "after all accepted")
 
 

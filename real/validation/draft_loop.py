@@ -65,6 +65,16 @@ def _decoder(method: str):
     return draft_tree.generate, draft_tree.DraftTreeConfig(tree_width=PASSES + 1, draft_depth=PASSES)
 
 
+def passes_by_round(clock) -> dict[int, list[float]]:
+    """Seconds of each draft pass a decode's ``clock`` (:class:`real.decode.common.Clock`) recorded, in order, by
+    its round (the decode step)."""
+    passes: dict[int, list[float]] = {}
+    for r in clock.records:
+        if r.phase == "draft":
+            passes.setdefault(r.step, []).append(r.end_s - r.start_s)
+    return passes
+
+
 def time_loop_passes(models, method: str, full: bool, repeats: int, guard=None,
                      records: list | None = None) -> list[tuple[int, list[float]]]:
     """(context, seconds of pass 1..:data:`PASSES`) of every kept round of the draft inside ``method``'s decode
@@ -84,10 +94,7 @@ def time_loop_passes(models, method: str, full: bool, repeats: int, guard=None,
     def decode(_item) -> list[tuple[int, list[float]]]:
         clock = Clock()
         result = generate(models, prompt, new_tokens, config, clock)
-        passes: dict[int, list[float]] = {}
-        for r in clock.records:
-            if r.phase == "draft":
-                passes.setdefault(r.step, []).append(r.end_s - r.start_s)
+        passes = passes_by_round(clock)
         emitted = [0]
         for n in result.accepted_per_step:
             emitted.append(emitted[-1] + n)

@@ -23,7 +23,7 @@ import sys
 import torch
 
 from real.run.repeats import median
-from real.validation.draft_loop import PASSES, time_loop_passes
+from real.validation.draft_loop import PASSES, passes_by_round, time_loop_passes
 from real.validation.validate import FULL
 
 #: New tokens of each real decode and its prompt's tokens: as ``hetspec validate`` decodes.
@@ -41,10 +41,7 @@ def decode_passes(models, prompt: list[int]) -> dict[str, list[list[float]]]:
 
     clock = Clock()
     result = chain.generate(models, prompt, NEW_TOKENS, chain.ChainConfig(draft_depth=PASSES), clock)
-    by_step: dict[int, list[float]] = {}
-    for r in clock.records:
-        if r.phase == "draft":
-            by_step.setdefault(r.step, []).append(r.end_s - r.start_s)
+    by_step = passes_by_round(clock)
     out: dict[str, list[list[float]]] = {kind: [] for kind in KINDS}
     for step, times in sorted(by_step.items()):
         if step >= 1 and len(times) == PASSES:

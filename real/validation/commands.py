@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import sys
 
 from hwmodels.errors import EXIT_UNTRUSTED
 from real.train.commands import add_preset_flags, resolve_preset
@@ -53,12 +54,18 @@ def register_calibrate(subparsers) -> None:
                         "paths, demo:tiny, demo:small; default: the demo models, plus llama2-7b on CUDA)")
     p.add_argument("--dtype", default=None, choices=("fp32", "fp16", "bf16"),
                    help="with --device: the dtype profiled (default fp32 on a CPU, fp16 on CUDA)")
+    p.add_argument("--check", nargs="?", type=float, const=60.0, default=None, metavar="SECONDS",
+                   help="write nothing: read the contention guard's probe for SECONDS (default 60) and say whether "
+                        "the cores are quiet enough to calibrate now, against the last calibration's reference "
+                        "probe (all torch threads; with --device cpuN, one thread); exit status 3 when slowed")
     p.set_defaults(func=handle_calibrate)
 
 
 def handle_calibrate(args: argparse.Namespace) -> int:
     from hwmodels.errors import HetSpecError
 
+    if args.check is not None:
+        return _check_quiet(args)
     if args.out is not None and not args.out.endswith(".toml"):
         raise HetSpecError(f"--out {args.out}: a platform file ends in .toml")
     from hwmodels.datafile import output_path
@@ -118,6 +125,41 @@ def _profile_device(args: argparse.Namespace) -> int:
                                                  " ".join(parts), guard=guard)
     for line in lines:
         print(line)
+    return 0
+
+
+def _check_quiet(args: argparse.Namespace) -> int:
+    """``hetspec calibrate --check``: the guard probe's readings against the last calibration's, and a verdict."""
+    import torch
+    from tqdm.auto import tqdm
+
+    from hwmodels.errors import HetSpecError, UntrustedMeasurement
+    from real.hetero.workers import CPU_RE
+    from real.validation.machine import calibrated_gemm_gflops
+    from real.validation.quiet_check import check_quiet, readings_in
+
+    extra = [flag for flag, value in (("--out", args.out), ("--quick", args.quick), ("--models", args.models),
+                                      ("--dtype", args.dtype), ("--force", args.force)) if value]
+    if extra:
+        raise HetSpecError(f"--check writes nothing and measures no profile: drop {', '.join(extra)}")
+    if not args.check > 0:
+        raise HetSpecError(f"--check {args.check:g}: a check lasts a positive number of seconds")
+    device = (args.device or "cpu").strip()
+    if device != "cpu" and not CPU_RE.fullmatch(device):
+        raise HetSpecError(f"--check reads the host CPU's cores (--device cpu or cpuN), not {device}")
+    threads = 1 if device != "cpu" else torch.get_num_threads()
+    host = _calibrated_host()
+    reference = calibrated_gemm_gflops(host, threads) if host is not None else None
+    pause_s = 2.0
+    with tqdm(total=readings_in(args.check, pause_s), desc="guard probe", unit="reading", file=sys.stderr) as bar:
+        def shown(gflops: float) -> None:
+            bar.set_postfix_str(f"{gflops:.1f} GFLOP/s")
+            bar.update(1)
+        check = check_quiet(args.check, threads, reference, pause_s=pause_s, on_reading=shown)
+    for line in check.lines():
+        print(line)
+    if not check.quiet:
+        raise UntrustedMeasurement(check.refusal())
     return 0
 
 

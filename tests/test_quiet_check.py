@@ -1,0 +1,114 @@
+"""``hetspec calibrate --check``: the guard probe's readings against the last calibration's, and the verdict."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from real.validation.machine import GUARD_LIMIT
+from real.validation.quiet_check import SLOW_SHARE, QuietCheck, check_quiet, readings_in
+from tests.cli_runner import REPO, one_line_error, run_cli
+
+
+class FakeTime:
+    """A clock that only sleeps move."""
+
+    def __init__(self):
+        self.now = 0.0
+        self.slept: list[float] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, s: float) -> None:
+        self.slept.append(s)
+        self.now += s
+
+
+def _check(readings, reference, seconds=None, pause_s=2.0):
+    it, t = iter(readings), FakeTime()
+    seconds = (len(readings) - 1) * pause_s if seconds is None else seconds
+    return check_quiet(seconds, 2, reference, probe=lambda: next(it), pause_s=pause_s, clock=t.clock,
+                       sleep=t.sleep), t
+
+
+def test_readings_come_one_every_pause_from_the_start():
+    assert [readings_in(s, 2.0) for s in (0.5, 2.0, 5.9, 60.0)] == [1, 2, 3, 31]
+    seen = []
+    check, t = _check([100.0, 101.0, 99.0, 100.0], 100.0)
+    assert check.readings == (100.0, 101.0, 99.0, 100.0) and t.now == 6.0
+    assert t.slept == [0.0, 2.0, 2.0, 2.0]
+    it, t = iter([1.0, 2.0]), FakeTime()
+    check_quiet(2.0, 1, None, probe=lambda: next(it), clock=t.clock, sleep=t.sleep, on_reading=seen.append)
+    assert seen == [1.0, 2.0]
+    with pytest.raises(ValueError):
+        check_quiet(0.0, 1, None, probe=lambda: 1.0)
+
+
+def test_the_floor_is_the_guards_below_the_calibration_or_the_fastest_reading():
+    assert GUARD_LIMIT == 0.2 and SLOW_SHARE == 0.25
+    # a quarter of the readings below 80 % of the reference: a passing dip, quiet
+    check, _ = _check([100.0, 79.0, 90.0, 95.0], 100.0)
+    assert check.floor == pytest.approx(80.0) and check.slow == 1 and check.quiet
+    assert check.lines()[-1] == "quiet: a calibration can start now"
+    # more than a quarter: slowed, and the refusal names the counts and the floor
+    check, _ = _check([100.0, 79.0, 78.0, 95.0], 100.0)
+    assert check.slow == 2 and not check.quiet
+    assert "2 of 4 guard probe readings below 80.0 GFLOP/s" in check.refusal()
+    assert check.lines()[-1].startswith("slowed from outside")
+    # a reading above the calibration's raises the floor, as the guard takes the larger of the two
+    check, _ = _check([150.0, 100.0, 130.0, 140.0], 100.0)
+    assert check.floor == pytest.approx(120.0) and check.slow == 1
+    assert "above the last calibration's 100.0 GFLOP/s" in check.lines()[0]
+    # a machine slowed throughout reads slowed against its calibration ...
+    check, _ = _check([50.0, 52.0, 51.0], 100.0)
+    assert check.slow == 3 and not check.quiet
+    # ... but steady, hence quiet, without one, and the verdict says what it could not judge
+    check, _ = _check([50.0, 52.0, 51.0], None)
+    assert check.quiet and check.floor == pytest.approx(0.8 * 52.0)
+    assert "only steadiness is judged" in check.lines()[0]
+
+
+def test_a_check_with_nothing_to_compare_writes_nothing_and_exits_zero(tmp_path):
+    proc = run_cli("calibrate", "--check", "1", env={"HETSPEC_PLATFORMS_DIR": str(tmp_path)}, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "guard probe on" in proc.stdout and "1 readings" in proc.stdout
+    assert "only steadiness is judged" in proc.stdout and "quiet: a calibration can start now" in proc.stdout
+    assert "guard probe" in proc.stderr          # the progress bar
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cores_slower_than_the_calibration_are_refused_in_one_line(tmp_path):
+    # a calibrated host whose reference probe read far more than any core here can: every reading is slowed
+    shutil.copy(REPO / "hwmodels" / "presets" / "apple-m2.toml", tmp_path / "host.toml")
+    reference = {f"{n} threads": {"end": {"threads": n, "gemm_gflops": 1e9}} for n in range(1, 257)}
+    (tmp_path / "host.calibration.json").write_text(json.dumps({"robustness": {"reference": reference}}))
+    proc = run_cli("calibrate", "--check", "2", env={"HETSPEC_PLATFORMS_DIR": str(tmp_path)}, timeout=120)
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    assert "slowed from outside" in proc.stdout and "what the last calibration's reference probe read" in proc.stdout
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("hetspec: error:")]
+    assert len(errors) == 1 and "2 of 2 guard probe readings below 800000000.0 GFLOP/s" in errors[0]
+    assert "Traceback" not in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["host.calibration.json", "host.toml"]
+
+
+@pytest.mark.parametrize("args, match", [
+    (("--check", "0"), "a check lasts a positive number of seconds"),
+    (("--check", "5", "--out", "x.toml"), "--check writes nothing and measures no profile: drop --out"),
+    (("--check", "--quick", "--force"), "drop --quick, --force"),
+    (("--check", "5", "--device", "cuda:0"), "(--device cpu or cpuN), not cuda:0"),
+])
+def test_bad_check_arguments_are_one_line(capsys, args, match):
+    one_line_error(capsys, "calibrate", *args, match=match)
+
+
+def test_the_check_is_in_the_calibrate_help():
+    proc = run_cli("calibrate", "--help")
+    assert "--check [SECONDS]" in proc.stdout
+
+
+def test_quiet_check_is_a_dataclass_of_its_readings():
+    check = QuietCheck(threads=1, readings=(10.0,), reference=None, limit=0.2)
+    assert check.quiet and check.slow == 0 and "on 1 thread:" in check.lines()[0]

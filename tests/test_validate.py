@@ -190,6 +190,8 @@ def test_validate_end_to_end_on_tiny(tiny_demo, tmp_path, monkeypatch):
     assert "| chain | roofline |" in report and "| chain | profiled |" in report
     assert "| regret of the medians | within the full run's targets |" in report
     assert "this run is quick: it is not held to them" in report
+    # the profile was written after the host, as `hetspec calibrate` writes them: one calibration run
+    assert "older_than_host" not in saved["profiled"]["source"] and "Two calibration runs" not in report
     summary = saved["models"]["summary"]                 # which training of the models was validated
     assert summary["device"] == "cpu" and f"recipe fingerprint {summary['fingerprint']}" in report
 
@@ -295,6 +297,32 @@ def test_a_single_thread_worker_is_priced_by_its_own_profile(tmp_path, tiny_demo
     assert variant.reason == "" and variant.source["profile"].endswith("profiled-cpu0.csv")
     assert variant.platform.device("cpu0").timing.profiled
     assert variant.platform.device("cpu").timing is host.device("cpu").timing   # the other devices as they were
+
+
+def test_a_profile_older_than_its_host_is_flagged_as_another_calibration_run(tmp_path, tiny_demo):
+    """A calibration whose profile stopped leaves the last run's profile beside the new ``host.toml``: the
+    validation prices with it but says the two columns rest on two calibration runs."""
+    import os
+
+    from hwmodels.loader import load_platform_file
+    from real.validation.backends import profiled_variant
+    from real.validation.report import profiled_section
+
+    host = load_platform_file(f"{host_platform_folder(tmp_path)}/host.toml")
+    folder = tmp_path / "profiles"
+    folder.mkdir()
+    write_cpu_profile(tiny_demo, folder, "profiled-cpu0")
+    assert "older_than_host" not in profiled_variant(host, "cpu0", folder).source      # written after the host
+    written = os.stat(host.path).st_mtime - 3600.0
+    os.utime(folder / "profiled-cpu0.toml", (written, written))
+    variant = profiled_variant(host, "cpu0", folder)
+    assert variant.platform is not None                      # still priced by it ...
+    note = variant.source["older_than_host"]                 # ... and said to be older
+    assert "is older than the host platform" in note and "`hetspec calibrate --device cpu0`" in note
+    doc = {"profiled": {"source": variant.source, "methods": []}, "settings": {"label": "full"},
+           "platform": {"name": "host"}, "methods": []}
+    section = "\n".join(profiled_section(doc, untrusted=False))
+    assert f"**Two calibration runs:** {note}." in section
 
 
 def test_random_weight_timing_prices_and_times_a_small_model():

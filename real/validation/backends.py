@@ -51,4 +51,25 @@ def profiled_variant(host, device: str, folder: Path | None = None) -> ProfiledV
     variant = replace(host.with_device(replace(dev, timing=timing)), name=f"{host.name}+{path.stem}")
     source = {"path": shown_path(path), "profile": shown_path(path.with_suffix(".csv")),
               "description": prof.description, "mode": timing.mode}
+    older = older_than_host(path, getattr(host, "path", None), device)
+    if older:
+        source["older_than_host"] = older
     return ProfiledVariant(variant, "", source)
+
+
+def older_than_host(profile_path: Path, host_path, device: str) -> str:
+    """Why a profile written before its host platform file comes from an earlier calibration run ("" when it
+    does not). ``hetspec calibrate`` writes ``host.toml`` first and the profiles beside it after, so a profile
+    older than the host is one a later calibration did not replace (its profile stopped; a ``--quick`` one does
+    not profile the single-thread worker): the two columns of the report then rest on two calibration runs'
+    measurements."""
+    from datetime import datetime
+
+    if not host_path or not Path(host_path).is_file():
+        return ""
+    written, host_written = Path(profile_path).stat().st_mtime, Path(host_path).stat().st_mtime
+    if written >= host_written:
+        return ""
+    when = [datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M") for t in (written, host_written)]
+    return (f"the profile (written {when[0]}) is older than the host platform (written {when[1]}), so the two come "
+            f"from different calibration runs; `hetspec calibrate --device {device}` measures the profile again")

@@ -139,7 +139,8 @@ def profiled_section(doc: dict, untrusted: bool) -> list[str]:
         f"The same measurements, predicted twice: by the calibrated roofline of `{doc['platform']['name']}` (above) "
         f"and with every operator timed by the CPU's measured profile `{src['profile']}` ({src['description']}; "
         f"{src['mode']} mode), the host's decode-loop costs and cache kept. Nothing here is fitted to the "
-        "validation: both come from their own calibration runs.", "",
+        "validation: both come from their own calibration runs."
+        + (f" **Two calibration runs:** {src['older_than_host']}." if src.get("older_than_host") else ""), "",
         f"{full_targets} The last column checks them for both backends"
         + (" (this run is quick: it is not held to them)." if quick else "."), "",
         "| method | backend | median step error | median tokens/s error | predicted best | regret "

@@ -310,6 +310,8 @@ def validate(out: str | Path | None = None, preset: str | None = None, quick: bo
     if progress and variant is not None:
         print("operator profile: " + (f"also priced by {variant.source['profile']}" if preds_profiled
                                       else variant.reason), file=sys.stderr)
+        if preds_profiled and variant.source.get("older_than_host"):
+            print(f"warning: {variant.source['older_than_host']}", file=sys.stderr)
 
     banner(f"[5/6] real runs: {len(grid)} configurations x {settings.repeats} repeats on "
            f"{settings.eval_prompts} evaluation prompts x {settings.max_new_tokens} tokens", progress)

@@ -173,7 +173,7 @@ def test_cores_that_stay_slowed_stop_the_profile_beside_a_calibration_unless_for
         forces.append(force)
         if not force:
             raise ContendedTooLong("the cores read slowed from outside for 15 min without a break (...): run it "
-                                   "again on a quieter machine")
+                                   "again once `hetspec calibrate --check` reads the cores quiet")
         return ["(profile beside)"]
 
     monkeypatch.setattr("real.validation.cpu_profiles.profile_cpu_beside", profile)
@@ -181,7 +181,7 @@ def test_cores_that_stay_slowed_stop_the_profile_beside_a_calibration_unless_for
     assert main(["calibrate", "--quick", "--out", str(out), "--attempts", "1"]) == EXIT_UNTRUSTED
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith(f"hetspec: error: {out} written, an operator profile beside")
-    assert err.endswith("run it again on a quieter machine, or pass --force to measure through it")
+    assert err.endswith("once `hetspec calibrate --check` reads the cores quiet, or pass --force to measure through it")
     assert main(["calibrate", "--quick", "--out", str(out), "--attempts", "1", "--force"]) == 0
     assert forces == [False, True] and "(profile beside)" in capsys.readouterr().out
 

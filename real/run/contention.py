@@ -91,7 +91,7 @@ def reading(guard: Guard, record: GuardRecord) -> float:
             f"the cores read slowed from outside for {(now - stretch.since) / 60:.0f} min without a break (the "
             f"guard's probe at {rate / guard.reference:.0%} of its reference {guard.reference / 1e9:.1f} GFLOP/s, "
             f"{1 - guard.limit:.0%} needed to measure); stopped after {guard.give_up_s / 60:.0f} min rather than "
-            "wait for ever: run it again on a quieter machine")
+            "wait for ever: run it again once `hetspec calibrate --check` reads the cores quiet")
     return rate
 
 

@@ -378,8 +378,8 @@ def calibrate(out: str | Path | None = None, quick: bool = False, progress: bool
         what = "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
         if not force:
             raise MachineChanged(f"calibration not written: the machine changed under it in {attempt} attempt"
-                                 f"{'s' if attempt > 1 else ''} ({what}); calibrate on a quieter machine, or pass "
-                                 "--force to write it with this warning")
+                                 f"{'s' if attempt > 1 else ''} ({what}); calibrate once `hetspec calibrate "
+                                 "--check` reads the cores quiet, or pass --force to write it with this warning")
         verdict["warning"] = (f"WARNING: written with --force although the machine changed during the "
                               f"calibration ({what})")
     cal = replace(cal, robustness={**cal.robustness, **verdict})

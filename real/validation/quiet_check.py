@@ -79,8 +79,9 @@ def check_quiet(seconds: float, threads: int, reference: float | None, probe: Ca
                 sleep: Callable[[float], None] = time.sleep,
                 on_reading: Callable[[float], None] | None = None) -> QuietCheck:
     """Read ``probe`` (GFLOP/s; default: the guard's probe on ``threads`` threads) at 0, ``pause_s``,
-    2 ``pause_s``, ... up to ``seconds`` (:func:`readings_in` readings) and judge the readings against ``reference`` (GFLOP/s, None: no
-    calibration). ``on_reading`` sees each reading as it comes (a progress display)."""
+    2 ``pause_s``, ... up to ``seconds`` (:func:`readings_in` readings) and judge the readings against
+    ``reference`` (GFLOP/s, None: no calibration). ``on_reading`` sees each reading as it comes (a progress
+    display)."""
     from real.validation.machine import GUARD_LIMIT, GUARD_PROBE_SAMPLES, gemm_rate
 
     if not seconds > 0:

@@ -99,6 +99,7 @@ def test_cores_slower_than_the_calibration_are_refused_in_one_line(tmp_path):
     (("--check", "5", "--out", "x.toml"), "--check writes nothing and measures no profile: drop --out"),
     (("--check", "--quick", "--force"), "drop --quick, --force"),
     (("--check", "5", "--device", "cuda:0"), "(--device cpu or cpuN), not cuda:0"),
+    (("--check", "5", "--device", "cpu999"), "core 999 is not one this process may use"),
 ])
 def test_bad_check_arguments_are_one_line(capsys, args, match):
     one_line_error(capsys, "calibrate", *args, match=match)

@@ -134,8 +134,8 @@ def _check_quiet(args: argparse.Namespace) -> int:
     from tqdm.auto import tqdm
 
     from hwmodels.errors import HetSpecError, UntrustedMeasurement
-    from real.hetero.workers import CPU_RE
     from real.validation.machine import calibrated_gemm_gflops
+    from real.validation.profile_device import cpu_worker
     from real.validation.quiet_check import check_quiet, readings_in
 
     extra = [flag for flag, value in (("--out", args.out), ("--quick", args.quick), ("--models", args.models),
@@ -145,7 +145,7 @@ def _check_quiet(args: argparse.Namespace) -> int:
     if not args.check > 0:
         raise HetSpecError(f"--check {args.check:g}: a check lasts a positive number of seconds")
     device = (args.device or "cpu").strip()
-    if device != "cpu" and not CPU_RE.fullmatch(device):
+    if device != "cpu" and cpu_worker(device) is None:     # a core this process may not use: its one line
         raise HetSpecError(f"--check reads the host CPU's cores (--device cpu or cpuN), not {device}")
     threads = 1 if device != "cpu" else torch.get_num_threads()
     host = _calibrated_host()

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import shutil
+from types import SimpleNamespace
 
 import pytest
 
-from real.validation.machine import GUARD_LIMIT
-from real.validation.quiet_check import SLOW_SHARE, QuietCheck, check_quiet, readings_in
+from real.validation.machine import GUARD_LIMIT, PROBE_PEAK_WARNING
+from real.validation.quiet_check import SLOW_SHARE, QuietCheck, calibrated_reference, check_quiet, readings_in
 from tests.cli_runner import REPO, one_line_error, run_cli
 
 
@@ -113,3 +114,29 @@ def test_the_check_is_in_the_calibrate_help():
 def test_quiet_check_is_a_dataclass_of_its_readings():
     check = QuietCheck(threads=1, readings=(10.0,), reference=None, limit=0.2)
     assert check.quiet and check.slow == 0 and "on 1 thread:" in check.lines()[0]
+
+
+def _host(tmp_path, probe_gflops: dict[int, float]):
+    """A calibrated host as the check reads it: CPU devices with their measured GEMM peaks, and the raw record
+    beside its file with the reference probe's end-of-run rate per thread count."""
+    path = tmp_path / "host.toml"
+    path.write_text("")
+    reference = {f"{n} thr": {"end": {"threads": n, "gemm_gflops": g}} for n, g in probe_gflops.items()}
+    (tmp_path / "host.calibration.json").write_text(json.dumps({"robustness": {"reference": reference}}))
+    cpu = SimpleNamespace(kind="cpu", cores=2, peak_tflops={"fp32": 0.167})
+    cpu0 = SimpleNamespace(kind="cpu", cores=1, peak_tflops={"fp32": 0.1})
+    return SimpleNamespace(path=str(path), devices={"cpu": cpu, "cpu0": cpu0})
+
+
+def test_a_reference_from_a_calibration_on_slowed_cores_is_said_to_be_lenient(tmp_path):
+    assert calibrated_reference(None, 2) == (None, "")
+    host = _host(tmp_path, {2: 98.8, 1: 90.0})
+    # the afternoon's calibration: its probe at 59 % of its own peak, below the summary's warning
+    reference, note = calibrated_reference(host, 2)
+    assert reference == 98.8 and 98.8 < PROBE_PEAK_WARNING * 167.0
+    assert note.startswith("that calibration was itself measured on slowed cores (its probe at 98.8 GFLOP/s, 59% "
+                           "of the 167.0 GFLOP/s GEMM peak it measured")
+    assert calibrated_reference(host, 1) == (90.0, "")          # one thread: 90 % of its 100 GFLOP/s peak
+    assert calibrated_reference(host, 4) == (None, "")          # no probe on that many threads
+    check = QuietCheck(threads=2, readings=(99.0,), reference=reference, limit=GUARD_LIMIT, note=note)
+    assert check.quiet and check.lines()[-1] == f"note: {note}"

@@ -134,9 +134,8 @@ def _check_quiet(args: argparse.Namespace) -> int:
     from tqdm.auto import tqdm
 
     from hwmodels.errors import HetSpecError, UntrustedMeasurement
-    from real.validation.machine import calibrated_gemm_gflops
     from real.validation.profile_device import cpu_worker
-    from real.validation.quiet_check import check_quiet, readings_in
+    from real.validation.quiet_check import calibrated_reference, check_quiet, readings_in
 
     extra = [flag for flag, value in (("--out", args.out), ("--quick", args.quick), ("--models", args.models),
                                       ("--dtype", args.dtype), ("--force", args.force)) if value]
@@ -148,14 +147,13 @@ def _check_quiet(args: argparse.Namespace) -> int:
     if device != "cpu" and cpu_worker(device) is None:     # a core this process may not use: its one line
         raise HetSpecError(f"--check reads the host CPU's cores (--device cpu or cpuN), not {device}")
     threads = 1 if device != "cpu" else torch.get_num_threads()
-    host = _calibrated_host()
-    reference = calibrated_gemm_gflops(host, threads) if host is not None else None
+    reference, note = calibrated_reference(_calibrated_host(), threads)
     pause_s = 2.0
     with tqdm(total=readings_in(args.check, pause_s), desc="guard probe", unit="reading", file=sys.stderr) as bar:
         def shown(gflops: float) -> None:
             bar.set_postfix_str(f"{gflops:.1f} GFLOP/s")
             bar.update(1)
-        check = check_quiet(args.check, threads, reference, pause_s=pause_s, on_reading=shown)
+        check = check_quiet(args.check, threads, reference, pause_s=pause_s, on_reading=shown, note=note)
     for line in check.lines():
         print(line)
     if not check.quiet:

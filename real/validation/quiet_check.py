@@ -31,6 +31,7 @@ class QuietCheck:
     readings: tuple[float, ...]       # GFLOP/s, in order
     reference: float | None           # GFLOP/s the calibration's reference probe read at its end; None: none
     limit: float                      # share below the reference at which a reading is slowed
+    note: str = ""                    # what to know about the reference (:func:`calibrated_reference`)
 
     @property
     def floor(self) -> float:
@@ -60,13 +61,33 @@ class QuietCheck:
                f"{100 * (1 - self.limit):.0f} % of {against}"]
         out.append("quiet: a calibration can start now" if self.quiet else
                    f"slowed from outside: more than {100 * SLOW_SHARE:.0f} % of the readings below the floor")
-        return out
+        return out + ([f"note: {self.note}"] if self.note else [])
 
     def refusal(self) -> str:
         """The one line of a check that found the cores slowed."""
         return (f"the cores read slowed from outside ({self.slow} of {len(self.readings)} guard probe readings "
                 f"below {self.floor:.1f} GFLOP/s, median {statistics.median(self.readings):.1f}): a calibration "
                 "started now would wait, retake and likely stop; check again later")
+
+
+def calibrated_reference(host, threads: int) -> tuple[float | None, str]:
+    """(GFLOP/s the reference probe of ``host``'s calibration read at its end on ``threads`` threads, None where
+    there is none; a note when that calibration was itself measured on slowed cores, its probe below
+    :data:`~real.validation.machine.PROBE_PEAK_WARNING` of the GEMM peak it measured on as many threads, as
+    its own summary warned: a check against it passes cores as slow as those)."""
+    from real.validation.machine import PROBE_PEAK_WARNING, calibrated_gemm_gflops
+
+    reference = calibrated_gemm_gflops(host, threads) if host is not None else None
+    if not reference:
+        return None, ""
+    dev = next((d for d in host.devices.values() if d.kind == "cpu" and d.cores == threads), None)
+    peak = 1e3 * (dev.peak_tflops.get("fp32") or 0.0) if dev is not None else 0.0
+    if not (peak and reference < PROBE_PEAK_WARNING * peak):
+        return reference, ""
+    return reference, (f"that calibration was itself measured on slowed cores (its probe at {reference:.1f} GFLOP/s, "
+                       f"{reference / peak:.0%} of the {peak:.1f} GFLOP/s GEMM peak it measured, below "
+                       f"{PROBE_PEAK_WARNING:.0%}): this check passes cores as slow as those, until a calibration on "
+                       "quiet cores")
 
 
 def readings_in(seconds: float, pause_s: float) -> int:
@@ -77,11 +98,11 @@ def readings_in(seconds: float, pause_s: float) -> int:
 def check_quiet(seconds: float, threads: int, reference: float | None, probe: Callable[[], float] | None = None,
                 pause_s: float = 2.0, clock: Callable[[], float] = time.monotonic,
                 sleep: Callable[[float], None] = time.sleep,
-                on_reading: Callable[[float], None] | None = None) -> QuietCheck:
+                on_reading: Callable[[float], None] | None = None, note: str = "") -> QuietCheck:
     """Read ``probe`` (GFLOP/s; default: the guard's probe on ``threads`` threads) at 0, ``pause_s``,
     2 ``pause_s``, ... up to ``seconds`` (:func:`readings_in` readings) and judge the readings against
-    ``reference`` (GFLOP/s, None: no calibration). ``on_reading`` sees each reading as it comes (a progress
-    display)."""
+    ``reference`` (GFLOP/s, None: no calibration; ``note``: what to know about it). ``on_reading`` sees each
+    reading as it comes (a progress display)."""
     from real.validation.machine import GUARD_LIMIT, GUARD_PROBE_SAMPLES, gemm_rate
 
     if not seconds > 0:
@@ -94,4 +115,4 @@ def check_quiet(seconds: float, threads: int, reference: float | None, probe: Ca
         readings.append(probe())
         if on_reading is not None:
             on_reading(readings[-1])
-    return QuietCheck(threads, tuple(readings), reference, GUARD_LIMIT)
+    return QuietCheck(threads, tuple(readings), reference, GUARD_LIMIT, note)

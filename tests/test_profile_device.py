@@ -267,6 +267,9 @@ def test_cli_errors_are_one_line_exit_2():
         "hetspec: error: --models and --dtype go with --device (the operator profile of a torch device)")
     proc = run_cli("calibrate", "--device", "tpu:0")
     assert proc.returncode == 2 and "give cpu, cpuN, cuda or cuda:N" in proc.stderr and "Traceback" not in proc.stderr
+    proc = run_cli("calibrate", "--device", "cpu", "--attempts", "2")     # a profile retakes its rows instead
+    assert proc.returncode == 2 and proc.stderr.strip().startswith(
+        "hetspec: error: --attempts goes with the host calibration (without --device)")
 
 
 def test_a_single_thread_worker_is_profiled_pinned_to_its_core_on_one_thread(tmp_path, monkeypatch):

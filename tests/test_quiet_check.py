@@ -10,7 +10,7 @@ import pytest
 
 from real.validation.machine import GUARD_LIMIT, PROBE_PEAK_WARNING
 from real.validation.quiet_check import SLOW_SHARE, QuietCheck, calibrated_reference, check_quiet, readings_in
-from tests.cli_runner import REPO, one_line_error, run_cli
+from cli_runner import REPO, one_line_error, run_cli
 
 
 class FakeTime:
@@ -99,6 +99,7 @@ def test_cores_slower_than_the_calibration_are_refused_in_one_line(tmp_path):
     (("--check", "0"), "a check lasts a positive number of seconds"),
     (("--check", "5", "--out", "x.toml"), "--check writes nothing and measures no profile: drop --out"),
     (("--check", "--quick", "--force"), "drop --quick, --force"),
+    (("--check", "5", "--attempts", "2"), "drop --attempts"),
     (("--check", "5", "--device", "cuda:0"), "(--device cpu or cpuN), not cuda:0"),
     (("--check", "5", "--device", "cpu999"), "core 999 is not one this process may use"),
 ])

@@ -42,8 +42,9 @@ def register_calibrate(subparsers) -> None:
                         "platform's descriptions and the raw measurements), and measure the guarded operator "
                         "profiles through cores that stay slowed from outside; without it such a calibration is "
                         "refused, and a profile stopped after 15 minutes of unbroken slowdown, with exit status 3")
-    p.add_argument("--attempts", type=int, default=3, metavar="N",
-                   help="measure up to N times while the machine changes under the measurement (default 3)")
+    p.add_argument("--attempts", type=int, default=None, metavar="N",
+                   help="measure the host up to N times while the machine changes under the measurement (default 3; "
+                        "not with --device or --check)")
     p.add_argument("--device", default=None, metavar="D",
                    help="profile the operators of a torch device (cpu, cuda, cuda:N; cpuN: the single-thread "
                         "worker pinned to core N) instead: writes a measured operator profile (CSV) and a platform "
@@ -73,14 +74,17 @@ def handle_calibrate(args: argparse.Namespace) -> int:
     if args.out is not None:   # a file that cannot be written fails now, not after the measurement
         output_path(args.out, "platform file")
     if args.device is not None:
+        if args.attempts is not None:
+            raise HetSpecError("--attempts goes with the host calibration (without --device): a profile's rows are "
+                               "retaken one by one instead")
         return _profile_device(args)
     if args.models is not None or args.dtype is not None:
         raise HetSpecError("--models and --dtype go with --device (the operator profile of a torch device)")
-    from real.validation.calibrate import calibrate, summary_lines
+    from real.validation.calibrate import ATTEMPTS, calibrate, summary_lines
     from real.validation.host_facts import raw_path
 
     platform, path, cal = calibrate(args.out, quick=args.quick, progress=True, force=args.force,
-                                    attempts=args.attempts)
+                                    attempts=ATTEMPTS if args.attempts is None else args.attempts)
     for line in summary_lines(platform, cal):
         print(line)
     print(f"wrote {path} (measurements: {raw_path(path)})")
@@ -138,7 +142,8 @@ def _check_quiet(args: argparse.Namespace) -> int:
     from real.validation.quiet_check import calibrated_reference, check_quiet, readings_in
 
     extra = [flag for flag, value in (("--out", args.out), ("--quick", args.quick), ("--models", args.models),
-                                      ("--dtype", args.dtype), ("--force", args.force)) if value]
+                                      ("--dtype", args.dtype), ("--force", args.force),
+                                      ("--attempts", args.attempts is not None)) if value]
     if extra:
         raise HetSpecError(f"--check writes nothing and measures no profile: drop {', '.join(extra)}")
     if not args.check > 0:

@@ -118,15 +118,16 @@ def test_quiet_check_is_a_dataclass_of_its_readings():
 
 
 def _host(tmp_path, probe_gflops: dict[int, float]):
-    """A calibrated host as the check reads it: CPU devices with their measured GEMM peaks, and the raw record
-    beside its file with the reference probe's end-of-run rate per thread count."""
+    """A calibrated host as the check reads it: the raw record beside its file, with the GEMM peaks the
+    calibration measured (167 GFLOP/s on 2 threads, 100 on one) and the reference probe's end-of-run rate per
+    thread count."""
     path = tmp_path / "host.toml"
     path.write_text("")
     reference = {f"{n} thr": {"end": {"threads": n, "gemm_gflops": g}} for n, g in probe_gflops.items()}
-    (tmp_path / "host.calibration.json").write_text(json.dumps({"robustness": {"reference": reference}}))
-    cpu = SimpleNamespace(kind="cpu", cores=2, peak_tflops={"fp32": 0.167})
-    cpu0 = SimpleNamespace(kind="cpu", cores=1, peak_tflops={"fp32": 0.1})
-    return SimpleNamespace(path=str(path), devices={"cpu": cpu, "cpu0": cpu0})
+    (tmp_path / "host.calibration.json").write_text(json.dumps({
+        "robustness": {"reference": reference},
+        "all_threads": {"threads": 2, "peak_flops_per_s": 167e9}, "one_thread": {"threads": 1, "peak_flops_per_s": 1e11}}))
+    return SimpleNamespace(path=str(path))
 
 
 def test_a_reference_from_a_calibration_on_slowed_cores_is_said_to_be_lenient(tmp_path):

@@ -106,8 +106,8 @@ from real.validation.machine import (
     MachineChanged,
     calibration_problems,
     change,
-    end_gemm_rates,
     reference_probe,
+    slowed_probes,
     spread,
 )
 
@@ -417,13 +417,11 @@ def busy_warnings(cal: Calibration) -> list[str]:
             out.append(f"warning: {label} with {whole.threads} threads is less than half of one thread's: the machine "
                        "looks busy; calibrate again when it is idle (or use the single-thread workers cpu0, cpu1, ...)")
     peaks = {one.threads: one.peak_flops_per_s, whole.threads: whole.peak_flops_per_s}
-    for threads, (label, gflops) in end_gemm_rates(cal.robustness).items():
-        peak, rate = peaks.get(threads), gflops * 1e9
-        if peak and rate < PROBE_PEAK_WARNING * peak:
-            out.append(f"warning: {label}: the reference probe's GEMM read {rate / 1e9:.1f} GFLOP/s at the end, "
-                       f"{rate / peak:.0%} of the {peak / 1e9:.1f} GFLOP/s peak this calibration measured (below "
-                       f"{PROBE_PEAK_WARNING:.0%}): the cores look slowed from outside throughout; calibrate again "
-                       "when the machine is quiet")
+    for label, rate, peak in slowed_probes(cal.robustness, peaks).values():
+        out.append(f"warning: {label}: the reference probe's GEMM read {rate / 1e9:.1f} GFLOP/s at the end, "
+                   f"{rate / peak:.0%} of the {peak / 1e9:.1f} GFLOP/s peak this calibration measured (below "
+                   f"{PROBE_PEAK_WARNING:.0%}): the cores look slowed from outside throughout; calibrate again "
+                   "when the machine is quiet")
     return out
 
 

@@ -204,6 +204,18 @@ def end_gemm_rates(robustness: dict) -> dict[int, tuple[str, float]]:
     return out
 
 
+def slowed_probes(robustness: dict, peaks: dict[int, float]) -> dict[int, tuple[str, float, float]]:
+    """The thread counts whose reference probe read below :data:`PROBE_PEAK_WARNING` of the GEMM peak the same
+    calibration measured (``peaks``: FLOP/s by thread count) at its end: the cores slowed from outside
+    throughout. Each with (its label, the probe's FLOP/s, the peak's)."""
+    out = {}
+    for threads, (label, gflops) in end_gemm_rates(robustness).items():
+        peak, rate = peaks.get(threads), gflops * 1e9
+        if peak and rate < PROBE_PEAK_WARNING * peak:
+            out[threads] = (label, rate, peak)
+    return out
+
+
 def calibrated_gemm_gflops(platform, threads: int) -> float | None:
     """The GEMM rate of the reference probe at the end of ``platform``'s calibration, on ``threads``
     threads (its raw measurements, next to the platform file); None where it has none."""

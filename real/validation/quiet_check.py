@@ -74,20 +74,30 @@ def calibrated_reference(host, threads: int) -> tuple[float | None, str]:
     """(GFLOP/s the reference probe of ``host``'s calibration read at its end on ``threads`` threads, None where
     there is none; a note when that calibration was itself measured on slowed cores, its probe below
     :data:`~real.validation.machine.PROBE_PEAK_WARNING` of the GEMM peak it measured on as many threads, as
-    its own summary warned: a check against it passes cores as slow as those)."""
-    from real.validation.machine import PROBE_PEAK_WARNING, calibrated_gemm_gflops
+    its own summary warned (:func:`~real.validation.machine.slowed_probes`): a check against it passes cores
+    as slow as those). Both read from the calibration's raw measurements beside ``host``'s file."""
+    from real.validation.host_facts import raw_record
+    from real.validation.machine import PROBE_PEAK_WARNING, end_gemm_rates, slowed_probes
 
-    reference = calibrated_gemm_gflops(host, threads) if host is not None else None
-    if not reference:
+    record = (raw_record(host) if host is not None else None) or {}
+    try:
+        robustness = record.get("robustness") or {}
+        rate = end_gemm_rates(robustness).get(threads)
+        peaks = {w["threads"]: float(w["peak_flops_per_s"]) for w in (record.get("all_threads"),
+                                                                       record.get("one_thread"))
+                 if isinstance(w, dict) and w.get("threads") and w.get("peak_flops_per_s")}
+    except (TypeError, AttributeError, ValueError):
         return None, ""
-    dev = next((d for d in host.devices.values() if d.kind == "cpu" and d.cores == threads), None)
-    peak = 1e3 * (dev.peak_tflops.get("fp32") or 0.0) if dev is not None else 0.0
-    if not (peak and reference < PROBE_PEAK_WARNING * peak):
-        return reference, ""
-    return reference, (f"that calibration was itself measured on slowed cores (its probe at {reference:.1f} GFLOP/s, "
-                       f"{reference / peak:.0%} of the {peak:.1f} GFLOP/s GEMM peak it measured, below "
-                       f"{PROBE_PEAK_WARNING:.0%}): this check passes cores as slow as those, until a calibration on "
-                       "quiet cores")
+    if not rate:
+        return None, ""
+    slowed = slowed_probes(robustness, peaks).get(threads)
+    if slowed is None:
+        return rate[1], ""
+    _, probe, peak = slowed
+    return rate[1], (f"that calibration was itself measured on slowed cores (its probe at {probe / 1e9:.1f} GFLOP/s, "
+                     f"{probe / peak:.0%} of the {peak / 1e9:.1f} GFLOP/s GEMM peak it measured, below "
+                     f"{PROBE_PEAK_WARNING:.0%}): this check passes cores as slow as those, until a calibration on "
+                     "quiet cores")
 
 
 def readings_in(seconds: float, pause_s: float) -> int:

@@ -221,17 +221,75 @@ def test_cores_slowed_longer_than_the_guard_gives_stop_the_run_in_one_line():
     text = str(err.value)
     assert err.value.exit_code == EXIT_UNTRUSTED == 3 and "\n" not in text
     assert "1 min without a break" in text and "probe at 50% of its reference" in text and "80% needed" in text
-    # 20 s of waits per attempt: the stretch passes 60 s on the fourth attempt's wait, before it measures
-    assert len(m.firsts) == 3
+    # 20 s of waits per attempt: the stretch reaches 60 s at the end of the third attempt's wait, before it measures
+    assert len(m.firsts) == 2 and g.stretch.clock.now == 60.0
+
+
+def _timed(g, seconds: float):
+    """A measurement that takes ``seconds`` on the guard's clock."""
+    def measure(first: bool):
+        g.stretch.clock.now += seconds
+        return first
+    return measure
 
 
 def test_one_quiet_reading_breaks_the_stretch():
-    # slow for 40 s of waits, quiet once, slow again for 40 s: never 60 s unbroken
-    g, sleep = _stopping_guard([50] * 9 + [100] + [50] * 9 + [100] * 5, give_up_s=60.0, max_wait_s=40.0,
+    # slow for 40 s of waits, quiet for a 30 s measurement, slow again for 40 s: never 60 s unbroken, slow for
+    # 40 of the last 60 s at the most
+    g, sleep = _stopping_guard([50] * 9 + [100] + [50] * 8 + [100] * 5, give_up_s=60.0, max_wait_s=40.0,
                                retakes=0)
     for item in range(3):
-        guarded(g, Measure(), item, 0, True, sleep=sleep)
-    assert g.stretch.since is None
+        guarded(g, _timed(g, 30.0), item, 0, True, sleep=sleep)
+    assert g.stretch.since is None and g.stretch.clock.now == 170.0
+
+
+def test_slow_share_splits_each_interval_between_its_two_readings():
+    from real.run.contention import slow_share
+
+    recent = [(0.0, True), (10.0, True), (30.0, False), (40.0, False)]
+    assert slow_share(recent, 60.0) is None                       # 40 s of readings: the window not yet spanned
+    assert slow_share(recent, 40.0) == pytest.approx(20.0 / 40)    # 0-10 slow, 10-30 half, 30-40 quiet
+    assert slow_share(recent, 35.0) == pytest.approx(15.0 / 35)    # the window from 5 s: 5 s of the first interval
+    assert slow_share([], 1.0) is None
+
+
+def _periodic_guard(slow_s: float, period_s: float, give_up_s: float = 900.0):
+    """A guard whose probe reads slow for the first ``slow_s`` of every ``period_s`` on its clock."""
+    from real.run.contention import Stretch
+
+    clock = Clock()
+
+    def sleep(s: float) -> None:
+        clock.now += s
+
+    g = Guard(probe=lambda: 50.0 if clock.now % period_s < slow_s else 100.0, reference=100.0, limit=0.2,
+              pause_s=5.0, max_wait_s=120.0, retakes=3, give_up_s=give_up_s, stretch=Stretch(clock=clock))
+    return g, sleep
+
+
+def test_cores_slowed_but_for_a_quiet_moment_now_and_then_stop_the_run():
+    from real.run.contention import MOSTLY_SLOW, ContendedTooLong
+
+    # slow but for 10 s a minute (5/6): no stretch of 15 min unbroken, and quiet often enough to go on
+    g, sleep = _periodic_guard(50.0, 60.0)
+    while g.stretch.clock.now < 3600:                              # an hour without stopping
+        guarded(g, _timed(g, 2.0), 0, 0, True, sleep=sleep)
+    assert 50 / 60 < MOSTLY_SLOW
+    # slow but for 2 s a minute: the guard measures now and then, and stops at 15 min
+    g, sleep = _periodic_guard(58.0, 60.0)
+    with pytest.raises(ContendedTooLong) as err:
+        for item in range(200):
+            guarded(g, _timed(g, 2.0), item, 0, True, sleep=sleep)
+    assert 900 <= g.stretch.clock.now <= 960 and "\n" not in str(err.value) and g.stretch.since is not None
+    assert "slowed from outside for 9" in str(err.value) and "of the last 15 min, quiet only now and then" in str(
+        err.value)
+
+
+def test_a_machine_slowed_half_the_time_is_waited_through():
+    g, sleep = _periodic_guard(60.0, 120.0)
+    while g.stretch.clock.now < 3600:
+        guarded(g, _timed(g, 2.0), 0, 0, True, sleep=sleep)
+    assert g.stretch.recent[0][0] >= 3600 - 900 - 5                  # only the last 15 min are kept
 
 
 def test_without_a_limit_the_guard_waits_through_any_stretch():

@@ -41,7 +41,8 @@ def register_calibrate(subparsers) -> None:
                    help="write the calibration even if the machine changed under it (the warning goes into the "
                         "platform's descriptions and the raw measurements), and measure the guarded operator "
                         "profiles through cores that stay slowed from outside; without it such a calibration is "
-                        "refused, and a profile stopped after 15 minutes of unbroken slowdown, with exit status 3")
+                        "refused, and a profile stopped after 15 minutes of slowdown (unbroken, or broken only by a "
+                        "moment's quiet: 90 %% of them), with exit status 3")
     p.add_argument("--attempts", type=int, default=None, metavar="N",
                    help="measure the host up to N times while the machine changes under the measurement (default 3; "
                         "not with --device or --check)")

@@ -123,7 +123,8 @@ def gemm_rate(threads: int, samples: int = 5) -> float:
 GUARD_PROBE_SAMPLES = 3
 GUARD_LIMIT = 0.2
 #: The longest unbroken run of slow probes a guarded command waits and retakes through before it stops
-#: (exit status 3). Slowdowns on the development machine come and go within a minute or two; on the
+#: (exit status 3); also the window over which slow probes broken by a quiet one now and then stop it
+#: (:data:`real.run.contention.MOSTLY_SLOW`). Slowdowns on the development machine come and go within a minute or two; on the
 #: afternoon of 2026-11-28 its cores stayed at 50-60 % of their quiet speed for over an hour, and a calibration's
 #: guarded operator profile took 27 minutes over 138 of its 5,066 rows (docs/validation.md, "Contention from
 #: outside"): fifteen minutes is several times a passing slowdown, and far short of such a day.
@@ -135,7 +136,7 @@ def contention_guard(threads: int, calibrated: float | None = None, now: float |
     """The :class:`real.run.contention.Guard` of a validation's timed runs on ``threads`` threads: its
     reference is the larger of the calibration's GEMM rate (``calibrated``) and one timed now (``now``,
     else timed here), both FLOP/s of :func:`gemm_rate`: a machine already slowed when the validation starts
-    does not lower the bar. It stops the run after ``give_up_s`` of unbroken slow probes (None: never)."""
+    does not lower the bar. It stops the run after ``give_up_s`` of slow probes, unbroken or nearly (None: never)."""
     from functools import partial
 
     from real.run.contention import Guard

@@ -15,8 +15,7 @@ and S, predicted from calibration prompts and measured on evaluation prompts.
 
 from __future__ import annotations
 
-from real.run.contention import guard_summary
-from real.run.repeats import interleaved_repeats, median_index
+from real.run.repeats import median_index
 from real.validation.hetero_setup import (
     HeteroSettings,
     default_cpu_pair,
@@ -25,6 +24,7 @@ from real.validation.hetero_setup import (
     platform_device,
     progress_bar,
     split_prompts,
+    timed_sweep,
 )
 
 
@@ -70,11 +70,9 @@ def alspec_table(models, settings: HeteroSettings, pair: tuple[str, str], progre
     prompts = split_prompts(models, "evaluation", settings.alspec_prompts, settings.prompt_tokens)
     exact = exact_ids(prompts)
 
-    payload, fresh = (models, configs, prompts, new, pair[0], exact), fresh_processes(settings, pair)
-    log: list = []
-    with progress_bar(n * settings.alspec_repeats, "alspec lambda x S", progress) as bar:
-        samples = interleaved_repeats(n, settings.alspec_repeats, _measure_setting, payload, bar.update, fresh,
-                                      guard=guard, log=log)
+    samples, contention = timed_sweep(settings, pair, n, settings.alspec_repeats, _measure_setting,
+                                      (models, configs, prompts, new, pair[0], exact), "alspec lambda x S", guard,
+                                      progress)
 
     # 3. prediction from the calibration hit rates
     p_dev = s_dev = None
@@ -101,10 +99,10 @@ def alspec_table(models, settings: HeteroSettings, pair: tuple[str, str], progre
             out["tokens_per_s_error"] = relative_error(out["pred_tokens_per_s"], out["meas_tokens_per_s"])
         rows.append(out)
     doc = {"workers": list(pair), "prompts": len(prompts), "calibration_prompts": len(calib), "max_new_tokens": new,
-           "fresh_processes": fresh,
+           "fresh_processes": fresh_processes(settings, pair),
            "repeats": settings.alspec_repeats, "agreement_floor": settings.alspec_agreement, "rows": rows,
            "missing": missing, "context_priced": ctx.context if ctx is not None else None,
-           "contention": guard_summary(guard, log)}
+           "contention": contention}
     doc.update(best_under_floor(rows, settings.alspec_agreement))
     return doc
 

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from real.run.contention import guard_summary
-from real.run.repeats import interleaved_repeats, median_index
+from real.run.repeats import median_index
 from real.validation.hetero_setup import (
     HeteroSettings,
     finite_median,
-    fresh_processes,
     placements,
     platform_device,
-    progress_bar,
     split_prompts,
+    timed_sweep,
     with_worker_links,
 )
 
@@ -56,10 +54,9 @@ def dovetail_placements(models, platform, ctx, settings: HeteroSettings, pair: t
                           warmup=False).mean_accepted_per_step
     prompts = split_prompts(models, "evaluation", settings.eval_prompts, settings.prompt_tokens)
 
-    payload, log = (models, configs, [v for _, v in places], prompts, settings.max_new_tokens), []
-    with progress_bar(len(places) * settings.repeats, "dovetail placements", progress) as bar:
-        samples = interleaved_repeats(len(places), settings.repeats, _measure_placement, payload, bar.update,
-                                      fresh_processes(settings, pair), guard=guard, log=log)
+    samples, contention = timed_sweep(settings, pair, len(places), settings.repeats, _measure_placement,
+                                      (models, configs, [v for _, v in places], prompts, settings.max_new_tokens),
+                                      "dovetail placements", guard, progress)
     draft_config = str(Path(models.folder) / "draft" / "config.json")
     plat = with_worker_links(platform)
     strategy = get_strategy("dovetail")
@@ -85,7 +82,7 @@ def dovetail_placements(models, platform, ctx, settings: HeteroSettings, pair: t
     usable = [r for r in rows if not r["missing"]]
     out = {"tau_calibration": tau, "drafter": "demo draft model", "width": settings.dovetail_width,
            "depth": settings.dovetail_depth, "top_k": settings.dovetail_top_k, "placements": rows,
-           "contention": guard_summary(guard, log)}
+           "contention": contention}
     if usable:
         reg, p_best, m_best = regret([r["pred_tokens_per_s"] for r in usable], [r["meas_tokens_per_s"] for r in usable])
         out.update({"regret": reg, "predicted_best": usable[p_best]["label"], "measured_best": usable[m_best]["label"]})

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 from hwmodels.errors import HetSpecError
-from real.run.contention import guard_summary
-from real.run.repeats import interleaved_repeats
 from real.validation.hetero_setup import (
     HeteroSettings,
     finite_median,
-    fresh_processes,
     platform_device,
-    progress_bar,
     split_prompts,
+    timed_sweep,
     with_sync_latency,
 )
 
@@ -39,10 +36,9 @@ def hcmp_sweep(models, platform, ctx, settings: HeteroSettings, pair: tuple[str,
     ratios = list(settings.ratios)
     configs = [HcmpConfig(tree=tree, partition_ratio=r, workers=pair) for r in ratios]
     prompts = split_prompts(models, "evaluation", settings.eval_prompts, settings.prompt_tokens)
-    payload, log = (models, configs, pair, prompts, settings.max_new_tokens), []
-    with progress_bar(len(ratios) * settings.repeats, "hcmp ratio sweep", progress) as bar:
-        samples = interleaved_repeats(len(ratios), settings.repeats, _measure_ratio, payload, bar.update,
-                                      fresh_processes(settings, pair), guard=guard, log=log)
+    samples, contention = timed_sweep(settings, pair, len(ratios), settings.repeats, _measure_ratio,
+                                      (models, configs, pair, prompts, settings.max_new_tokens), "hcmp ratio sweep",
+                                      guard, progress)
     tokens_seen = [row[-1][3] for row in samples]
     meas_step = [finite_median(s[0] for s in row) for row in samples]
     meas_tps = [finite_median(s[1] for s in row) for row in samples]
@@ -90,7 +86,7 @@ def hcmp_sweep(models, platform, ctx, settings: HeteroSettings, pair: tuple[str,
         "sync_s_barrier": sync_s, "sync_s_calibrated": link.latency_s if link else None,
         "context_priced": ctx.context, "split_costs_us": {k: 1e6 * v for k, v in costs.items()},
         "pred_parts_ms_at_half": parts, "tokens_per_step_check": tokens_check(models, profile, tree, prompts, settings),
-        "contention": guard_summary(guard, log),
+        "contention": contention,
     }
 
 

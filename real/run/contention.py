@@ -14,7 +14,7 @@ one is kept and marked contended. Every decision is a :class:`GuardRecord`, whic
 Nothing here looks at what is measured: only the probe decides.
 
 A machine whose cores stay slowed is not waited out for ever: when the probe has read below the floor,
-without one reading above it, for longer than the guard's ``give_up_s``, or for at least
+without one reading above it, for the guard's whole ``give_up_s``, or for at least
 :data:`MOSTLY_SLOW` of the last ``give_up_s`` (a slowdown broken now and then by a quiet reading, which lets a
 batch through and no more), the run stops with :class:`ContendedTooLong` (one line; exit status 3) instead
 of spending hours on waits and retakes.

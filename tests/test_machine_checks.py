@@ -280,6 +280,11 @@ def test_the_gemm_rate_is_part_of_the_probe_and_the_verdict(monkeypatch):
                                            "2 threads": {"end": {"threads": 2, "gemm_gflops": 170.0}}}}}
     monkeypatch.setattr(host_facts, "raw_record", lambda platform: record)
     assert machine.calibrated_gemm_gflops(None, 2) == 170.0 and machine.calibrated_gemm_gflops(None, 4) is None
+    # cores slowed towards the calibration's end: the guards compare with its faster, earlier probe
+    record["robustness"]["reference"]["2 threads"]["start"] = {"threads": 2, "gemm_gflops": 165.0}
+    record["robustness"]["reference"]["2 threads"]["end"]["gemm_gflops"] = 109.0
+    assert machine.calibrated_gemm_gflops(None, 2) == 165.0
+    assert machine.gemm_probe_rates(record["robustness"]) == {1: ("1 thread", 90.0), 2: ("2 threads", 109.0)}
     monkeypatch.setattr(host_facts, "raw_record", lambda platform: {})
     assert machine.calibrated_gemm_gflops(None, 2) is None
 

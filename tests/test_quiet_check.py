@@ -142,3 +142,12 @@ def test_a_reference_from_a_calibration_on_slowed_cores_is_said_to_be_lenient(tm
     assert calibrated_reference(host, 4) == (None, "")          # no probe on that many threads
     check = QuietCheck(threads=2, readings=(99.0,), reference=reference, limit=GUARD_LIMIT, note=note)
     assert check.quiet and check.lines()[-1] == f"note: {note}"
+
+
+def test_a_calibration_slowed_only_towards_its_end_is_compared_with_its_quiet_start(tmp_path):
+    host = _host(tmp_path, {2: 109.1})
+    record = json.loads((tmp_path / "host.calibration.json").read_text())
+    record["robustness"]["reference"]["2 thr"]["start"] = {"threads": 2, "gemm_gflops": 164.5}
+    (tmp_path / "host.calibration.json").write_text(json.dumps(record))
+    # the 22:14 calibration of 2026-11-28: 164.5 -> 109.1 GFLOP/s; the start is 99 % of the peak, so no note
+    assert calibrated_reference(host, 2) == (164.5, "")

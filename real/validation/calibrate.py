@@ -106,6 +106,7 @@ from real.validation.machine import (
     MachineChanged,
     calibration_problems,
     change,
+    gemm_probe_rates,
     reference_probe,
     slowed_probes,
     spread,
@@ -417,7 +418,7 @@ def busy_warnings(cal: Calibration) -> list[str]:
             out.append(f"warning: {label} with {whole.threads} threads is less than half of one thread's: the machine "
                        "looks busy; calibrate again when it is idle (or use the single-thread workers cpu0, cpu1, ...)")
     peaks = {one.threads: one.peak_flops_per_s, whole.threads: whole.peak_flops_per_s}
-    for label, rate, peak in slowed_probes(cal.robustness, peaks).values():
+    for label, rate, peak in slowed_probes(gemm_probe_rates(cal.robustness), peaks).values():
         out.append(f"warning: {label}: the reference probe's GEMM read {rate / 1e9:.1f} GFLOP/s at the end, "
                    f"{rate / peak:.0%} of the {peak / 1e9:.1f} GFLOP/s peak this calibration measured (below "
                    f"{PROBE_PEAK_WARNING:.0%}): the cores look slowed from outside throughout; calibrate again "

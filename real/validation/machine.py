@@ -124,10 +124,11 @@ GUARD_PROBE_SAMPLES = 3
 GUARD_LIMIT = 0.2
 #: The longest unbroken run of slow probes a guarded command waits and retakes through before it stops
 #: (exit status 3); also the window over which slow probes broken by a quiet one now and then stop it
-#: (:data:`real.run.contention.MOSTLY_SLOW`). Slowdowns on the development machine come and go within a minute or two; on the
-#: afternoon of 2026-11-28 its cores stayed at 50-60 % of their quiet speed for over an hour, and a calibration's
-#: guarded operator profile took 27 minutes over 138 of its 5,066 rows (docs/validation.md, "Contention from
-#: outside"): fifteen minutes is several times a passing slowdown, and far short of such a day.
+#: (:data:`real.run.contention.MOSTLY_SLOW`). Slowdowns on the development machine come and go within a
+#: minute or two; on the afternoon of 2026-11-28 its cores stayed at 50-60 % of their quiet speed for over an
+#: hour, and a calibration's guarded operator profile took 27 minutes over 138 of its 5,066 rows
+#: (docs/validation.md, "Contention from outside"): fifteen minutes is several times a passing slowdown, and
+#: far short of such a day.
 GUARD_GIVE_UP_S = 900.0
 
 
@@ -201,10 +202,10 @@ def gemm_probe_rates(robustness: dict, fastest: bool = False) -> dict[int, tuple
     calibration whose cores slowed towards its end does not lower the bar of the guards that compare with it."""
     out = {}
     for label, probes in (robustness.get("reference") or {}).items():
-        ends = [p for p in ((probes.get("start") or {}) if fastest else {}, probes.get("end") or {})
+        read = [p for p in (probes.get(k) or {} for k in (("start", "end") if fastest else ("end",)))
                 if p.get("threads") and p.get("gemm_gflops")]
-        if ends:
-            best = max(ends, key=lambda p: float(p["gemm_gflops"])) if fastest else ends[-1]
+        if read:
+            best = max(read, key=lambda p: float(p["gemm_gflops"]))
             out[best["threads"]] = (label, float(best["gemm_gflops"]))
     return out
 
@@ -222,15 +223,22 @@ def slowed_probes(rates: dict[int, tuple[str, float]], peaks: dict[int, float]) 
     return out
 
 
+def calibrated_gemm_rates(record: dict | None) -> dict[int, tuple[str, float]]:
+    """What the guards and ``calibrate --check`` compare with: the GEMM rate (GFLOP/s) of a calibration's
+    reference probe by thread count, the faster of its start and its end (:func:`gemm_probe_rates`), from the
+    calibration's raw record (``record``; None or a record without the probe: none)."""
+    try:
+        return gemm_probe_rates((record or {}).get("robustness") or {}, fastest=True)
+    except (TypeError, AttributeError, ValueError):
+        return {}
+
+
 def calibrated_gemm_gflops(platform, threads: int) -> float | None:
-    """The GEMM rate of the reference probe of ``platform``'s calibration on ``threads`` threads, the faster of
-    its start and its end (its raw measurements, next to the platform file); None where it has none."""
+    """:func:`calibrated_gemm_rates` of ``platform``'s calibration (its raw measurements, next to the platform
+    file) on ``threads`` threads; None where it has none."""
     from real.validation.host_facts import raw_record
 
-    try:
-        rate = gemm_probe_rates((raw_record(platform) or {}).get("robustness") or {}, fastest=True).get(threads)
-    except (TypeError, AttributeError):
-        return None
+    rate = calibrated_gemm_rates(raw_record(platform)).get(threads)
     return rate[1] if rate else None
 
 

@@ -5,9 +5,8 @@ For ``seconds`` it reads the contention guard's probe (:func:`real.validation.ma
 that makes a calibration's operator profile and a validation's runs wait, retake and stop) every
 ``pause_s``, and sets the readings against the guard's floor: :data:`~real.validation.machine.GUARD_LIMIT`
 below the GEMM rate the last calibration's reference probe read on the same thread count (the faster of its
-start and its end), or below
-the check's fastest reading where that is higher (as the guard takes the larger of the two). Quiet
-when at most :data:`SLOW_SHARE` of the readings fall below the floor (a passing dip the guard retakes
+start and its end), or below the check's fastest reading where that is higher (as the guard takes the larger
+of the two). Quiet when at most :data:`SLOW_SHARE` of the readings fall below the floor (a passing dip the guard retakes
 through); otherwise the cores are slowed from outside and a calibration started now would wait, retake and
 likely stop. Without a calibration to compare with, only steadiness can be judged: a machine slowed for
 the whole check then reads quiet (the verdict says so). Nothing is written.
@@ -54,7 +53,8 @@ class QuietCheck:
             against = ("the fastest reading; no calibration to compare with, so only steadiness is judged and a "
                        "machine slowed throughout reads quiet")
         elif self.reference >= max(xs):
-            against = f"{self.reference:.1f} GFLOP/s, what the last calibration's reference probe read at its start or end"
+            against = (f"{self.reference:.1f} GFLOP/s, what the last calibration's reference probe read at its start "
+                       "or end")
         else:
             against = f"the fastest reading, above the last calibration's {self.reference:.1f} GFLOP/s"
         out = [f"guard probe on {thr}: {len(xs)} readings, median {statistics.median(xs):.1f} GFLOP/s "
@@ -73,24 +73,24 @@ class QuietCheck:
 
 def calibrated_reference(host, threads: int) -> tuple[float | None, str]:
     """(GFLOP/s the reference probe of ``host``'s calibration read on ``threads`` threads, the faster of its
-    start and its end, None where there is none; a note when that calibration was itself measured on slowed cores,
-    both below :data:`~real.validation.machine.PROBE_PEAK_WARNING` of the GEMM peak it measured on as many threads, as
+    start and its end (:func:`~real.validation.machine.calibrated_gemm_rates`), None where there is none; a
+    note when that calibration was itself measured on slowed cores, both below
+    :data:`~real.validation.machine.PROBE_PEAK_WARNING` of the GEMM peak it measured on as many threads, as
     its own summary warned (:func:`~real.validation.machine.slowed_probes`): a check against it passes cores
     as slow as those). Both read from the calibration's raw measurements beside ``host``'s file."""
     from real.validation.host_facts import raw_record
-    from real.validation.machine import PROBE_PEAK_WARNING, gemm_probe_rates, slowed_probes
+    from real.validation.machine import PROBE_PEAK_WARNING, calibrated_gemm_rates, slowed_probes
 
     record = (raw_record(host) if host is not None else None) or {}
+    rates = calibrated_gemm_rates(record)
+    rate = rates.get(threads)
+    if not rate:
+        return None, ""
     try:
-        robustness = record.get("robustness") or {}
-        rates = gemm_probe_rates(robustness, fastest=True)
-        rate = rates.get(threads)
         peaks = {w["threads"]: float(w["peak_flops_per_s"]) for w in (record.get("all_threads"),
                                                                        record.get("one_thread"))
                  if isinstance(w, dict) and w.get("threads") and w.get("peak_flops_per_s")}
-    except (TypeError, AttributeError, ValueError):
-        return None, ""
-    if not rate:
+    except (TypeError, ValueError):
         return None, ""
     slowed = slowed_probes(rates, peaks).get(threads)
     if slowed is None:

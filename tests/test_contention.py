@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
@@ -134,6 +135,30 @@ def test_each_process_brackets_its_measurements_and_hands_the_records_back():
     assert sorted((r.item, r.repeat) for r in log) == [(0, 0), (0, 1), (1, 0), (1, 1)]
     assert all(r.rates == [1.0, 1.0] and r.retakes == 0 for r in log)
     assert all(pid != os.getpid() and first for row in out for pid, first in row)
+
+
+def _slow_probe() -> float:
+    """A probe that always reads half the reference (module level: pickled into the measuring processes)."""
+    return 50.0
+
+
+def _short(payload, item: int, rep: int, first: bool):
+    time.sleep(0.05)
+    return item
+
+
+@pytest.mark.slow
+def test_the_slow_stretch_carries_on_from_one_repeats_process_to_the_next():
+    from hwmodels.errors import UntrustedMeasurement
+
+    # each process reads slow for well under a second; the guard gives up after 2 s of slow readings, which
+    # only the repeats together reach (a process of its own takes a second or more to start)
+    g = Guard(probe=_slow_probe, reference=100.0, pause_s=0.0, max_wait_s=0.0, retakes=0, give_up_s=2.0)
+    one = Guard(probe=_slow_probe, reference=100.0, pause_s=0.0, max_wait_s=0.0, retakes=0, give_up_s=2.0)
+    interleaved_repeats(2, 1, _short, None, fresh_processes=True, threads=1, guard=one)
+    assert one.stretch.since is not None and one.stretch.recent      # handed back from the process
+    with pytest.raises(UntrustedMeasurement, match=r"repeat [234], in its own process: .* without a break"):
+        interleaved_repeats(2, 4, _short, None, fresh_processes=True, threads=1, guard=g)
 
 
 # ---------------------------------------------------------------------- a long run of short measurements

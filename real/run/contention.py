@@ -46,10 +46,19 @@ class ContendedTooLong(UntrustedMeasurement):
 class Stretch:
     """The probe's current unbroken run of readings below the floor: when it began on ``clock`` (None: the last
     reading was above it); and the readings of the guard's last ``give_up_s`` (``(clock, slow)`` each, with the
-    one before them). One per guard, shared by every measurement the guard brackets in a process."""
+    one before them). One per guard, shared by every measurement the guard brackets: in this process and, handed
+    on and back (:func:`adopt`), in the repeats' processes of their own, so ``clock`` must read the same in
+    every process of the machine (``time.monotonic`` does)."""
     clock: Callable[[], float] = time.monotonic
     since: float | None = None
     recent: list = field(default_factory=list)
+
+
+def adopt(stretch: Stretch, other: Stretch) -> None:
+    """``stretch`` carries on from ``other``: the same guard's stretch as a measuring process of its own left it
+    (the parent hands its guard, stretch included, to each repeat's process and takes the stretch back after
+    every measurement, so neither rule starts afresh with the next process)."""
+    stretch.since, stretch.recent = other.since, list(other.recent)
 
 
 def slow_share(recent: Sequence[tuple[float, bool]], window: float) -> float | None:

@@ -101,6 +101,8 @@ def interleaved_repeats(n: int, repeats: int, measure: Callable[[object, int, in
 def _one_repeat(n: int, rep: int, measure, payload, tick, threads, guard=None, records: list | None = None) -> list:
     import multiprocessing
 
+    from real.run.contention import adopt
+
     ctx = multiprocessing.get_context("spawn")
     parent, child = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_repeat_child, args=(child, n, rep, measure, payload, threads, guard), daemon=True)
@@ -120,6 +122,8 @@ def _one_repeat(n: int, rep: int, measure, payload, tick, threads, guard=None, r
             if message[0] == "done":
                 break
             got[message[1]] = message[2]
+            if guard is not None:        # the next process's guard carries on from this one's stretch
+                adopt(guard.stretch, message[4])
             if records is not None:
                 records.append(message[3])
             if tick is not None:
@@ -133,7 +137,7 @@ def _one_repeat(n: int, rep: int, measure, payload, tick, threads, guard=None, r
 
 
 def _repeat_child(conn, n: int, rep: int, measure, payload, threads, guard=None) -> None:
-    """The spawned process of one repeat: sends ``("item", i, result, guard record)`` per item, then
+    """The spawned process of one repeat: sends ``("item", i, result, guard record, guard's stretch)`` per item, then
     ``("done",)``; a failure as ``("error", one line, whether it is an untrusted measurement)``."""
     from real.run.contention import guarded
 
@@ -146,7 +150,7 @@ def _repeat_child(conn, n: int, rep: int, measure, payload, threads, guard=None)
             guard.probe()        # discarded: a fresh process's first GEMMs read low, and would cost a wait
         for i in rotation(n, rep):
             result, record = guarded(guard, partial(measure, payload, i, rep), i, rep, True)
-            conn.send(("item", i, result, record))
+            conn.send(("item", i, result, record, guard.stretch if guard is not None else None))
         conn.send(("done",))
     except Exception as exc:            # handed to the parent, which raises it in one line
         first = str(exc).splitlines()[0] if str(exc) else ""

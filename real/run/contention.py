@@ -56,8 +56,8 @@ class Stretch:
 
 def adopt(stretch: Stretch, other: Stretch) -> None:
     """``stretch`` carries on from ``other``: the same guard's stretch as a measuring process of its own left it
-    (the parent hands its guard, stretch included, to each repeat's process and takes the stretch back after
-    every measurement, so neither rule starts afresh with the next process)."""
+    (the parent hands its guard, stretch included, to each repeat's process and takes the stretch back when the
+    process ends, so neither rule starts afresh with the next process)."""
     stretch.since, stretch.recent = other.since, list(other.recent)
 
 

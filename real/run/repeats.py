@@ -120,10 +120,10 @@ def _one_repeat(n: int, rep: int, measure, payload, tick, threads, guard=None, r
                 raise (UntrustedMeasurement if message[2] else HetSpecError)(
                     f"repeat {rep + 1}, in its own process: {message[1]}")
             if message[0] == "done":
+                if guard is not None:    # the next process's guard carries on from this one's stretch
+                    adopt(guard.stretch, message[1])
                 break
             got[message[1]] = message[2]
-            if guard is not None:        # the next process's guard carries on from this one's stretch
-                adopt(guard.stretch, message[4])
             if records is not None:
                 records.append(message[3])
             if tick is not None:
@@ -137,8 +137,8 @@ def _one_repeat(n: int, rep: int, measure, payload, tick, threads, guard=None, r
 
 
 def _repeat_child(conn, n: int, rep: int, measure, payload, threads, guard=None) -> None:
-    """The spawned process of one repeat: sends ``("item", i, result, guard record, guard's stretch)`` per item, then
-    ``("done",)``; a failure as ``("error", one line, whether it is an untrusted measurement)``."""
+    """The spawned process of one repeat: sends ``("item", i, result, guard record)`` per item, then
+    ``("done", guard's stretch)``; a failure as ``("error", one line, whether it is an untrusted measurement)``."""
     from real.run.contention import guarded
 
     try:
@@ -150,8 +150,8 @@ def _repeat_child(conn, n: int, rep: int, measure, payload, threads, guard=None)
             guard.probe()        # discarded: a fresh process's first GEMMs read low, and would cost a wait
         for i in rotation(n, rep):
             result, record = guarded(guard, partial(measure, payload, i, rep), i, rep, True)
-            conn.send(("item", i, result, record, guard.stretch if guard is not None else None))
-        conn.send(("done",))
+            conn.send(("item", i, result, record))
+        conn.send(("done", guard.stretch if guard is not None else None))
     except Exception as exc:            # handed to the parent, which raises it in one line
         first = str(exc).splitlines()[0] if str(exc) else ""
         untrusted = isinstance(exc, UntrustedMeasurement)

@@ -57,8 +57,9 @@ class Stretch:
 def adopt(stretch: Stretch, other: Stretch) -> None:
     """``stretch`` carries on from ``other``: the same guard's stretch as a measuring process of its own left it
     (the parent hands its guard, stretch included, to each repeat's process and takes the stretch back when the
-    process ends, so neither rule starts afresh with the next process)."""
-    stretch.since, stretch.recent = other.since, list(other.recent)
+    process ends, so neither rule starts afresh with the next process). ``other`` arrives unpickled, so its
+    readings are taken over as they are, not copied."""
+    stretch.since, stretch.recent = other.since, other.recent
 
 
 def slow_share(recent: Sequence[tuple[float, bool]], window: float) -> float | None:

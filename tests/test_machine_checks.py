@@ -1,6 +1,7 @@
 """Robustness on a shared machine: the reference probe and the spread of a calibration's rounds
 (real/validation/machine.py), a calibration refused without ``--force`` and written with it, and a
-validation whose machine changed under it reported as "not a validation" with exit status 3.
+validation whose machine changed under it reported as "not a validation" with exit status 3, or stopped before
+its grid when the machine had already changed.
 
 The drift is injected: the reference probe is replaced by one that returns drifting values."""
 
@@ -261,6 +262,71 @@ def test_validate_on_a_changed_machine_is_not_a_validation(tiny_demo, tmp_path, 
     assert main(["validate", "--quick", "--preset", "tiny", "--out", str(out), "--json"]) == EXIT_UNTRUSTED
     check = json.loads(capsys.readouterr().out)
     assert check["trusted"] is False and check["all_pass"] is False and check["headline"].startswith("not a valid")
+
+
+def test_a_machine_changed_before_the_grid_stops_the_validation_there(tmp_path, monkeypatch, capsys):
+    """The reference probe before the grid already three times the calibration's fixed cost: ``hetspec validate``
+    stops with one line and exit status 3, before the models are loaded, and writes nothing; ``--force``, or a
+    probe within the limit, goes on to the grid (here into a stand-in for the models, which stops it)."""
+    from hetspec.cli import main
+    from hwmodels.errors import UntrustedMeasurement
+    from real.run import session
+
+    loaded = []
+
+    def stand_in(*args, **kwargs):
+        loaded.append(1)
+        raise UntrustedMeasurement("stand-in for the models")
+
+    monkeypatch.setenv("HETSPEC_PLATFORMS_DIR", host_platform_folder(tmp_path))
+    monkeypatch.setattr(session, "load_models", stand_in)
+    monkeypatch.setattr(machine, "reference_probe", lambda threads, nbytes: _probe(24.0, 20.0, threads))
+    out = tmp_path / "report"
+    assert main(["validate", "--quick", "--preset", "tiny", "--out", str(out)]) == EXIT_UNTRUSTED
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == ("hetspec: error: not a validation: the machine changed since the calibration (fixed cost per "
+                       "operator +200 % vs calibration before the grid), so the grid was not run: recalibrate "
+                       "(`hetspec calibrate`) with the machine quiet and run it again; or pass --force to run the grid "
+                       "anyway (its report then says it is not a validation)")
+    assert "reference probe before the grid: fixed cost per operator 24.00 us vs 8.00 us" in err[-2]
+    assert not out.exists() and not loaded
+    assert main(["validate", "--quick", "--preset", "tiny", "--out", str(out), "--force"]) == EXIT_UNTRUSTED
+    assert loaded == [1] and "stand-in for the models" in capsys.readouterr().err
+    monkeypatch.setattr(machine, "reference_probe", lambda threads, nbytes: _probe(12.0, 20.0, threads))   # +50 %
+    assert main(["validate", "--quick", "--preset", "tiny", "--out", str(out)]) == EXIT_UNTRUSTED
+    assert loaded == [1, 1] and "stand-in for the models" in capsys.readouterr().err
+
+
+def test_the_probe_before_the_grid_is_taken_with_the_cores_quiet(monkeypatch):
+    """With the grid's contention guard, the reference probe before the grid is retaken while the guard's probe
+    after it reads the cores slowed: the passing slowdown does not stand as the machine's state, and does not
+    stop the validation; the slowed reading alone would have (one line, exit status 3)."""
+    from types import SimpleNamespace
+
+    from real.run.contention import Guard
+
+    dev = SimpleNamespace(bare_cache_overhead_s=8e-6, mem_bw_gbps=20.0)
+    probes = iter([30.0, 8.4])
+    monkeypatch.setattr(machine, "reference_probe", lambda threads, nbytes: _probe(next(probes), 20.0, threads))
+    guard_readings = iter([1.0, 0.5, 1.0, 1.0])   # quiet; slowed after the first probe; quiet, quiet after the retake
+    guard = Guard(probe=lambda: next(guard_readings), reference=1.0, pause_s=0.001)
+    drift = machine.settled_drift(dev, 2, 16 * 2**20, None, guard)
+    assert drift["now_us"] == 8.4 and drift["settled"] == {"waited_s": 0.0, "retakes": 1, "contended": False}
+    machine.refuse_changed_before_grid(drift)                  # within the limit: no refusal
+    from real.validation.report import machine_state
+
+    state = machine_state({"drift": drift, "drift_after": None})
+    assert "before the grid: fixed cost per operator 8.40 us vs 8.00 us at calibration (+5.0 %), DRAM triad 20.0 vs " \
+           "20.0 GB/s (+0.0 %) (taken once the contention guard's probe read the cores quiet: 0 s waited, 1 retaken)" \
+           in state
+    machine.refuse_changed_before_grid(None)                   # no probe (a GPU run without a host CPU)
+    probes = iter([30.0])
+    unguarded = machine.settled_drift(dev, 2, 16 * 2**20, None)
+    assert unguarded["now_us"] == 30.0 and "settled" not in unguarded
+    with pytest.raises(machine.ChangedBeforeGrid) as err:
+        machine.refuse_changed_before_grid(unguarded)
+    assert err.value.exit_code == EXIT_UNTRUSTED and "\n" not in str(err.value)
+    assert "(fixed cost per operator +275 % vs calibration before the grid)" in str(err.value)
 
 
 def test_the_gemm_rate_is_part_of_the_probe_and_the_verdict(monkeypatch):

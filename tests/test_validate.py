@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from demo_helpers import host_platform_folder
+from demo_helpers import host_platform_folder, steady_machine
 from hwmodels.errors import HetSpecError
 from real.run.contention import Guard
 from real.validation.grid import GridPoint, default_grid
@@ -127,6 +127,7 @@ def test_validate_end_to_end_on_tiny(tiny_demo, tmp_path, monkeypatch):
 
     folder = host_platform_folder(tmp_path)
     monkeypatch.setenv("HETSPEC_PLATFORMS_DIR", folder)
+    steady_machine(monkeypatch, folder)
     write_cpu_profile(tiny_demo, folder)      # what `hetspec calibrate --device cpu` adds
     settings = replace(QUICK, calibration_prompts=3, eval_prompts=1, prompt_tokens=16, max_new_tokens=12,
                        repeats=2, random_models=(), contention_guard=True)
@@ -202,7 +203,9 @@ def test_a_validation_the_guard_stops_leaves_its_folder_as_it_was(tiny_demo, tmp
     from real.run.contention import ContendedTooLong
     from real.validation.validate import QUICK, validate
 
-    monkeypatch.setenv("HETSPEC_PLATFORMS_DIR", host_platform_folder(tmp_path))
+    folder = host_platform_folder(tmp_path)
+    monkeypatch.setenv("HETSPEC_PLATFORMS_DIR", folder)
+    steady_machine(monkeypatch, folder)
     settings = replace(QUICK, calibration_prompts=2, eval_prompts=1, prompt_tokens=16, max_new_tokens=8,
                        repeats=1, random_models=())
 

@@ -182,6 +182,8 @@ def _calibrated_host():
 
 # ---------------------------------------------------------------------------- hetspec validate
 def register_validate(subparsers) -> None:
+    from real.validation.machine import CALIBRATION_CHANGE_LIMIT
+
     p = subparsers.add_parser(
         "validate", help="predict and measure the demo models' decode speed on this machine; write a report",
         description="Measure the acceptance profile on calibration prompts, predict step latency and tokens/s "
@@ -208,6 +210,11 @@ def register_validate(subparsers) -> None:
     p.add_argument("--repeats", type=int, default=None, metavar="N",
                    help="interleaved repeats of every timing, each in a process of its own on a CPU (default 3); "
                         "more repeats average more of the machine's slow stretches (docs/validation.md)")
+    p.add_argument("--force", action="store_true",
+                   help="run the grid even when the reference probe before it reads the machine changed since the "
+                        f"calibration (beyond {100 * CALIBRATION_CHANGE_LIMIT:.0f} %% on fixed cost per operator, DRAM "
+                        "triad or GEMM rate; the report then says it is not a validation); without it such a run stops "
+                        "there with exit status 3, having written nothing")
     p.add_argument("--json", action="store_true",
                    help="print the acceptance check (per method: median errors, best configs, regret) as JSON")
     p.set_defaults(func=handle_validate)
@@ -252,9 +259,9 @@ def handle_validate(args: argparse.Namespace) -> int:
     if floor is not None and not (args.hetero or args.hetero_only):
         raise HetSpecError("--alspec-agreement goes with --hetero or --hetero-only")
     if args.hetero_only:
-        if args.device is not None or args.dtype is not None or args.graphs != "auto":
+        if args.device is not None or args.dtype is not None or args.graphs != "auto" or args.force:
             raise HetSpecError("--hetero-only runs on its worker pair (cuda:0 + cpu where CUDA exists, else two "
-                               "cores); --device, --dtype and --graphs apply to the grid")
+                               "cores); --device, --dtype, --graphs and --force apply to the grid")
         return _hetero_only(args, out)
     parts = ["hetspec validate"] + (["--quick"] if args.quick else []) + (["--hetero"] if args.hetero else []) + \
         ([f"--preset {args.preset}"] if args.preset else []) + \
@@ -273,9 +280,17 @@ def handle_validate(args: argparse.Namespace) -> int:
     if repeats is not None:
         settings = replace(grid_settings(args.quick), repeats=repeats)
         parts.insert(-1, f"--repeats {repeats}")
-    doc = validate(out, preset=args.preset, quick=args.quick, device=args.device, platform=args.platform,
-                   progress=True, command=" ".join(parts), settings=settings, hetero=args.hetero, dtype=args.dtype,
-                   graphs=args.graphs, hetero_settings=hetero_settings)
+    if args.force:
+        parts.insert(-1, "--force")
+    from real.validation.machine import ChangedBeforeGrid
+
+    try:
+        doc = validate(out, preset=args.preset, quick=args.quick, device=args.device, platform=args.platform,
+                       progress=True, command=" ".join(parts), settings=settings, hetero=args.hetero, dtype=args.dtype,
+                       graphs=args.graphs, hetero_settings=hetero_settings, force=args.force)
+    except ChangedBeforeGrid as exc:
+        raise ChangedBeforeGrid(f"{exc}; or pass --force to run the grid anyway (its report then says it is not a "
+                                "validation)") from None
     check = acceptance_check(doc)
     if doc.get("hetero"):
         check["hcmp_ratio_regret"] = doc["hetero"]["hcmp"]["regret"]

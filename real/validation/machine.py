@@ -12,7 +12,8 @@ cannot (docs/validation.md, "Robustness on a shared machine"):
   half an hour on the 2-core development machine, while the other two hold). ``hetspec calibrate`` times it at its
   start and its end (:func:`calibration_problems`); ``hetspec validate`` and ``hetspec demo`` time
   it before and after the measured grid and compare it with the calibration
-  (:func:`machine_drift`, :func:`validation_verdict`);
+  (:func:`machine_drift`, :func:`validation_verdict`); the one before the grid with the cores quiet
+  (:func:`settled_drift`), and a machine already changed then runs no grid at all (:class:`ChangedBeforeGrid`);
 - the **spread** of a calibration's interleaved rounds (:func:`spread`: max / min - 1 over the
   rounds of each key measurement: GEMM rates, triad bandwidths, fixed cost per operator, the
   decode loops' step times).
@@ -280,6 +281,48 @@ def _worst_error(points: list[dict], random_rows: list[dict]) -> tuple[float, st
     return worst, where
 
 
+def calibration_moves(drift: dict | None, when: str) -> list[str]:
+    """One phrase per quantity of a drift record (:func:`machine_drift`) further than
+    :data:`CALIBRATION_CHANGE_LIMIT` from the calibration; none for no record."""
+    out = []
+    for key, label in DRIFT_CHANGES if drift is not None else ():
+        c = drift.get(key)
+        if c is not None and not abs(c) <= CALIBRATION_CHANGE_LIMIT:
+            out.append(f"{label} {100 * c:+.0f} % vs calibration {when}")
+    return out
+
+
+class ChangedBeforeGrid(UntrustedMeasurement):
+    """The reference probe before a validation's grid, taken with the cores quiet, already further than
+    :data:`CALIBRATION_CHANGE_LIMIT` from the calibration: whatever the grid measured could not be a validation,
+    so it is not run."""
+
+
+def settled_drift(dev, threads: int, triad_bytes: int | None, gemm_calibrated: float | None, guard=None) -> dict:
+    """:func:`machine_drift` before a validation's grid. With ``guard`` (a :class:`real.run.contention.Guard`
+    of the grid's CPU runs) it is timed as the guard times a run: after the guard's probe reads the cores quiet,
+    again while the probe after it reads them slowed (:func:`real.run.contention.guarded`), so a passing slowdown
+    from outside does not stand as the machine's state; how long that took is kept under ``settled``."""
+    from real.run.contention import guarded
+
+    drift, record = guarded(guard, lambda _first: machine_drift(dev, threads, triad_bytes, gemm_calibrated),
+                            item=0, repeat=0, first=True)
+    if record is not None:
+        drift["settled"] = {"waited_s": record.waited_s, "retakes": record.retakes, "contended": record.contended}
+    return drift
+
+
+def refuse_changed_before_grid(drift: dict | None) -> None:
+    """:class:`ChangedBeforeGrid` (exit status 3) when the reference probe before the grid (``drift``, None: no
+    probe) reads the machine changed since the calibration (:func:`calibration_moves`): the grid's hour would buy
+    numbers that cannot be a validation."""
+    moved = calibration_moves(drift, "before the grid")
+    if moved:
+        raise ChangedBeforeGrid(f"not a validation: the machine changed since the calibration ({'; '.join(moved)}), "
+                                "so the grid was not run: recalibrate (`hetspec calibrate`) with the machine quiet "
+                                "and run it again")
+
+
 def validation_verdict(before: dict | None, after: dict | None, points: list[dict],
                        random_rows: list[dict] = ()) -> dict:
     """Whether a validation's numbers are a validation: the reference probe before and after the grid
@@ -287,14 +330,7 @@ def validation_verdict(before: dict | None, after: dict | None, points: list[dic
     each other, and no error above :data:`ERROR_LIMIT`. Returns ``trusted``, ``reasons`` and the
     report's ``headline`` (None when trusted). ``before`` None: no probe was taken (a GPU run whose
     platform describes no host CPU), so only the errors decide."""
-    moved = []
-    for when, d in (("before the grid", before), ("after the grid", after)):
-        if d is None:
-            continue
-        for key, label in DRIFT_CHANGES:
-            c = d.get(key)
-            if c is not None and not abs(c) <= CALIBRATION_CHANGE_LIMIT:
-                moved.append(f"{label} {100 * c:+.0f} % vs calibration {when}")
+    moved = calibration_moves(before, "before the grid") + calibration_moves(after, "after the grid")
     if after is not None:
         moved += probe_moves(before["probe"], after["probe"], PROBE_MOVE_LIMIT, "during the grid")
     worst, where = _worst_error(points, list(random_rows))

@@ -37,6 +37,8 @@ from real.validation.machine import (
     contention_guard,
     drift_moved,
     machine_drift,
+    refuse_changed_before_grid,
+    settled_drift,
     shown_path,
     triad_bytes_of,
     validation_verdict,
@@ -231,7 +233,7 @@ def draft_in_dtype(config_path: str, dtype: str, out: Path) -> str:
 def validate(out: str | Path | None = None, preset: str | None = None, quick: bool = False, device: str | None = "cpu",
              platform: str = "host", progress: bool = True, command: str = "hetspec validate",
              settings: Settings | None = None, grid=None, hetero: bool = False, hetero_settings=None,
-             dtype: str | None = None, graphs: str = "auto") -> dict:
+             dtype: str | None = None, graphs: str = "auto", force: bool = False) -> dict:
     """Run the whole validation; write ``results.json``, the plots and ``report.md`` into ``out``.
 
     ``device``: a device of the calibrated host (``cpu``, ``cpuN``) or a GPU (``cuda:N``, decoded there
@@ -239,6 +241,9 @@ def validate(out: str | Path | None = None, preset: str | None = None, quick: bo
     where CUDA exists, else ``cpu`` (:mod:`real.validation.gpu_target`).
 
     ``grid``: the :class:`~real.validation.grid.GridPoint` s to run (default: the whole grid).
+    ``force``: run the grid even when the reference probe before it reads the machine changed since the
+    calibration (the report then says it is not a validation); without it such a run stops there
+    (:class:`~real.validation.machine.ChangedBeforeGrid`, exit status 3), having written nothing.
     Returns the results document (what ``results.json`` holds).
     """
     import torch
@@ -272,10 +277,18 @@ def validate(out: str | Path | None = None, preset: str | None = None, quick: bo
 
     triad_bytes = triad_bytes_of(host) if placement is None else None
     gemm_then = calibrated_gemm_gflops(host, threads) if placement is None else None
-    # the reference probe before the grid (on a GPU run: of the host's CPU, when the platform describes it)
-    drift = machine_drift(target.drift_device, threads, triad_bytes, gemm_then) if target.drift_device is not None else None
+    hetero_settings = (hetero_settings or default_hetero(quick)) if hetero else None
+    cpu_guard = (contention_guard(threads, (gemm_then or 0) * 1e9, None)
+                 if placement is None and (settings.contention_guard or (hetero and hetero_settings.contention_guard))
+                 else None)
+    # the reference probe before the grid (on a GPU run: of the host's CPU, when the platform describes it), with
+    # the cores quiet where the runs are guarded; a machine changed since the calibration stops here (unless force)
+    drift = (settled_drift(target.drift_device, threads, triad_bytes, gemm_then, cpu_guard)
+             if target.drift_device is not None else None)
     if progress and drift is not None:
         print(drift_line(drift, "before the grid"), file=sys.stderr)
+    if not force:
+        refuse_changed_before_grid(drift)
 
     preset, why = choose_preset(preset)
     banner(f"[2/6] demo models: preset {preset} ({why})", progress)
@@ -319,10 +332,6 @@ def validate(out: str | Path | None = None, preset: str | None = None, quick: bo
                                                   settings.prompt_tokens, seed=0)]
     configs = [real_config(p, profile.medusa_accuracy, trees.get(p)) for p in grid]
     fresh = settings.fresh_processes and placement is None       # a GPU run measures in this process
-    hetero_settings = (hetero_settings or default_hetero(quick)) if hetero else None
-    cpu_guard = (contention_guard(threads, (gemm_then or 0) * 1e9, (drift or {}).get("gemm_now_gflops", 0) * 1e9)
-                 if placement is None and (settings.contention_guard or (hetero and hetero_settings.contention_guard))
-                 else None)
     guard = cpu_guard if settings.contention_guard else None
     guard_log: list = []
     with tqdm(total=len(grid) * settings.repeats, desc="real runs", unit="run", disable=not progress,

@@ -59,6 +59,26 @@ def test_a_guarded_profile_retakes_the_rows_measured_while_the_probe_read_slow()
     assert note.startswith("Contention guard") and "1 of" in note and "batches of about 2 s" in note
 
 
+def test_the_bare_dispatch_is_its_fastest_sample(monkeypatch):
+    """The one-element add that separates torch's dispatch from each row's kernel time is the first thing a profile
+    times, when a process's first calls run slow (28 and 8 us, then 2.6 us, on the development machine): its
+    fastest sample stands, not its median, which would leave a small linear's kernel time at zero."""
+    from real.validation import profile_device as pd
+
+    calls = []
+
+    def wall_per_call(fn, device, n):     # the add's three samples, then every operator's call 10 us
+        calls.append(fn)
+        return {1: 30e-6, 2: 8e-6, 3: 2.5e-6}.get(len(calls), 10e-6)
+
+    monkeypatch.setattr(pd, "wall_per_call", wall_per_call)
+    settings = pd.ProfileSettings(tokens=(1, 2), attention_q=(1,), attention_keys=(8,), repeats=3, calls=2)
+    prof = pd.profile_device("cpu", [SPEC], settings, progress=False)
+    assert prof.launch_us["eager"] == pytest.approx(2.5)
+    linear = [row for row in prof.rows if row[0] == "linear"]
+    assert linear and all(row[4] == pytest.approx(7.5) and row[5] == pytest.approx(2.5) for row in linear)
+
+
 def test_the_profile_covers_the_step_graph_operators_at_every_token_count(tiny_profile):
     prof, csv_path, _ = tiny_profile
     from hwmodels.profile import read_profile

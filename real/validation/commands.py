@@ -100,15 +100,21 @@ def handle_calibrate(args: argparse.Namespace) -> int:
 
 
 @contextlib.contextmanager
+def _hinted(kind: type, say):
+    """A refusal of ``kind`` re-raised as the same one line, reworded by ``say(exc)`` to tell what the command
+    can do about it (what it wrote, that --force goes through it)."""
+    try:
+        yield
+    except kind as exc:
+        raise kind(say(exc)) from None
+
+
 def _force_hint(what: str):
     """A guarded profile the cores stayed too slow for: its one line says what was written and that --force
     measures through it."""
     from real.run.contention import ContendedTooLong
 
-    try:
-        yield
-    except ContendedTooLong as exc:
-        raise ContendedTooLong(f"{what}: {exc}, or pass --force to measure through it") from None
+    return _hinted(ContendedTooLong, lambda exc: f"{what}: {exc}, or pass --force to measure through it")
 
 
 def _profile_device(args: argparse.Namespace) -> int:
@@ -284,13 +290,11 @@ def handle_validate(args: argparse.Namespace) -> int:
         parts.insert(-1, "--force")
     from real.validation.machine import ChangedBeforeGrid
 
-    try:
+    with _hinted(ChangedBeforeGrid, lambda exc: f"{exc}; or pass --force to run the grid anyway (its report then "
+                                                "says it is not a validation)"):
         doc = validate(out, preset=args.preset, quick=args.quick, device=args.device, platform=args.platform,
                        progress=True, command=" ".join(parts), settings=settings, hetero=args.hetero, dtype=args.dtype,
                        graphs=args.graphs, hetero_settings=hetero_settings, force=args.force)
-    except ChangedBeforeGrid as exc:
-        raise ChangedBeforeGrid(f"{exc}; or pass --force to run the grid anyway (its report then says it is not a "
-                                "validation)") from None
     check = acceptance_check(doc)
     if doc.get("hetero"):
         check["hcmp_ratio_regret"] = doc["hetero"]["hcmp"]["regret"]

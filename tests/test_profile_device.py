@@ -63,14 +63,16 @@ def test_the_bare_dispatch_is_its_fastest_sample(monkeypatch):
     """The one-element add that separates torch's dispatch from each row's kernel time is the first thing a profile
     times, when a process's first calls run slow (28 and 8 us, then 2.6 us, on the development machine): its
     fastest sample stands, not its median, which would leave a small linear's kernel time at zero."""
+    from real.validation import call_timing
     from real.validation import profile_device as pd
 
     calls = []
 
-    def wall_per_call(fn, device, n):     # the add's three samples, then every operator's call 10 us
+    def wall_per_call(fn, device, n):     # the add's three samples, then every call (operators, forwards) 10 us
         calls.append(fn)
         return {1: 30e-6, 2: 8e-6, 3: 2.5e-6}.get(len(calls), 10e-6)
 
+    monkeypatch.setattr(call_timing, "wall_per_call", wall_per_call)
     monkeypatch.setattr(pd, "wall_per_call", wall_per_call)
     settings = pd.ProfileSettings(tokens=(1, 2), attention_q=(1,), attention_keys=(8,), repeats=3, calls=2)
     prof = pd.profile_device("cpu", [SPEC], settings, progress=False)
@@ -270,7 +272,7 @@ def test_a_streamed_linear_reads_the_next_weight_every_call():
 
 
 def test_bad_devices_are_one_line():
-    from real.validation.profile_device import parse_device
+    from real.validation.call_timing import parse_device
 
     with pytest.raises(HetSpecError, match="give cpu, cpuN, cuda or cuda:N"):
         parse_device("tpu")
@@ -517,15 +519,16 @@ class _FakeCuda:
 def test_on_cuda_a_call_inside_a_graph_adds_nothing_and_the_replay_is_kept_apart(monkeypatch):
     """Kernel time per copy inside a graph of copies (the gap to the next kernel in it); the replay of a one-call
     graph beyond that is the graph's own cost, once per replay, not a launch per operator."""
-    from real.validation import profile_device as pd
+    from real.validation import call_timing as ot
+    from real.validation.profile_device import ProfileSettings
 
-    monkeypatch.setattr(pd, "sync_device", lambda device: None)
-    monkeypatch.setattr(pd, "wall_per_call", lambda fn, device, calls: 30e-6)       # an eager call: 30 us
-    monkeypatch.setattr(pd, "_graph_per_call", lambda fn, device, copies: (4e-6, 19e-6))
-    timing = pd.time_op(lambda: None, _FakeCuda(), pd.ProfileSettings())()
-    assert timing == pd.OpTiming(kernel_s=4e-6, eager_launch_s=pytest.approx(26e-6), graph_launch_s=0.0,
+    monkeypatch.setattr(ot, "sync_device", lambda device: None)
+    monkeypatch.setattr(ot, "wall_per_call", lambda fn, device, calls: 30e-6)       # an eager call: 30 us
+    monkeypatch.setattr(ot, "graph_per_call", lambda fn, device, copies: (4e-6, 19e-6))
+    timing = ot.time_op(lambda: None, _FakeCuda(), ProfileSettings())()
+    assert timing == ot.OpTiming(kernel_s=4e-6, eager_launch_s=pytest.approx(26e-6), graph_launch_s=0.0,
                                  replay_s=pytest.approx(15e-6))
-    med = pd._median_timing([timing, pd.OpTiming(6e-6, 20e-6, 0.0, 13e-6), pd.OpTiming(5e-6, 24e-6, 0.0, 14e-6)])
+    med = ot.median_timing([timing, ot.OpTiming(6e-6, 20e-6, 0.0, 13e-6), ot.OpTiming(5e-6, 24e-6, 0.0, 14e-6)])
     assert (med.kernel_s, med.eager_launch_s, med.graph_launch_s, med.replay_s) == (5e-6, 24e-6, 0.0, 14e-6)
 
 

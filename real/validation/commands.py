@@ -128,8 +128,9 @@ def _profile_device(args: argparse.Namespace) -> int:
     guard = None
     if not args.quick and not args.device.strip().startswith("cuda"):
         from real.validation.cpu_profiles import cpu_profile_guard
+        from real.validation.call_timing import parse_device
 
-        profile_device.parse_device(args.device)       # a bad name: one line, before the guard's probe
+        parse_device(args.device)       # a bad name: one line, before the guard's probe
         guard = cpu_profile_guard(args.device, _calibrated_host(), args.force)
     with _force_hint("operator profile stopped, nothing written"):
         lines = profile_device.profile_and_write(args.device, names, args.dtype, args.quick, args.out,
@@ -145,7 +146,7 @@ def _check_quiet(args: argparse.Namespace) -> int:
     from tqdm.auto import tqdm
 
     from hwmodels.errors import HetSpecError, UntrustedMeasurement
-    from real.validation.profile_device import cpu_worker
+    from real.validation.call_timing import cpu_worker
     from real.validation.quiet_check import calibrated_reference, check_quiet, readings_in
 
     extra = [flag for flag, value in (("--out", args.out), ("--quick", args.quick), ("--models", args.models),

@@ -35,8 +35,9 @@ off, and the rest is spread over the launches the profiled pricing counts for it
 operator's call once, each fallback operator's kernels). That rest is Python module and argument
 handling around the calls, several times the dispatch of a bare one-element add (both are reported).
 
-Kernel time is kept apart from launch cost. On CUDA a row's ``kernel_us`` is the time of the
-operator repeated inside one CUDA graph divided by the repeats (no host launches; the device's gap
+Kernel time is kept apart from launch cost (:mod:`real.validation.call_timing` times a call). On CUDA a
+row's ``kernel_us`` is the time of the operator repeated inside one CUDA graph divided by the repeats (no
+host launches; the device's gap
 from one kernel to the next is in it, as in a captured forward), its ``eager_launch_us`` what one
 eager call takes beyond that, and its ``graph_launch_us`` 0: inside a replayed graph a call adds
 nothing to that. What one replay of a graph costs beyond its kernels (once per replayed forward, not per
@@ -52,7 +53,7 @@ from __future__ import annotations
 import math
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,7 +63,8 @@ import torch
 from hwmodels.errors import HetSpecError
 from real import openmp_label
 from real.run.repeats import interleaved, median
-from real.validation.device_copies import copy_bandwidth, link_timings, sync_device, wall_per_call
+from real.validation.call_timing import cpu_worker, median_timing, parse_device, time_op
+from real.validation.device_copies import copy_bandwidth, link_timings, wall_per_call
 from real.validation.device_loops import device_loop_costs, device_loops
 from real.validation.profile_ops import (  # noqa: F401  (op_callable, weight_ring: this module's public names)
     last_level_cache_bytes,
@@ -107,19 +109,6 @@ QUICK = ProfileSettings(tokens=QUICK_TOKENS, attention_q=QUICK_ATTENTION_Q, atte
                         repeats=3, calls=5, graph_copies=10, loop_repeats=3)
 
 
-@dataclass(frozen=True)
-class OpTiming:
-    """One measured call: seconds of the kernels, and what a call adds on top in eager / graph mode
-    (``nan``: that mode does not exist on the device)."""
-
-    kernel_s: float
-    eager_launch_s: float
-    graph_launch_s: float = math.nan
-    #: CUDA: one replay of a graph holding only this call, beyond the call's time inside a graph (the
-    #: replay's own cost, once per graph)
-    replay_s: float = math.nan
-
-
 @dataclass
 class DeviceProfile:
     """Everything :func:`profile_device` measured (the raw record next to the profile)."""
@@ -162,92 +151,6 @@ class DeviceProfile:
     #: seconds each part of the measurement took (launch costs, whole forwards before and after the rows, the
     #: rows, bandwidth, links, decode loops), in order: where a long profile spends its time
     phase_seconds: dict[str, float] = field(default_factory=dict)
-
-
-# ---------------------------------------------------------------------------- timing one callable
-def cpu_worker(text: str):
-    """The single-thread worker ``cpuN`` names (:func:`real.hetero.workers.get_worker`: pinned to core N,
-    one torch thread; one line for a core this process may not use), else None."""
-    from real.hetero.workers import CPU_RE, get_worker
-
-    return get_worker(text) if CPU_RE.fullmatch(text.strip()) else None
-
-
-def parse_device(text: str) -> torch.device:
-    """``cpu``, ``cpuN`` (the single-thread worker on core N: the torch device ``cpu``), ``cuda`` or
-    ``cuda:N``; one line if CUDA is asked for where there is none."""
-    if cpu_worker(text) is not None:
-        return torch.device("cpu")
-    try:
-        device = torch.device(text)
-    except (RuntimeError, ValueError):
-        raise HetSpecError(f"--device {text!r}: give cpu, cpuN, cuda or cuda:N") from None
-    if device.type not in ("cpu", "cuda"):
-        raise HetSpecError(f"--device {text!r}: give cpu, cpuN, cuda or cuda:N")
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise HetSpecError(f"--device {text}: this torch has no CUDA device (torch {torch.__version__})")
-        index = device.index or 0
-        if index >= torch.cuda.device_count():
-            raise HetSpecError(f"--device {text}: only {torch.cuda.device_count()} CUDA device(s)")
-        device = torch.device("cuda", index)
-    return device
-
-
-def _graph_per_call(fn: Callable[[], object], device: torch.device, copies: int) -> tuple[float, float]:
-    """CUDA only: (seconds per copy of ``fn`` inside one graph of ``copies`` copies, seconds of one
-    replay of a graph holding a single copy)."""
-    stream = torch.cuda.Stream(device)
-    stream.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(stream):   # warm-up on a side stream, as capture requires
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream(device).wait_stream(stream)
-    many, one = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
-    with torch.cuda.graph(many):
-        for _ in range(copies):
-            fn()
-    with torch.cuda.graph(one):
-        fn()
-
-    def timed(graph) -> float:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        graph.replay()
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) * 1e-3
-
-    return timed(many) / copies, timed(one)
-
-
-def time_op(fn: Callable[[], object], device: torch.device, settings: ProfileSettings,
-            dispatch_s: float = 0.0) -> Callable[[], OpTiming]:
-    """A measurement of ``fn`` (called once per sample by the interleaved protocol)."""
-    fn()   # first call: allocations, kernel selection
-    sync_device(device)
-
-    def sample() -> OpTiming:
-        eager = wall_per_call(fn, device, settings.calls)
-        if device.type != "cuda":
-            return OpTiming(kernel_s=max(eager - dispatch_s, 0.0), eager_launch_s=min(dispatch_s, eager))
-        kernel, one = _graph_per_call(fn, device, settings.graph_copies)
-        return OpTiming(kernel_s=kernel, eager_launch_s=max(eager - kernel, 0.0), graph_launch_s=0.0,
-                        replay_s=max(one - kernel, 0.0))
-
-    return sample
-
-
-def _median_timing(samples: Sequence[OpTiming]) -> OpTiming:
-    graphs = device_has_graphs(samples)
-    return OpTiming(kernel_s=median(s.kernel_s for s in samples), eager_launch_s=median(s.eager_launch_s for s in samples),
-                    graph_launch_s=median(s.graph_launch_s for s in samples) if graphs else math.nan,
-                    replay_s=median(s.replay_s for s in samples) if graphs else math.nan)
-
-
-def device_has_graphs(samples: Sequence[OpTiming]) -> bool:
-    return any(not math.isnan(s.graph_launch_s) for s in samples)
 
 
 # ---------------------------------------------------------------------------- the whole measurement
@@ -337,7 +240,7 @@ def profile_device(device_text: str, models, settings: ProfileSettings = Profile
             if fn is None:
                 return None
             sample = time_op(fn, device, settings, dispatch_s=dispatch)
-            timing = _median_timing([r[0] for r in interleaved(1, settings.repeats, lambda *_: sample())[0]])
+            timing = median_timing([r[0] for r in interleaved(1, settings.repeats, lambda *_: sample())[0]])
         except torch.OutOfMemoryError:
             return None
         return (table, shape, tokens, keys, timing.kernel_s * 1e6, timing.eager_launch_s * 1e6,

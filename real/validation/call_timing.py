@@ -118,4 +118,5 @@ def median_timing(samples: Sequence[OpTiming]) -> OpTiming:
 
 
 def device_has_graphs(samples: Sequence[OpTiming]) -> bool:
+    """Whether the samples were taken where CUDA graphs exist (a graph launch cost measured, not ``nan``)."""
     return any(not math.isnan(s.graph_launch_s) for s in samples)

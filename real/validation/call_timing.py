@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from hwmodels.errors import HetSpecError
-from real.run.repeats import median
+from real.run.repeats import interleaved, median
 from real.validation.device_copies import sync_device, wall_per_call
 
 
@@ -107,6 +107,13 @@ def time_op(fn: Callable[[], object], device: torch.device, settings, dispatch_s
                         replay_s=max(one - kernel, 0.0))
 
     return sample
+
+
+def op_samples(fn: Callable[[], object], device: torch.device, settings, dispatch_s: float = 0.0) -> list[OpTiming]:
+    """``settings.repeats`` samples of ``fn`` (:func:`time_op`), taken by the interleaved protocol
+    (:func:`real.run.repeats.interleaved`)."""
+    sample = time_op(fn, device, settings, dispatch_s)
+    return [r[0] for r in interleaved(1, settings.repeats, lambda *_: sample())[0]]
 
 
 def median_timing(samples: Sequence[OpTiming]) -> OpTiming:

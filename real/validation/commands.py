@@ -127,8 +127,8 @@ def _profile_device(args: argparse.Namespace) -> int:
         ([f"--dtype {args.dtype}"] if args.dtype else []) + (["--quick"] if args.quick else [])
     guard = None
     if not args.quick and not args.device.strip().startswith("cuda"):
-        from real.validation.cpu_profiles import cpu_profile_guard
         from real.validation.call_timing import parse_device
+        from real.validation.cpu_profiles import cpu_profile_guard
 
         parse_device(args.device)       # a bad name: one line, before the guard's probe
         guard = cpu_profile_guard(args.device, _calibrated_host(), args.force)

@@ -37,10 +37,9 @@ handling around the calls, several times the dispatch of a bare one-element add 
 
 Kernel time is kept apart from launch cost (:mod:`real.validation.call_timing` times a call). On CUDA a
 row's ``kernel_us`` is the time of the operator repeated inside one CUDA graph divided by the repeats (no
-host launches; the device's gap
-from one kernel to the next is in it, as in a captured forward), its ``eager_launch_us`` what one
-eager call takes beyond that, and its ``graph_launch_us`` 0: inside a replayed graph a call adds
-nothing to that. What one replay of a graph costs beyond its kernels (once per replayed forward, not per
+host launches; the device's gap from one kernel to the next is in it, as in a captured forward), its
+``eager_launch_us`` what one eager call takes beyond that, and its ``graph_launch_us`` 0: inside a replayed
+graph a call adds nothing to that. What one replay of a graph costs beyond its kernels (once per replayed forward, not per
 operator) is measured too and written into the profile's notes; the step graph does not price it. On a
 CPU there are no graphs: ``kernel_us`` is a call's time less torch's dispatch cost, ``eager_launch_us``
 that dispatch cost, and the device runs in ``eager`` mode.
@@ -62,8 +61,8 @@ import torch
 
 from hwmodels.errors import HetSpecError
 from real import openmp_label
-from real.run.repeats import interleaved, median
-from real.validation.call_timing import cpu_worker, median_timing, parse_device, time_op
+from real.run.repeats import median
+from real.validation.call_timing import cpu_worker, median_timing, op_samples, parse_device
 from real.validation.device_copies import copy_bandwidth, link_timings, wall_per_call
 from real.validation.device_loops import device_loop_costs, device_loops
 from real.validation.profile_ops import (  # noqa: F401  (op_callable, weight_ring: this module's public names)
@@ -176,8 +175,7 @@ def profile_device(device_text: str, models, settings: ProfileSettings = Profile
     out = DeviceProfile(device=text_device(device_text, device), name=name, dtype=dtype)
     t0 = time.perf_counter()
     tiny_a, tiny_b = torch.ones(1, device=device), torch.ones(1, device=device)
-    launch = time_op(lambda: tiny_a + tiny_b, device, settings)
-    launch_samples = [r[0] for r in interleaved(1, settings.repeats, lambda *_: launch())[0]]
+    launch_samples = op_samples(lambda: tiny_a + tiny_b, device, settings)
     # the one-element add is all launch, a fixed cost that a process's first calls and slowdowns from outside only
     # lengthen: its fastest sample (their median, taken slow, left every small row's kernel time at zero)
     dispatch = min(s.kernel_s + s.eager_launch_s for s in launch_samples)
@@ -239,8 +237,7 @@ def profile_device(device_text: str, models, settings: ProfileSettings = Profile
             fn = op_callable(table, shape, tokens, keys, vocab, device, tdtype, ring[1])
             if fn is None:
                 return None
-            sample = time_op(fn, device, settings, dispatch_s=dispatch)
-            timing = median_timing([r[0] for r in interleaved(1, settings.repeats, lambda *_: sample())[0]])
+            timing = median_timing(op_samples(fn, device, settings, dispatch_s=dispatch))
         except torch.OutOfMemoryError:
             return None
         return (table, shape, tokens, keys, timing.kernel_s * 1e6, timing.eager_launch_s * 1e6,

@@ -329,6 +329,59 @@ def test_the_probe_before_the_grid_is_taken_with_the_cores_quiet(monkeypatch):
     assert "(fixed cost per operator +275 % vs calibration before the grid)" in str(err.value)
 
 
+def test_the_probes_fixed_cost_is_the_median_of_its_readings(monkeypatch):
+    """The reference probe reads the fixed cost per operator as a full calibration does, the median of
+    several readings of the overhead probe: one slow reading among them does not move it."""
+    from types import SimpleNamespace
+
+    from real.validation import microbench
+
+    readings = iter([10e-6, 30e-6, 12e-6])
+    calls = []
+
+    def overhead(threads, repeats, warmup):
+        calls.append((threads, repeats))
+        return SimpleNamespace(per_op_s=next(readings))
+
+    monkeypatch.setattr(microbench, "layer_overhead", overhead)
+    monkeypatch.setattr(microbench, "stream_bandwidth", lambda nbytes, threads, repeats, warmup: 20e9)
+    monkeypatch.setattr(machine, "gemm_rate", lambda threads: 100e9)
+    probe = machine.reference_probe(2, 16 * 2**20)
+    assert machine.PROBE_READINGS == 3 and calls == [(2, machine.PROBE_REPEATS)] * 3
+    assert probe["op_us"] == 12.0 and probe["triad_gbps"] == 20.0 and probe["gemm_gflops"] == 100.0
+
+
+def test_the_probe_after_the_grid_waits_for_quiet_but_never_gives_up(monkeypatch):
+    """After the grid the reference probe is taken as before it: retaken while the guard's probe reads the cores
+    slowed, and the report says so. A machine slowed for longer than the guard gives up after stops the command
+    before the grid; after it, the probe is kept, marked still slowed, so the grid it judges is not thrown away."""
+    from types import SimpleNamespace
+
+    from real.run.contention import ContendedTooLong, Guard, Stretch
+    from real.validation.report import machine_state
+
+    dev = SimpleNamespace(bare_cache_overhead_s=8e-6, mem_bw_gbps=20.0)
+    monkeypatch.setattr(machine, "reference_probe", lambda threads, nbytes: _probe(8.4, 20.0, threads))
+    ticks = iter(range(1000))
+    slowed = Guard(probe=lambda: 0.5, reference=1.0, pause_s=0.001, max_wait_s=0.002, give_up_s=5.0,
+                   stretch=Stretch(clock=lambda: float(next(ticks))))   # a reading a second, every one slowed
+    with pytest.raises(ContendedTooLong):
+        machine.settled_drift(dev, 2, 16 * 2**20, None, slowed)
+    after = machine.drift_after_grid(dev, 2, 16 * 2**20, None, slowed)
+    assert after["now_us"] == 8.4
+    assert after["settled"] == {"waited_s": 0.008, "retakes": 3, "contended": True}   # 4 takes, 2 pauses each
+    assert slowed.give_up_s == 5.0                               # the guard of the runs is left as it was
+    before = {**_drift(8.0), "settled": {"waited_s": 12.0, "retakes": 1, "contended": False}}
+    state = machine_state({"drift": before, "drift_after": after})
+    assert "before the grid: fixed cost per operator 8.00 us vs 8.00 us at calibration (+0.0 %), DRAM triad 20.0 " \
+           "vs 20.0 GB/s (+0.0 %) (taken once the contention guard's probe read the cores quiet: 12 s waited, " \
+           "1 retaken); after it: fixed cost per operator 8.40 us vs 8.00 us at calibration (+5.0 %), DRAM triad " \
+           "20.0 vs 20.0 GB/s (+0.0 %) (taken once the contention guard's probe read the cores quiet: 0 s waited, " \
+           "3 retaken, the last still slowed)" in state
+    quiet = machine.drift_after_grid(dev, 2, 16 * 2**20, None)         # no guard (runs not guarded): once
+    assert quiet["now_us"] == 8.4 and "settled" not in quiet
+
+
 def test_the_gemm_rate_is_part_of_the_probe_and_the_verdict(monkeypatch):
     """A compute-bound GEMM's rate moves on its own on a shared virtual machine: the probe carries it, a
     move of it is reported like the others, a probe recorded before it existed is compared without it,

@@ -5,15 +5,17 @@ A shared machine changes under a measurement (other jobs, clocks, the scheduler 
 from a multi-threaded operator). Two checks tell a measurement that can be trusted from one that
 cannot (docs/validation.md, "Robustness on a shared machine"):
 
-- the **reference probe** (:func:`reference_probe`, about a second): the real path's fixed cost
-  per operator (the calibration's overhead probe, :func:`real.validation.microbench.layer_overhead`),
+- the **reference probe** (:func:`reference_probe`, about two seconds): the real path's fixed cost
+  per operator (the calibration's overhead probe, :func:`real.validation.microbench.layer_overhead`, the
+  median of three readings),
   a STREAM triad on the calibration's DRAM working set, and a compute-bound GEMM's rate
   (:func:`gemm_rate`: on a shared virtual machine the cores' speed moves on its own, by a fifth within
   half an hour on the 2-core development machine, while the other two hold). ``hetspec calibrate`` times it at its
   start and its end (:func:`calibration_problems`); ``hetspec validate`` and ``hetspec demo`` time
   it before and after the measured grid and compare it with the calibration
-  (:func:`machine_drift`, :func:`validation_verdict`); the one before the grid with the cores quiet
-  (:func:`settled_drift`), and a machine already changed then runs no grid at all (:class:`ChangedBeforeGrid`);
+  (:func:`machine_drift`, :func:`validation_verdict`), both with the cores quiet where the runs are guarded
+  (:func:`settled_drift`, :func:`drift_after_grid`), and a machine already changed before the grid runs no grid
+  at all (:class:`ChangedBeforeGrid`);
 - the **spread** of a calibration's interleaved rounds (:func:`spread`: max / min - 1 over the
   rounds of each key measurement: GEMM rates, triad bandwidths, fixed cost per operator, the
   decode loops' step times).
@@ -52,8 +54,14 @@ SPREAD_LIMIT = 1.0
 CALIBRATION_CHANGE_LIMIT = 0.6
 #: A relative error above this is never presented as a result.
 ERROR_LIMIT = 1.0
-#: Repeats of the overhead probe in the reference probe (each: 20 steps of two depths, two masks).
+#: Repeats of the overhead probe in the reference probe (each: 20 steps of two depths, two masks), and how
+#: many such readings its fixed cost is the median of: as a full calibration reads the fixed cost it is
+#: compared with (``overhead_repeats`` 9 = the median of 3 interleaved rounds of 3 repeats each). One reading
+#: alone scatters on a shared machine: on the 2-core AMD EPYC development machine on 2026-11-29 at 13:51,
+#: twelve single readings interleaved with twelve medians of three spread 59 % and 33 % (docs/validation.md,
+#: "Robustness on a shared machine").
 PROBE_REPEATS = 3
+PROBE_READINGS = 3
 #: What the reference probe reports, and how a line names it.
 PROBE_KEYS = {"op_us": ("fixed cost per operator", "us"), "triad_gbps": ("DRAM triad bandwidth", "GB/s"),
               "gemm_gflops": ("GEMM rate", "GFLOP/s")}
@@ -91,12 +99,16 @@ def spread(values) -> float:
 
 def reference_probe(threads: int, triad_bytes: int) -> dict:
     """The reference probe now, with ``threads`` torch threads: ``op_us``, the real path's fixed cost
-    per step-graph operator (the calibration's overhead probe, :data:`PROBE_REPEATS` interleaved
-    repeats), and ``triad_gbps``, a STREAM triad on ``triad_bytes`` (median of 5)."""
+    per step-graph operator (the calibration's overhead probe: the median of :data:`PROBE_READINGS` readings
+    of :data:`PROBE_REPEATS` interleaved repeats each), ``triad_gbps``, a STREAM triad on ``triad_bytes``
+    (median of 5), and ``gemm_gflops`` (:func:`gemm_rate`)."""
+    import statistics
+
     from real.validation.microbench import layer_overhead, stream_bandwidth
 
     t0 = time.perf_counter()
-    op_us = layer_overhead(threads, PROBE_REPEATS, 2).per_op_s * 1e6
+    op_us = statistics.median(layer_overhead(threads, PROBE_REPEATS, 2).per_op_s
+                              for _ in range(PROBE_READINGS)) * 1e6
     triad = stream_bandwidth(triad_bytes, threads, 5, 1) / 1e9
     gemm = gemm_rate(threads) / 1e9
     return {"threads": threads, "op_us": round(op_us, 3), "triad_gbps": round(triad, 3), "triad_bytes": triad_bytes,
@@ -245,7 +257,7 @@ def calibrated_gemm_gflops(platform, threads: int) -> float | None:
 
 def machine_drift(dev, threads: int, triad_bytes: int | None = None, gemm_calibrated: float | None = None) -> dict:
     """The reference probe re-timed now, against the calibration of ``dev``: how far the machine's
-    state (load, clocks) has moved since ``hetspec calibrate`` measured it (about a second).
+    state (load, clocks) has moved since ``hetspec calibrate`` measured it (about two seconds).
     ``gemm_calibrated``: the calibration's GEMM rate (:func:`calibrated_gemm_gflops`), when it has one."""
     from real.validation.host_facts import DRAM_WORKING_SET_LLC, llc_bytes
 
@@ -299,10 +311,11 @@ class ChangedBeforeGrid(UntrustedMeasurement):
 
 
 def settled_drift(dev, threads: int, triad_bytes: int | None, gemm_calibrated: float | None, guard=None) -> dict:
-    """:func:`machine_drift` before a validation's grid. With ``guard`` (a :class:`real.run.contention.Guard`
-    of the grid's CPU runs) it is timed as the guard times a run: after the guard's probe reads the cores quiet,
-    again while the probe after it reads them slowed (:func:`real.run.contention.guarded`), so a passing slowdown
-    from outside does not stand as the machine's state; how long that took is kept under ``settled``."""
+    """:func:`machine_drift` before and after a validation's grid. With ``guard`` (a
+    :class:`real.run.contention.Guard` of the grid's CPU runs) it is timed as the guard times a run: after the
+    guard's probe reads the cores quiet, again while the probe after it reads them slowed
+    (:func:`real.run.contention.guarded`), so a passing slowdown from outside does not stand as the machine's
+    state; how long that took is kept under ``settled``."""
     from real.run.contention import guarded
 
     drift, record = guarded(guard, lambda _first: machine_drift(dev, threads, triad_bytes, gemm_calibrated),
@@ -310,6 +323,17 @@ def settled_drift(dev, threads: int, triad_bytes: int | None, gemm_calibrated: f
     if record is not None:
         drift["settled"] = {"waited_s": record.waited_s, "retakes": record.retakes, "contended": record.contended}
     return drift
+
+
+def drift_after_grid(dev, threads: int, triad_bytes: int | None, gemm_calibrated: float | None,
+                     guard=None) -> dict:
+    """:func:`settled_drift` after a validation's grid: with the cores quiet as the probe before it, under a copy of
+    ``guard`` that waits and retakes as the guard does but never gives up (:class:`real.run.contention.ContendedTooLong`
+    here would throw away the grid the probe is there to judge); a probe still slowed is kept, marked contended."""
+    from dataclasses import replace
+
+    return settled_drift(dev, threads, triad_bytes, gemm_calibrated,
+                         replace(guard, give_up_s=None) if guard is not None else None)
 
 
 def refuse_changed_before_grid(drift: dict | None) -> None:

@@ -93,11 +93,14 @@ def machine_state(doc: dict) -> str:
     if before is None:   # a GPU run priced on a platform without the host's CPU: nothing to re-time
         return (f"- Machine state: no reference probe (the grid ran on {doc['platform'].get('placement')}, priced on "
                 f"{doc['platform']['name']}, which describes no host CPU to re-time).")
-    settled = before.get("settled") or {}
-    wait = (f" (taken once the contention guard's probe read the cores quiet: {settled['waited_s']:.0f} s waited, "
-            f"{settled['retakes']} retaken{', the last still slowed' if settled.get('contended') else ''})"
-            if settled.get("waited_s") or settled.get("retakes") else "")
-    parts = [probe(before, "before the grid") + wait] + ([probe(after, "after it")] if after else [])
+    def wait(d: dict) -> str:
+        settled = d.get("settled") or {}
+        return (f" (taken once the contention guard's probe read the cores quiet: {settled['waited_s']:.0f} s waited, "
+                f"{settled['retakes']} retaken{', the last still slowed' if settled.get('contended') else ''})"
+                if settled.get("waited_s") or settled.get("retakes") else "")
+
+    parts = [probe(before, "before the grid") + wait(before)] + ([probe(after, "after it") + wait(after)]
+                                                                  if after else [])
     moved = any(drift_moved(d) for d in (before, after) if d)
     policy = before.get("omp_wait_policy")
     return ("- Machine state, the calibration's reference probe re-timed " + "; ".join(parts)

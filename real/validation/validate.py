@@ -35,8 +35,8 @@ from real.validation.gpu_target import validation_target
 from real.validation.machine import (
     calibrated_gemm_gflops,
     contention_guard,
+    drift_after_grid,
     drift_moved,
-    machine_drift,
     refuse_changed_before_grid,
     settled_drift,
     shown_path,
@@ -381,8 +381,10 @@ def validate(out: str | Path | None = None, preset: str | None = None, quick: bo
         from real.validation.hetero import validate_hetero
 
         doc["hetero"] = validate_hetero(models, host, ctx, out, hetero_settings, progress, guard=cpu_guard)
-    after = machine_drift(target.drift_device, threads, triad_bytes, gemm_then) if drift is not None else None
-    doc["drift_after"] = after                            # and after everything measured
+    # and after everything measured, with the cores quiet as before it where the runs are guarded
+    after = (drift_after_grid(target.drift_device, threads, triad_bytes, gemm_then, cpu_guard)
+             if drift is not None else None)
+    doc["drift_after"] = after
     doc["trust"] = validation_verdict(drift, after, rows, random_rows)
     if progress and after is not None:
         print(drift_line(after, "after the grid"), file=sys.stderr)

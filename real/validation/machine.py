@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 
 from hwmodels.errors import HetSpecError, UntrustedMeasurement
 from real import openmp_label
@@ -330,8 +331,6 @@ def drift_after_grid(dev, threads: int, triad_bytes: int | None, gemm_calibrated
     """:func:`settled_drift` after a validation's grid: with the cores quiet as the probe before it, under a copy of
     ``guard`` that waits and retakes as the guard does but never gives up (:class:`real.run.contention.ContendedTooLong`
     here would throw away the grid the probe is there to judge); a probe still slowed is kept, marked contended."""
-    from dataclasses import replace
-
     return settled_drift(dev, threads, triad_bytes, gemm_calibrated,
                          replace(guard, give_up_s=None) if guard is not None else None)
 

@@ -144,6 +144,20 @@ def test_a_reference_from_a_calibration_on_slowed_cores_is_said_to_be_lenient(tm
     assert check.quiet and check.lines()[-1] == f"note: {note}"
 
 
+def test_a_validation_says_when_its_calibration_was_measured_on_slowed_cores(tmp_path):
+    """``hetspec validate`` reads the same record: the calibration's probe below the warning share of its own
+    GEMM peak is carried into the report (GFLOP/s of each), a quiet one or a platform without a record is not."""
+    from real.validation.quiet_check import slowed_calibration
+    from real.validation.validate import calibration_slowed
+
+    host = _host(tmp_path, {2: 98.8, 1: 90.0})
+    assert calibration_slowed(host, 2) == {"probe_gflops": 98.8, "peak_gflops": 167.0}
+    assert calibration_slowed(host, 1) is None                   # 90 % of its peak
+    assert calibration_slowed(SimpleNamespace(path=""), 2) is None
+    assert slowed_calibration(None, 2) is None
+    assert slowed_calibration({"all_threads": {"threads": 2, "peak_flops_per_s": "fast"}}, 2) is None
+
+
 def test_a_calibration_slowed_only_towards_its_end_is_compared_with_its_quiet_start(tmp_path):
     host = _host(tmp_path, {2: 109.1})
     record = json.loads((tmp_path / "host.calibration.json").read_text())

@@ -79,27 +79,39 @@ def calibrated_reference(host, threads: int) -> tuple[float | None, str]:
     its own summary warned (:func:`~real.validation.machine.slowed_probes`): a check against it passes cores
     as slow as those). Both read from the calibration's raw measurements beside ``host``'s file."""
     from real.validation.host_facts import raw_record
-    from real.validation.machine import PROBE_PEAK_WARNING, calibrated_gemm_rates, slowed_probes
+    from real.validation.machine import PROBE_PEAK_WARNING, calibrated_gemm_rates
 
     record = (raw_record(host) if host is not None else None) or {}
-    rates = calibrated_gemm_rates(record)
-    rate = rates.get(threads)
+    rate = calibrated_gemm_rates(record).get(threads)
     if not rate:
         return None, ""
+    slowed = slowed_calibration(record, threads)
+    if slowed is None:
+        return rate[1], ""
+    probe, peak = slowed
+    return rate[1], (f"that calibration was itself measured on slowed cores (its probe at {probe / 1e9:.1f} GFLOP/s, "
+                     f"{probe / peak:.0%} of the {peak / 1e9:.1f} GFLOP/s GEMM peak it measured, below "
+                     f"{PROBE_PEAK_WARNING:.0%}): this check passes cores as slow as those, until a calibration on "
+                     "quiet cores")
+
+
+def slowed_calibration(record: dict | None, threads: int) -> tuple[float, float] | None:
+    """(the reference probe's FLOP/s, the GEMM peak's) of a calibration measured on slowed cores on ``threads``
+    threads: its probe, the faster of its start and its end, below
+    :data:`~real.validation.machine.PROBE_PEAK_WARNING` of the GEMM peak it measured on as many threads, as its
+    own summary warned (:func:`~real.validation.machine.slowed_probes`); None otherwise, or where ``record`` (the
+    calibration's raw measurements) has neither."""
+    from real.validation.machine import calibrated_gemm_rates, slowed_probes
+
+    record = record or {}
     try:
         peaks = {w["threads"]: float(w["peak_flops_per_s"]) for w in (record.get("all_threads"),
                                                                        record.get("one_thread"))
                  if isinstance(w, dict) and w.get("threads") and w.get("peak_flops_per_s")}
     except (TypeError, ValueError):
-        return None, ""
-    slowed = slowed_probes(rates, peaks).get(threads)
-    if slowed is None:
-        return rate[1], ""
-    _, probe, peak = slowed
-    return rate[1], (f"that calibration was itself measured on slowed cores (its probe at {probe / 1e9:.1f} GFLOP/s, "
-                     f"{probe / peak:.0%} of the {peak / 1e9:.1f} GFLOP/s GEMM peak it measured, below "
-                     f"{PROBE_PEAK_WARNING:.0%}): this check passes cores as slow as those, until a calibration on "
-                     "quiet cores")
+        return None
+    slowed = slowed_probes(calibrated_gemm_rates(record), peaks).get(threads)
+    return slowed[1:] if slowed is not None else None
 
 
 def readings_in(seconds: float, pause_s: float) -> int:

@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 
 from real.run.contention import guard_line
-from real.validation.machine import drift_moved
+from real.validation.machine import PROBE_PEAK_WARNING, drift_moved
 from real.validation.metrics import (
     FULL_REGRET_TARGET,
     FULL_STEP_ERROR_TARGET,
@@ -74,6 +74,15 @@ def diagnosis(doc: dict, method: dict) -> list[str]:
     lines.append(f"  - tokens per step (acceptance measured on calibration prompts, decoded on evaluation "
                  f"prompts): median {_spct(tok)}")
     return lines
+
+
+def slowed_words(slowed: dict) -> str:
+    """A calibration measured on slowed cores (``probe_gflops``, ``peak_gflops``), one sentence."""
+    probe, peak = slowed["probe_gflops"], slowed["peak_gflops"]
+    return (f"the calibration was measured on slowed cores (its reference probe's GEMM at {probe:.1f} GFLOP/s, "
+            f"{probe / peak:.0%} of the {peak:.1f} GFLOP/s peak it measured, below {PROBE_PEAK_WARNING:.0%}): its "
+            "numbers mix quiet and slowed stretches, so the predictions inherit them; recalibrate on quiet cores "
+            "(`hetspec calibrate --check` says when)")
 
 
 def machine_state(doc: dict) -> str:
@@ -209,6 +218,7 @@ def markdown(doc: dict) -> str:
         "computes). Tokens per step: the profile's tables replayed on the calibration prompts (draft-tree: "
         "the real decoder's rounds on them, by tree budget: its passes, tokens verified and emitted).",
         machine_state(doc),
+        *([f"- Calibration: {slowed_words(doc['calibration_slowed'])}"] if doc.get("calibration_slowed") else []),
         *([f"- {guard_line(doc['contention'])}"] if doc.get("contention") else []),
         "",
         f"## Acceptance check{not_a_validation}",

@@ -258,7 +258,7 @@ def validate(out: str | Path | None = None, preset: str | None = None, quick: bo
     from real.validation.measure import measure_grid
     from real.validation.microbench import torch_threads
     from real.validation.predict import PredictionContext, predict_point
-    from real.validation.report import write_report
+    from real.validation.report import slowed_words, write_report
 
     t_start = time.perf_counter()
     settings = settings or settings_for(quick)
@@ -277,6 +277,9 @@ def validate(out: str | Path | None = None, preset: str | None = None, quick: bo
 
     triad_bytes = triad_bytes_of(host) if placement is None else None
     gemm_then = calibrated_gemm_gflops(host, threads) if placement is None else None
+    slowed = calibration_slowed(host, threads) if placement is None else None
+    if progress and slowed:
+        print(f"warning: {slowed_words(slowed)}", file=sys.stderr)
     hetero_settings = (hetero_settings or default_hetero(quick)) if hetero else None
     cpu_guard = (contention_guard(threads, (gemm_then or 0) * 1e9, None)
                  if placement is None and (settings.contention_guard or (hetero and hetero_settings.contention_guard))
@@ -361,6 +364,7 @@ def validate(out: str | Path | None = None, preset: str | None = None, quick: bo
         "fresh_processes": fresh,
         "contention": contention,
         "drift": drift,
+        "calibration_slowed": slowed,
         "models": {"target": models.target.spec.to_dict(), "draft": models.draft.spec.to_dict(),
                    "medusa_heads": models.heads.n_heads, "summary": {k: models.summary.get(k) for k in (
                        "fingerprint", "trained_at", "device", "bf16_autocast", "torch", "target_eval_perplexity",
@@ -397,6 +401,17 @@ def validate(out: str | Path | None = None, preset: str | None = None, quick: bo
         print(f"removed {', '.join(removed)} from {out}: an earlier run's, not this one's"
               + ("" if hetero else " (the heterogeneous section runs with --hetero)"), file=sys.stderr)
     return doc
+
+
+def calibration_slowed(host, threads: int) -> dict | None:
+    """The calibration ``host`` rests on, when it was measured on slowed cores on ``threads`` threads
+    (:func:`real.validation.quiet_check.slowed_calibration`): its reference probe's and its GEMM peak's GFLOP/s;
+    None otherwise."""
+    from real.validation.host_facts import raw_record
+    from real.validation.quiet_check import slowed_calibration
+
+    slowed = slowed_calibration(raw_record(host), threads)
+    return {"probe_gflops": round(slowed[0] / 1e9, 1), "peak_gflops": round(slowed[1] / 1e9, 1)} if slowed else None
 
 
 def drift_line(drift: dict, when: str) -> str:

@@ -245,7 +245,8 @@ def test_validate_on_a_changed_machine_is_not_a_validation(tiny_demo, tmp_path, 
     readings = iter([8.0, 24.0])           # before the grid as calibrated, after it three times slower
     monkeypatch.setattr(machine, "reference_probe", lambda threads, nbytes: _probe(next(readings), 20.0, threads))
     # and the calibration itself measured on slowed cores (as quiet_check.slowed_calibration reads its record)
-    monkeypatch.setattr(val_mod, "calibration_slowed", lambda host, threads: {"probe_gflops": 80.3, "peak_gflops": 155.4})
+    slowed = {"probe_gflops": 80.3, "peak_gflops": 155.4}
+    monkeypatch.setattr(val_mod, "calibration_slowed", lambda host, threads: slowed)
     out = tmp_path / "report"
     assert main(["validate", "--quick", "--preset", "tiny", "--out", str(out)]) == EXIT_UNTRUSTED
     captured = capsys.readouterr()
@@ -260,10 +261,11 @@ def test_validate_on_a_changed_machine_is_not_a_validation(tiny_demo, tmp_path, 
     assert "## Acceptance check — not a validation" in report
     assert "## Every configuration — not a validation" in report
     assert "not judged" in report and "Where the model misses" not in report
-    assert "\n- Calibration: the calibration was measured on slowed cores (its reference probe's GEMM at 80.3 " in report
+    assert "\n- Calibration: the calibration was measured on slowed cores (its reference probe's GEMM at 80.3 " \
+        in report
     saved = json.loads((out / "results.json").read_text())
     assert saved["trust"]["trusted"] is False and saved["drift_after"]["now_us"] == 24.0
-    assert saved["calibration_slowed"] == {"probe_gflops": 80.3, "peak_gflops": 155.4}
+    assert saved["calibration_slowed"] == slowed
     readings = iter([8.0, 24.0])
     monkeypatch.setattr(machine, "reference_probe", lambda threads, nbytes: _probe(next(readings), 20.0, threads))
     assert main(["validate", "--quick", "--preset", "tiny", "--out", str(out), "--json"]) == EXIT_UNTRUSTED

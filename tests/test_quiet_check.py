@@ -155,7 +155,9 @@ def test_a_validation_says_when_its_calibration_was_measured_on_slowed_cores(tmp
     assert calibration_slowed(host, 1) is None                   # 90 % of its peak
     assert calibration_slowed(SimpleNamespace(path=""), 2) is None
     assert slowed_calibration(None, 2) is None
-    assert slowed_calibration({"all_threads": {"threads": 2, "peak_flops_per_s": "fast"}}, 2) is None
+    probe = {"robustness": {"reference": {"2 thr": {"end": {"threads": 2, "gemm_gflops": 50.0}}}}}
+    assert slowed_calibration({**probe, "all_threads": {"threads": 2, "peak_flops_per_s": 1e11}}, 2) == (5e10, 1e11)
+    assert slowed_calibration({**probe, "all_threads": {"threads": 2, "peak_flops_per_s": "fast"}}, 2) is None
 
 
 def test_a_calibration_slowed_only_towards_its_end_is_compared_with_its_quiet_start(tmp_path):

@@ -91,7 +91,8 @@ def graph_per_call(fn: Callable[[], object], device: torch.device, copies: int) 
     return timed(many) / copies, timed(one)
 
 
-def time_op(fn: Callable[[], object], device: torch.device, settings, dispatch_s: float = 0.0) -> Callable[[], OpTiming]:
+def time_op(fn: Callable[[], object], device: torch.device, settings,
+            dispatch_s: float = 0.0) -> Callable[[], OpTiming]:
     """A measurement of ``fn`` (called once per sample by the interleaved protocol). ``settings``: a
     :class:`real.validation.profile_device.ProfileSettings` (its ``calls`` per sample and ``graph_copies``);
     ``dispatch_s``: a CPU's bare dispatch cost, the part of a call's wall time that is not its kernel."""
@@ -119,7 +120,8 @@ def op_samples(fn: Callable[[], object], device: torch.device, settings, dispatc
 def median_timing(samples: Sequence[OpTiming]) -> OpTiming:
     """Each field the median of its samples."""
     graphs = device_has_graphs(samples)
-    return OpTiming(kernel_s=median(s.kernel_s for s in samples), eager_launch_s=median(s.eager_launch_s for s in samples),
+    return OpTiming(kernel_s=median(s.kernel_s for s in samples),
+                    eager_launch_s=median(s.eager_launch_s for s in samples),
                     graph_launch_s=median(s.graph_launch_s for s in samples) if graphs else math.nan,
                     replay_s=median(s.replay_s for s in samples) if graphs else math.nan)
 

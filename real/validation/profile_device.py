@@ -39,8 +39,8 @@ Kernel time is kept apart from launch cost (:mod:`real.validation.call_timing` t
 row's ``kernel_us`` is the time of the operator repeated inside one CUDA graph divided by the repeats (no
 host launches; the device's gap from one kernel to the next is in it, as in a captured forward), its
 ``eager_launch_us`` what one eager call takes beyond that, and its ``graph_launch_us`` 0: inside a replayed
-graph a call adds nothing to that. What one replay of a graph costs beyond its kernels (once per replayed forward, not per
-operator) is measured too and written into the profile's notes; the step graph does not price it. On a
+graph a call adds nothing to that. What one replay of a graph costs beyond its kernels (once per replayed
+forward, not per operator) is measured too and written into the profile's notes; the step graph does not price it. On a
 CPU there are no graphs: ``kernel_us`` is a call's time less torch's dispatch cost, ``eager_launch_us``
 that dispatch cost, and the device runs in ``eager`` mode.
 Every number is a median of interleaved repeats (:func:`real.run.repeats.interleaved`), except the bare

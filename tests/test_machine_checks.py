@@ -418,7 +418,8 @@ def test_the_gemm_rate_is_part_of_the_probe_and_the_verdict(monkeypatch):
 
 
 def _cal_with_probes(peak_all: float, peak_one: float, end_all: float, end_one: float):
-    """A calibration's fields that busy_warnings reads: the peaks (FLOP/s) and the probes' end GEMM rates (GFLOP/s)."""
+    """A calibration's fields that the probe-against-peak check reads: the peaks (FLOP/s) and the probes' end GEMM
+    rates (GFLOP/s)."""
     from types import SimpleNamespace
 
     def threads(n, peak):
@@ -431,15 +432,58 @@ def _cal_with_probes(peak_all: float, peak_one: float, end_all: float, end_one: 
                            robustness={"reference": reference})
 
 
-def test_a_probe_far_below_the_calibrations_own_peak_warns_that_the_cores_were_slowed():
+def _slowed(cal) -> list[str]:
+    from real.validation.calibrate import gemm_peaks
+
+    return calibration_problems(cal.robustness, gemm_peaks(cal))
+
+
+def test_a_probe_far_below_the_calibrations_own_peak_is_a_problem_of_the_calibration():
     from real.validation.calibrate import busy_warnings
 
     # the afternoon of 2026-11-28: 98.8 of 167.0 GFLOP/s with 2 threads; the single thread's probe at 0.83
-    lines = busy_warnings(_cal_with_probes(167.0e9, 103.7e9, 98.8, 85.7))
-    assert len(lines) == 1 and lines[0].startswith("warning: 2 threads (cpu): the reference probe's GEMM read 98.8")
-    assert "59% of the 167.0 GFLOP/s peak" in lines[0] and "slowed from outside" in lines[0]
-    # a quiet machine's probe sits near the peak (0.74-0.97): no warning; the limit itself is not below it
-    assert busy_warnings(_cal_with_probes(238.9e9, 120.0e9, 176.8, 100.0)) == []
-    assert busy_warnings(_cal_with_probes(100e9, 100e9, 100 * machine.PROBE_PEAK_WARNING, 100.0)) == []
+    slowed = _cal_with_probes(167.0e9, 103.7e9, 98.8, 85.7)
+    assert _slowed(slowed) == ["2 threads (cpu): the reference probe's GEMM read 98.8 GFLOP/s at the end, 59 % of "
+                               "the 167.0 GFLOP/s peak measured (limit 65 %): the cores slowed from outside throughout"]
+    assert busy_warnings(slowed) == []                        # a problem now, not also a warning
+    assert calibration_problems(slowed.robustness) == []      # without the peaks it is not judged
+    # a quiet machine's probe sits near the peak (0.74-0.97): no problem; the limit itself is not below it
+    assert _slowed(_cal_with_probes(238.9e9, 120.0e9, 176.8, 100.0)) == []
+    assert _slowed(_cal_with_probes(100e9, 100e9, 100 * machine.PROBE_PEAK_LIMIT, 100.0)) == []
     # each thread count against its own peak
-    assert [l.split(":")[1] for l in busy_warnings(_cal_with_probes(200e9, 100e9, 180.0, 50.0))] == [" 1 thread (cpu0)"]
+    assert [p.split(":")[0] for p in _slowed(_cal_with_probes(200e9, 100e9, 180.0, 50.0))] == ["1 thread (cpu0)"]
+
+
+def test_calibrate_measures_again_and_refuses_cores_slowed_throughout(forced, tmp_path, monkeypatch):
+    """Cores slowed evenly from start to end pass the start-to-end and spread checks; the probe far below the
+    calibration's own GEMM peak refuses it all the same, after measuring again, unless --force."""
+    from real.validation import calibrate as cal_mod
+
+    _, _, cal, _ = forced
+    peaks = cal_mod.gemm_peaks(cal)
+
+    def steady(share: float):
+        """``cal`` with a probe that held still, at ``share`` of the GEMM peak on each thread count."""
+        def probe(op_us: float, threads: int) -> dict:
+            return {**_probe(op_us, threads=threads), "gemm_gflops": share * peaks[threads] / 1e9}
+
+        reference = {label: {"start": probe(10.0, p["start"]["threads"]), "end": probe(10.1, p["start"]["threads"])}
+                     for label, p in cal.robustness["reference"].items()}
+        spreads = {k: {s: 0.01 for s in v} for k, v in cal.robustness["spread"].items()}
+        return replace(cal, robustness={**cal.robustness, "reference": reference, "spread": spreads})
+
+    measured = []
+    monkeypatch.setattr(cal_mod, "measure", lambda *a, **k: measured.append(1) or steady(0.5))
+    out = tmp_path / "host.toml"
+    with pytest.raises(MachineChanged) as err:
+        cal_mod.calibrate(out, progress=False, attempts=2)
+    assert len(measured) == 2 and not out.exists()             # measured again before refusing
+    text = str(err.value)
+    assert "GFLOP/s at the end, 50 % of the" in text and "slowed from outside throughout" in text
+    assert "\n" not in text and err.value.exit_code == EXIT_UNTRUSTED
+    _, path, written = cal_mod.calibrate(out, progress=False, attempts=1, force=True)
+    assert written.robustness["trusted"] is False and "slowed from outside throughout" in written.robustness["warning"]
+    assert "WARNING: written with --force" in load_platform_file(path).description
+    monkeypatch.setattr(cal_mod, "measure", lambda *a, **k: steady(0.9))
+    _, _, written = cal_mod.calibrate(tmp_path / "quiet.toml", progress=False, attempts=1)
+    assert written.robustness["trusted"] is True and written.robustness["problems"] == []

@@ -100,15 +100,12 @@ from real.validation.host_hetero import hetero_probes
 from real.validation.host_platform import build_platform
 from real.validation.machine import (
     PROBE_MOVE_LIMIT,
-    PROBE_PEAK_WARNING,
     SPREAD_KEYS,
     SPREAD_LIMIT,
     MachineChanged,
     calibration_problems,
     change,
-    gemm_probe_rates,
     reference_probe,
-    slowed_probes,
     spread,
 )
 
@@ -349,7 +346,8 @@ def calibrate(out: str | Path | None = None, quick: bool = False, progress: bool
     """Measure this host and write ``out`` (default: ``host.toml`` in the user platform folder).
 
     A measurement the machine changed under (:func:`real.validation.machine.calibration_problems`:
-    the reference probe moved from start to end, or a key measurement spread over its rounds) is
+    the reference probe moved from start to end, a key measurement spread over its rounds, or the probe
+    read far below the GEMM peak the same calibration measured, the cores slowed throughout) is
     measured again, up to ``attempts`` times in all; if none holds still, the steadiest is refused
     (:class:`~real.validation.machine.MachineChanged`, one line saying what moved and by how much)
     unless ``force``, which writes it with the warning in the platform's descriptions and the raw
@@ -364,7 +362,7 @@ def calibrate(out: str | Path | None = None, quick: bool = False, progress: bool
     best: tuple[Calibration, list[str]] | None = None
     for attempt in range(1, attempts + 1):
         cal = measure(settings, progress=progress, command=command)
-        problems = calibration_problems(cal.robustness)
+        problems = calibration_problems(cal.robustness, gemm_peaks(cal))
         if best is None or len(problems) <= len(best[1]):
             best = (cal, problems)
         if not problems:
@@ -404,11 +402,15 @@ def calibration_age_days(platform_path: str | Path) -> float | None:
     return (time.time() - p.stat().st_mtime) / 86400.0
 
 
+def gemm_peaks(cal: Calibration) -> dict[int, float]:
+    """The GEMM peak (FLOP/s) ``cal`` measured, by thread count: what its reference probe is set against."""
+    return {w.threads: w.peak_flops_per_s for w in (cal.one_thread, cal.all_threads)}
+
+
 def busy_warnings(cal: Calibration) -> list[str]:
     """Signs that the machine was busy while calibrating: all threads measuring slower than one (a
-    multi-threaded operator waits for its other threads whenever the scheduler takes their cores), and a
-    reference probe reading far below the GEMM peak the calibration measured (:data:`PROBE_PEAK_WARNING`:
-    the cores slowed from outside throughout)."""
+    multi-threaded operator waits for its other threads whenever the scheduler takes their cores). A
+    reference probe far below the GEMM peak is a problem of the calibration instead (:func:`calibrate`)."""
     whole, one = cal.all_threads, cal.one_thread
     out = []
     for label, a, b in (("GEMM peak", whole.peak_flops_per_s, one.peak_flops_per_s),
@@ -417,12 +419,6 @@ def busy_warnings(cal: Calibration) -> list[str]:
         if whole.threads != one.threads and a < 0.5 * b:
             out.append(f"warning: {label} with {whole.threads} threads is less than half of one thread's: the machine "
                        "looks busy; calibrate again when it is idle (or use the single-thread workers cpu0, cpu1, ...)")
-    peaks = {one.threads: one.peak_flops_per_s, whole.threads: whole.peak_flops_per_s}
-    for label, rate, peak in slowed_probes(gemm_probe_rates(cal.robustness), peaks).values():
-        out.append(f"warning: {label}: the reference probe's GEMM read {rate / 1e9:.1f} GFLOP/s at the end, "
-                   f"{rate / peak:.0%} of the {peak / 1e9:.1f} GFLOP/s peak this calibration measured (below "
-                   f"{PROBE_PEAK_WARNING:.0%}): the cores look slowed from outside throughout; calibrate again "
-                   "when the machine is quiet")
     return out
 
 

@@ -10,6 +10,7 @@ import sys
 
 from hwmodels.errors import EXIT_UNTRUSTED
 from real.train.commands import add_preset_flags, resolve_preset
+from real.validation.machine import PROBE_PEAK_LIMIT
 
 
 def register(subparsers) -> None:
@@ -38,11 +39,12 @@ def register_calibrate(subparsers) -> None:
                         "about 2 minutes of micro-benchmarks, then the guarded operator profiles of cpu and of the "
                         "first core's worker, 7-13 minutes each on a 2-core machine, longer while other work slows it)")
     p.add_argument("--force", action="store_true",
-                   help="write the calibration even if the machine changed under it (the warning goes into the "
-                        "platform's descriptions and the raw measurements), and measure the guarded operator "
-                        "profiles through cores that stay slowed from outside; without it such a calibration is "
-                        "refused, and a profile stopped after 15 minutes of slowdown (unbroken, or broken only by a "
-                        "moment's quiet: 90 %% of them), with exit status 3")
+                   help="write the calibration even if the machine changed under it or slowed it throughout (its "
+                        f"reference probe below {100 * PROBE_PEAK_LIMIT:.0f} %% of the GEMM peak measured; the warning "
+                        "goes into the platform's descriptions and the raw measurements), and measure the guarded "
+                        "operator profiles through cores that stay slowed from outside; without it such a "
+                        "calibration is refused, and a profile stopped after 15 minutes of slowdown (unbroken, or "
+                        "broken only by a moment's quiet: 90 %% of them), with exit status 3")
     p.add_argument("--attempts", type=int, default=None, metavar="N",
                    help="measure the host up to N times while the machine changes under the measurement (default 3; "
                         "not with --device or --check)")

@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 
 from real.run.contention import guard_line
-from real.validation.machine import PROBE_PEAK_WARNING, drift_moved
+from real.validation.machine import drift_moved, slowed_cores
 from real.validation.metrics import (
     FULL_REGRET_TARGET,
     FULL_STEP_ERROR_TARGET,
@@ -78,9 +78,7 @@ def diagnosis(doc: dict, method: dict) -> list[str]:
 
 def slowed_words(slowed: dict) -> str:
     """A calibration measured on slowed cores (``probe_gflops``, ``peak_gflops``), one sentence."""
-    probe, peak = slowed["probe_gflops"], slowed["peak_gflops"]
-    return (f"the calibration was measured on slowed cores (its reference probe's GEMM at {probe:.1f} GFLOP/s, "
-            f"{probe / peak:.0%} of the {peak:.1f} GFLOP/s peak it measured, below {PROBE_PEAK_WARNING:.0%}): its "
+    return (f"the calibration was {slowed_cores(slowed['probe_gflops'], slowed['peak_gflops'])}: its "
             "numbers mix quiet and slowed stretches, so the predictions inherit them; recalibrate on quiet cores "
             "(`hetspec calibrate --check` says when)")
 

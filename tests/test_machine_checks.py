@@ -244,7 +244,7 @@ def test_validate_on_a_changed_machine_is_not_a_validation(tiny_demo, tmp_path, 
     monkeypatch.setattr(grid_mod, "default_grid", lambda: (GridPoint("ar"), GridPoint("chain", 2)))
     readings = iter([8.0, 24.0])           # before the grid as calibrated, after it three times slower
     monkeypatch.setattr(machine, "reference_probe", lambda threads, nbytes: _probe(next(readings), 20.0, threads))
-    # and the calibration itself measured on slowed cores (as quiet_check.slowed_calibration reads its record)
+    # and the calibration itself measured on slowed cores (as machine.slowed_calibration reads its record)
     slowed = {"probe_gflops": 80.3, "peak_gflops": 155.4}
     monkeypatch.setattr(val_mod, "calibration_slowed", lambda host, threads: slowed)
     out = tmp_path / "report"

@@ -149,7 +149,7 @@ def test_a_reference_from_a_calibration_on_slowed_cores_is_said_to_be_lenient(tm
 def test_a_validation_says_when_its_calibration_was_measured_on_slowed_cores(tmp_path):
     """``hetspec validate`` reads the same record: the calibration's probe below the warning share of its own
     GEMM peak is carried into the report (GFLOP/s of each), a quiet one or a platform without a record is not."""
-    from real.validation.quiet_check import slowed_calibration
+    from real.validation.machine import slowed_calibration
     from real.validation.validate import calibration_slowed
 
     host = _host(tmp_path, {2: 98.8, 1: 90.0})

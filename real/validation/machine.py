@@ -264,6 +264,23 @@ def calibrated_gemm_rates(record: dict | None) -> dict[int, tuple[str, float]]:
         return {}
 
 
+def slowed_calibration(record: dict | None, threads: int) -> tuple[float, float] | None:
+    """(the reference probe's FLOP/s, the GEMM peak's) of a calibration measured on slowed cores on ``threads``
+    threads: its probe, the faster of its start and its end, below :data:`PROBE_PEAK_LIMIT` of the GEMM peak it
+    measured on as many threads (:func:`slowed_probes`): a calibration ``hetspec calibrate`` writes only with
+    ``--force`` (and wrote with a warning before it refused them); None otherwise, or where ``record`` (the
+    calibration's raw measurements) has neither."""
+    record = record or {}
+    try:
+        peaks = {w["threads"]: float(w["peak_flops_per_s"]) for w in (record.get("all_threads"),
+                                                                       record.get("one_thread"))
+                 if isinstance(w, dict) and w.get("threads") and w.get("peak_flops_per_s")}
+    except (TypeError, ValueError):
+        return None
+    slowed = slowed_probes(calibrated_gemm_rates(record), peaks).get(threads)
+    return slowed[1:] if slowed is not None else None
+
+
 def calibrated_gemm_gflops(platform, threads: int) -> float | None:
     """:func:`calibrated_gemm_rates` of ``platform``'s calibration (its raw measurements, next to the platform
     file) on ``threads`` threads; None where it has none."""

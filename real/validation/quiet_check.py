@@ -74,11 +74,11 @@ class QuietCheck:
 def calibrated_reference(host, threads: int) -> tuple[float | None, str]:
     """(GFLOP/s the reference probe of ``host``'s calibration read on ``threads`` threads, the faster of its
     start and its end (:func:`~real.validation.machine.calibrated_gemm_rates`), None where there is none; a
-    note when that calibration was itself measured on slowed cores (:func:`slowed_calibration`): a check
-    against it passes cores as slow as those). Both read from the calibration's raw measurements beside
-    ``host``'s file."""
+    note when that calibration was itself measured on slowed cores
+    (:func:`~real.validation.machine.slowed_calibration`): a check against it passes cores as slow as those).
+    Both read from the calibration's raw measurements beside ``host``'s file."""
     from real.validation.host_facts import raw_record
-    from real.validation.machine import calibrated_gemm_rates, slowed_cores
+    from real.validation.machine import calibrated_gemm_rates, slowed_calibration, slowed_cores
 
     record = (raw_record(host) if host is not None else None) or {}
     rate = calibrated_gemm_rates(record).get(threads)
@@ -90,26 +90,6 @@ def calibrated_reference(host, threads: int) -> tuple[float | None, str]:
     probe, peak = slowed
     return rate[1], (f"that calibration was itself {slowed_cores(probe / 1e9, peak / 1e9)}: this check passes cores "
                      "as slow as those, until a calibration on quiet cores")
-
-
-def slowed_calibration(record: dict | None, threads: int) -> tuple[float, float] | None:
-    """(the reference probe's FLOP/s, the GEMM peak's) of a calibration measured on slowed cores on ``threads``
-    threads: its probe, the faster of its start and its end, below
-    :data:`~real.validation.machine.PROBE_PEAK_LIMIT` of the GEMM peak it measured on as many threads
-    (:func:`~real.validation.machine.slowed_probes`): a calibration ``hetspec calibrate`` writes only with
-    ``--force`` (and wrote with a warning before it refused them); None otherwise, or where ``record`` (the
-    calibration's raw measurements) has neither."""
-    from real.validation.machine import calibrated_gemm_rates, slowed_probes
-
-    record = record or {}
-    try:
-        peaks = {w["threads"]: float(w["peak_flops_per_s"]) for w in (record.get("all_threads"),
-                                                                       record.get("one_thread"))
-                 if isinstance(w, dict) and w.get("threads") and w.get("peak_flops_per_s")}
-    except (TypeError, ValueError):
-        return None
-    slowed = slowed_probes(calibrated_gemm_rates(record), peaks).get(threads)
-    return slowed[1:] if slowed is not None else None
 
 
 def readings_in(seconds: float, pause_s: float) -> int:

@@ -40,6 +40,7 @@ from real.validation.machine import (
     refuse_changed_before_grid,
     settled_drift,
     shown_path,
+    slowed_calibration,
     triad_bytes_of,
     validation_verdict,
 )
@@ -405,10 +406,9 @@ def validate(out: str | Path | None = None, preset: str | None = None, quick: bo
 
 def calibration_slowed(host, threads: int) -> dict | None:
     """The calibration ``host`` rests on, when it was measured on slowed cores on ``threads`` threads
-    (:func:`real.validation.quiet_check.slowed_calibration`): its reference probe's and its GEMM peak's GFLOP/s;
+    (:func:`real.validation.machine.slowed_calibration`): its reference probe's and its GEMM peak's GFLOP/s;
     None otherwise."""
     from real.validation.host_facts import raw_record
-    from real.validation.quiet_check import slowed_calibration
 
     slowed = slowed_calibration(raw_record(host), threads)
     return {"probe_gflops": round(slowed[0] / 1e9, 1), "peak_gflops": round(slowed[1] / 1e9, 1)} if slowed else None

@@ -14,8 +14,8 @@ cannot (docs/validation.md, "Robustness on a shared machine"):
   start and its end (:func:`calibration_problems`); ``hetspec validate`` and ``hetspec demo`` time
   it before and after the measured grid and compare it with the calibration
   (:func:`machine_drift`, :func:`validation_verdict`), both with the cores quiet where the runs are guarded
-  (:func:`settled_drift`, :func:`drift_after_grid`), and a machine already changed before the grid runs no grid
-  at all (:class:`ChangedBeforeGrid`);
+  (:func:`settled_drift`, :func:`drift_after_grid`), and a machine already changed before the grid, in each of a
+  few readings (:func:`drift_before_grid`), runs no grid at all (:class:`ChangedBeforeGrid`);
 - the **spread** of a calibration's interleaved rounds (:func:`spread`: max / min - 1 over the
   rounds of each key measurement: GEMM rates, triad bandwidths, fixed cost per operator, the
   decode loops' step times).
@@ -367,6 +367,40 @@ def drift_after_grid(dev, threads: int, triad_bytes: int | None, gemm_calibrated
     here would throw away the grid the probe is there to judge); a probe still slowed is kept, marked contended."""
     return settled_drift(dev, threads, triad_bytes, gemm_calibrated,
                          replace(guard, give_up_s=None) if guard is not None else None)
+
+
+#: Readings of the reference probe before a validation's grid, :data:`BEFORE_GRID_PAUSE_S` apart, before a machine
+#: that reads changed since the calibration in every one of them stops the validation: on the 2-core development
+#: machine (2026-11-29, 19:58) one reading put the fixed cost per operator at +66 % of a calibration finished a minute
+#: before, with the GEMM rate at -1 %, and the next reading, a minute later, at +9 % (docs/validation.md).
+BEFORE_GRID_READINGS = 3
+#: Seconds between those readings: time for a passing job on the cores to end.
+BEFORE_GRID_PAUSE_S = 20.0
+
+
+def drift_before_grid(dev, threads: int, triad_bytes: int | None, gemm_calibrated: float | None, guard=None,
+                      on_moved=None, readings: int | None = None, pause_s: float | None = None) -> dict:
+    """:func:`settled_drift` before a validation's grid, read again (up to ``readings`` in all, ``pause_s`` apart)
+    while it reads the machine changed since the calibration (:func:`calibration_moves`): a disturbance of one
+    reading does not stop the validation, a lasting change still does (:func:`refuse_changed_before_grid` judges
+    the last reading). What each reading that moved said is kept under ``earlier``, for the report;
+    ``on_moved(phrases, pause_s)`` is told of each before the pause (progress). ``readings`` and ``pause_s``
+    default to :data:`BEFORE_GRID_READINGS` and :data:`BEFORE_GRID_PAUSE_S`."""
+    readings = BEFORE_GRID_READINGS if readings is None else readings
+    pause_s = BEFORE_GRID_PAUSE_S if pause_s is None else pause_s
+    earlier: list[str] = []
+    for left in range(readings - 1, -1, -1):
+        drift = settled_drift(dev, threads, triad_bytes, gemm_calibrated, guard)
+        moved = calibration_moves(drift, "before the grid")
+        if not moved or not left:
+            break
+        earlier.append("; ".join(moved))
+        if on_moved is not None:
+            on_moved(earlier[-1], pause_s)
+        time.sleep(pause_s)
+    if earlier:
+        drift["earlier"] = earlier
+    return drift
 
 
 def refuse_changed_before_grid(drift: dict | None) -> None:

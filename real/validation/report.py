@@ -106,8 +106,13 @@ def machine_state(doc: dict) -> str:
                 f"{settled['retakes']} retaken{', the last still slowed' if settled.get('contended') else ''})"
                 if settled.get("waited_s") or settled.get("retakes") else "")
 
-    parts = [probe(before, "before the grid") + wait(before)] + ([probe(after, "after it") + wait(after)]
-                                                                  if after else [])
+    def again(d: dict) -> str:
+        earlier = d.get("earlier") or []
+        return (f" (read {len(earlier) + 1} times, the earlier reading{'s' if len(earlier) > 1 else ''} moved: "
+                f"{'; then '.join(earlier)})" if earlier else "")
+
+    parts = ([probe(before, "before the grid") + wait(before) + again(before)]
+             + ([probe(after, "after it") + wait(after)] if after else []))
     moved = any(drift_moved(d) for d in (before, after) if d)
     policy = before.get("omp_wait_policy")
     return ("- Machine state, the calibration's reference probe re-timed " + "; ".join(parts)

@@ -36,9 +36,9 @@ from real.validation.machine import (
     calibrated_gemm_gflops,
     contention_guard,
     drift_after_grid,
+    drift_before_grid,
     drift_moved,
     refuse_changed_before_grid,
-    settled_drift,
     shown_path,
     slowed_calibration,
     triad_bytes_of,
@@ -287,7 +287,11 @@ def validate(out: str | Path | None = None, preset: str | None = None, quick: bo
                  else None)
     # the reference probe before the grid (on a GPU run: of the host's CPU, when the platform describes it), with
     # the cores quiet where the runs are guarded; a machine changed since the calibration stops here (unless force)
-    drift = (settled_drift(target.drift_device, threads, triad_bytes, gemm_then, cpu_guard)
+    def read_again(moved: str, pause_s: float) -> None:
+        if progress:
+            print(f"reference probe before the grid: {moved}: read again in {pause_s:.0f} s", file=sys.stderr)
+
+    drift = (drift_before_grid(target.drift_device, threads, triad_bytes, gemm_then, cpu_guard, on_moved=read_again)
              if target.drift_device is not None else None)
     if progress and drift is not None:
         print(drift_line(drift, "before the grid"), file=sys.stderr)

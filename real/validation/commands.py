@@ -191,7 +191,7 @@ def _calibrated_host():
 
 # ---------------------------------------------------------------------------- hetspec validate
 def register_validate(subparsers) -> None:
-    from real.validation.machine import CALIBRATION_CHANGE_LIMIT
+    from real.validation.machine import BEFORE_GRID_PAUSE_S, BEFORE_GRID_READINGS, CALIBRATION_CHANGE_LIMIT
 
     p = subparsers.add_parser(
         "validate", help="predict and measure the demo models' decode speed on this machine; write a report",
@@ -222,8 +222,9 @@ def register_validate(subparsers) -> None:
     p.add_argument("--force", action="store_true",
                    help="run the grid even when the reference probe before it reads the machine changed since the "
                         f"calibration (beyond {100 * CALIBRATION_CHANGE_LIMIT:.0f} %% on fixed cost per operator, DRAM "
-                        "triad or GEMM rate; the report then says it is not a validation); without it such a run stops "
-                        "there with exit status 3, having written nothing")
+                        f"triad or GEMM rate, in each of {BEFORE_GRID_READINGS} readings {BEFORE_GRID_PAUSE_S:.0f} s "
+                        "apart; the report then says it is not a validation); without it such a run stops there with "
+                        "exit status 3, having written nothing")
     p.add_argument("--json", action="store_true",
                    help="print the acceptance check (per method: median errors, best configs, regret) as JSON")
     p.set_defaults(func=handle_validate)

@@ -389,10 +389,10 @@ def drift_before_grid(dev, threads: int, triad_bytes: int | None, gemm_calibrate
     readings = BEFORE_GRID_READINGS if readings is None else readings
     pause_s = BEFORE_GRID_PAUSE_S if pause_s is None else pause_s
     earlier: list[str] = []
-    for left in range(readings - 1, -1, -1):
+    for reading in range(1, readings + 1):
         drift = settled_drift(dev, threads, triad_bytes, gemm_calibrated, guard)
         moved = calibration_moves(drift, "before the grid")
-        if not moved or not left:
+        if not moved or reading == readings:
             break
         earlier.append("; ".join(moved))
         if on_moved is not None:

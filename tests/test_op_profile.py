@@ -187,6 +187,19 @@ def test_an_uncovered_operator_falls_back_to_the_roofline_at_the_profile_efficie
     assert op_time(big, dev, "fp16")[1] == "fallback: 5000 tokens outside the profiled 1..4096"
 
 
+@pytest.mark.parametrize("rows, problem", [
+    (ROWS.replace(",10,-,1", ",0,-,1").replace(",14,-,1", ",0,-,1").replace(",30,-,2", ",0,-,2")
+     .replace(",40,-,2", ",0,-,2"), "every linear row's kernel time is zero (each call took no longer than the bare"),
+    ("".join(line + "\n" for line in ROWS.splitlines() if line.startswith("attention")), "prof.csv: no linear rows: "),
+])
+def test_a_profile_without_a_timed_linear_row_cannot_measure_its_efficiencies_and_says_which(tmp_path, rows, problem):
+    prof = read_profile(fixture(tmp_path, rows))
+    with pytest.raises(HetSpecError) as info:
+        measured_efficiencies(prof, 1.0, 1.0)
+    assert problem in str(info.value) and "\n" not in str(info.value), str(info.value)
+    assert measured_efficiencies(read_profile(fixture(tmp_path, ROWS)), 1.0, 1.0)["bw_where"] == "linear 64x128 at 8 tokens"
+
+
 def test_the_attention_call_is_priced_once_at_the_operator_that_launches_it():
     dev = load_platform_file(DATA / "h100-sxm-eager.toml").device("gpu")
     graph = build_step_graph(get_model("llama2-7b"), 16, 1008, 1)

@@ -62,20 +62,25 @@ def test_a_guarded_profile_retakes_the_rows_measured_while_the_probe_read_slow()
 def test_the_bare_dispatch_is_its_fastest_sample(monkeypatch):
     """The one-element add that separates torch's dispatch from each row's kernel time is the first thing a profile
     times, when a process's first calls run slow (28 and 8 us, then 2.6 us, on the development machine): its
-    fastest sample stands, not its median, which would leave a small linear's kernel time at zero."""
+    fastest sample stands, not its median, which would leave a small linear's kernel time at zero. It takes the
+    full profile's samples whatever the settings: one slow sample of two calls, subtracted from every row, once left
+    every linear row of the tiny model at zero, and the profile could not be written."""
     from real.validation import call_timing
     from real.validation import profile_device as pd
 
     calls = []
 
-    def wall_per_call(fn, device, n):     # the add's three samples, then every call (operators, forwards) 10 us
-        calls.append(fn)
+    def wall_per_call(fn, device, n):     # the add's samples, then every call (operators, forwards) 10 us
+        calls.append((fn, n))
         return {1: 30e-6, 2: 8e-6, 3: 2.5e-6}.get(len(calls), 10e-6)
 
     monkeypatch.setattr(call_timing, "wall_per_call", wall_per_call)
     monkeypatch.setattr(pd, "wall_per_call", wall_per_call)
-    settings = pd.ProfileSettings(tokens=(1, 2), attention_q=(1,), attention_keys=(8,), repeats=3, calls=2)
+    settings = pd.ProfileSettings(tokens=(1, 2), attention_q=(1,), attention_keys=(8,), repeats=1, calls=2)
     prof = pd.profile_device("cpu", [SPEC], settings, progress=False)
+    full = pd.ProfileSettings()
+    assert [n for _, n in calls[:full.repeats]] == [full.calls] * full.repeats and calls[full.repeats][1] == 2
+    assert len({fn for fn, _ in calls[:full.repeats]}) == 1
     assert prof.launch_us["eager"] == pytest.approx(2.5)
     linear = [row for row in prof.rows if row[0] == "linear"]
     assert linear and all(row[4] == pytest.approx(7.5) and row[5] == pytest.approx(2.5) for row in linear)

@@ -44,7 +44,7 @@ forward, not per operator) is measured too and written into the profile's notes;
 CPU there are no graphs: ``kernel_us`` is a call's time less torch's dispatch cost, ``eager_launch_us``
 that dispatch cost, and the device runs in ``eager`` mode.
 Every number is a median of interleaved repeats (:func:`real.run.repeats.interleaved`), except the bare
-dispatch: the fastest of them.
+dispatch: the fastest of them, and of at least the full profile's repeats and calls (:func:`dispatch_settings`).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ import sys
 import time
 from collections.abc import Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -102,6 +102,13 @@ class ProfileSettings:
     calls: int = 10           # calls per timed sample (CPU, and CUDA eager)
     graph_copies: int = 20    # copies of the operator inside one CUDA graph (kernel time without launch gaps)
     loop_repeats: int = 5     # CUDA: interleaved repeats of each probe decode loop (medians)
+
+
+def dispatch_settings(settings: ProfileSettings) -> ProfileSettings:
+    """``settings`` with at least the full profile's repeats and calls per sample: those the bare dispatch
+    cost, subtracted from every CPU row, is timed with."""
+    full = ProfileSettings()
+    return replace(settings, repeats=max(settings.repeats, full.repeats), calls=max(settings.calls, full.calls))
 
 
 QUICK = ProfileSettings(tokens=QUICK_TOKENS, attention_q=QUICK_ATTENTION_Q, attention_keys=QUICK_ATTENTION_KEYS,
@@ -175,9 +182,11 @@ def profile_device(device_text: str, models, settings: ProfileSettings = Profile
     out = DeviceProfile(device=text_device(device_text, device), name=name, dtype=dtype)
     t0 = time.perf_counter()
     tiny_a, tiny_b = torch.ones(1, device=device), torch.ones(1, device=device)
-    launch_samples = op_samples(lambda: tiny_a + tiny_b, device, settings)
     # the one-element add is all launch, a fixed cost that a process's first calls and slowdowns from outside only
-    # lengthen: its fastest sample (their median, taken slow, left every small row's kernel time at zero)
+    # lengthen: its fastest sample (their median, taken slow, left every small row's kernel time at zero), of at
+    # least the full profile's samples whatever the settings (it costs microseconds; a single slow sample of a
+    # few calls, subtracted from every row, left every linear row of a small model at zero)
+    launch_samples = op_samples(lambda: tiny_a + tiny_b, device, dispatch_settings(settings))
     dispatch = min(s.kernel_s + s.eager_launch_s for s in launch_samples)
     out.launch_us["eager"] = dispatch * 1e6
     if device.type == "cuda":

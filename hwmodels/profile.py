@@ -364,9 +364,9 @@ def measured_efficiencies(profile: OpProfile, mem_bw_gbps: float, peak_tflops: f
                 if fl > best_fl[0]:
                     best_fl = (fl, f"linear {shape} at {t} tokens")
     if not best_bw[1]:
-        timed = any(op == "linear" for op, _ in profile.tables)
+        has_linear = any(op == "linear" for op, _ in profile.tables)
         found = ("every linear row's kernel time is zero (each call took no longer than the bare dispatch cost; "
-                 "profile with more tokens or calls)" if timed else "no linear rows")
+                 "profile again, without --quick)" if has_linear else "no linear rows")
         raise HetSpecError(f"{profile.path}: {found}: a profiled device needs them to measure its "
                            "bandwidth and compute efficiencies")
     return {"bw_efficiency": best_bw[0], "bw_where": best_bw[1], "compute_efficiency": best_fl[0],

@@ -184,8 +184,8 @@ def profile_device(device_text: str, models, settings: ProfileSettings = Profile
     tiny_a, tiny_b = torch.ones(1, device=device), torch.ones(1, device=device)
     # the one-element add is all launch, a fixed cost that a process's first calls and slowdowns from outside only
     # lengthen: its fastest sample (their median, taken slow, left every small row's kernel time at zero), of at
-    # least the full profile's samples whatever the settings (it costs microseconds; a single slow sample of a
-    # few calls, subtracted from every row, left every linear row of a small model at zero)
+    # least the full profile's samples whatever the settings (it costs microseconds; one slow sample of two calls
+    # once did the same)
     launch_samples = op_samples(lambda: tiny_a + tiny_b, device, dispatch_settings(settings))
     dispatch = min(s.kernel_s + s.eager_launch_s for s in launch_samples)
     out.launch_us["eager"] = dispatch * 1e6

@@ -16,7 +16,7 @@ from sim.model_spec import ModelSpec
 from sim.strategies import get_strategy
 from sim.strategies.base import Problem, StrategyConfig
 from sim.strategies.hcmp import build_split_step
-from sim.strategies.medusa import head_ops, heads_seconds
+from sim.strategies.medusa import head_ops, heads_seconds, heads_step_ops
 
 MODEL = ModelSpec(name="m", n_layers=4, hidden=384, intermediate=1024, n_heads=6, n_kv_heads=2, vocab=4096,
                   dtype="fp32")
@@ -60,11 +60,14 @@ def test_batched_head_gemms_are_priced_with_the_batched_curves():
         plain = roofline_time(dev, op.flops, op.bytes, "fp32", tokens=1, rows=op.weight_rows).time_s
         assert plain == pytest.approx(_by_hand(op, dev, dev.gemm_efficiency_curve, LINEAR_ROWS), rel=1e-12)
         assert plain > got
-    # the whole heads' price (what the medusa strategy adds per step) follows
+    # the whole heads' price (what the medusa strategy adds per step) follows: the three kernels of the
+    # ResBlock's bias add, SiLU and residual add, and the loop's row select and top-k around the heads
     problem = Problem(model=MODEL, platform=_platform())
     want = sum(_by_hand(op, dev, BATCHED_EFF, BATCHED_ROWS) for op in linears)
-    other = roofline_time(dev, ops[1].flops, ops[1].bytes, "fp32").time_s
-    assert heads_seconds(problem, "cpu", 1, 4, batched=True) == pytest.approx(want + other, rel=1e-12)
+    other = roofline_time(dev, ops[1].flops, ops[1].bytes, "fp32", launches=3).time_s
+    select = roofline_time(dev, 0.0, 4 * MODEL.hidden * 2, "fp32").time_s
+    topk = roofline_time(dev, 0.0, 4 * 4 * MODEL.vocab, "fp32").time_s
+    assert heads_seconds(problem, "cpu", 1, 4, batched=True) == pytest.approx(want + other + select + topk, rel=1e-12)
 
 
 def test_without_batched_curves_a_batched_gemm_prices_as_a_linear_and_in_the_cache_as_resident():
@@ -76,6 +79,25 @@ def test_without_batched_curves_a_batched_gemm_prices_as_a_linear_and_in_the_cac
     cached = replace(_device(), cache_gb=1.0, cache_bw_gbps=100.0, cache_gemm_efficiency_curve=((1, 0.9),))
     assert roofline_time(cached, *args, tokens=1, rows=op.weight_rows, resident=True, batched=True) == \
         roofline_time(cached, *args, tokens=1, rows=op.weight_rows, resident=True)
+
+
+def test_the_batched_heads_price_every_kernel_the_real_proposal_launches():
+    """HetSpec's Medusa loop picks the accepted row, runs the heads (two batched GEMMs, the bias add, the SiLU,
+    the residual add) and takes each head's top-k: the operators priced launch as many kernels."""
+    import torch
+
+    from real.decode.medusa import head_proposals
+    from real.model.medusa_heads import MedusaHeads
+
+    heads = MedusaHeads(ModelSpec(name="t", n_layers=1, hidden=16, intermediate=32, n_heads=2, n_kv_heads=1,
+                                  vocab=64, dtype="fp32"), 3)
+    hidden = torch.randn(5, 16)
+    with torch.inference_mode(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        head_proposals(heads, hidden.index_select(0, torch.tensor([2]))[0], 4, 3)
+    kernels = [e for e in prof.events() if e.cpu_parent is None and e.name in
+               ("aten::index_select", "aten::matmul", "aten::add", "aten::silu", "aten::topk")]
+    assert sum(op.launches for op in heads_step_ops(MODEL, 1, 3, batched=True)) == len(kernels) == 7
+    assert [op.name for op in heads_step_ops(MODEL, 5, 3)] == [op.name for op in head_ops(MODEL, 5, 3)]
 
 
 def test_reference_heads_are_unbatched_linears():

@@ -61,8 +61,9 @@ def head_ops(model: ModelSpec, tokens: int, n_heads: int, dtype: str | None = No
     if batched:
         return [
             linear_op("medusa_resblock", T, h, n_heads * h, dt, 1, section="post", batched=True),
+            # three kernels in MedusaHeads.residual: the bias add, the SiLU, the residual add
             elementwise_op("medusa_silu_add", "elementwise", T * h * n_heads,
-                           ACT_FLOPS_PER_ELEMENT + ADD_FLOPS_PER_ELEMENT, dt, 1, reads=2, section="post"),
+                           ACT_FLOPS_PER_ELEMENT + ADD_FLOPS_PER_ELEMENT, dt, 1, reads=2, section="post", launches=3),
             linear_op("medusa_head", T, h, n_heads * model.vocab, dt, 1, kind="lm_head", section="post", batched=True),
         ]
     return [
@@ -72,6 +73,24 @@ def head_ops(model: ModelSpec, tokens: int, n_heads: int, dtype: str | None = No
                        n_heads, reads=2, section="post"),
         linear_op("medusa_head", T, h, model.vocab, dt, n_heads, kind="lm_head", section="post"),
     ]
+
+
+def proposal_ops(model: ModelSpec, n_heads: int, dtype: str | None = None) -> list[Op]:
+    """What HetSpec's Medusa decode loop launches around its batched heads (``head_proposals`` in
+    real/decode/medusa.py): the accepted node's hidden row picked out (``index_select``) before them, each
+    head's top-k over its logits after (a selection: its logits read, no arithmetic counted)."""
+    if n_heads <= 0:
+        return []
+    dt = DTYPE_BYTES[dtype or model.dtype]
+    return [elementwise_op("medusa_row_select", "elementwise", model.hidden, 0, dt, 1, section="post"),
+            elementwise_op("medusa_topk", "elementwise", n_heads * model.vocab, 0, dt, 1, writes=0, section="post")]
+
+
+def heads_step_ops(model: ModelSpec, tokens: int, n_heads: int, dtype: str | None = None,
+                   batched: bool = False) -> list[Op]:
+    """The heads' part of a medusa step: :func:`head_ops`, and with ``batched`` (HetSpec's real path) the
+    loop's :func:`proposal_ops` around them."""
+    return head_ops(model, tokens, n_heads, dtype, batched) + (proposal_ops(model, n_heads, dtype) if batched else [])
 
 
 def heads_resident(problem: Problem, device: str, n_heads) -> bool:
@@ -104,7 +123,8 @@ def heads_seconds(problem: Problem, device: str, width: int, n_heads: int, batch
     bw = standalone_bw(problem.platform, device)
     resident = heads_resident(problem, device, n_heads)
     return float(sum((price_op(op, dev, problem.model.dtype, bw, resident).time_s
-                      for op in head_ops(problem.model, width * problem.batch, n_heads, batched=batched)), 0.0))
+                      for op in heads_step_ops(problem.model, width * problem.batch, n_heads, batched=batched)),
+                     0.0))
 
 
 def heads_run(config: StrategyConfig) -> int:
@@ -258,8 +278,8 @@ class MedusaStrategy(Strategy):
         graph = build_step_graph(problem.model, tree.size, problem.context, problem.batch, tree=tree)
         tasks = graph_tasks(graph, problem.platform, config.device, "verify", "verify", per_layer=per_layer,
                             resident=heads_resident(problem, config.device, heads_run(config)))
-        tasks += ops_tasks(head_ops(problem.model, head_rows(config) * problem.batch, heads_run(config),
-                                    batched=heads_impl(config) == "hetspec"),
+        tasks += ops_tasks(heads_step_ops(problem.model, head_rows(config) * problem.batch, heads_run(config),
+                                          batched=heads_impl(config) == "hetspec"),
                            problem.platform, config.device, graph.dtype, "heads", "draft", deps=(tasks[-1].name,),
                            resident=heads_resident(problem, config.device, heads_run(config)))
         host = float(host_seconds(problem, self.name, config.device, nodes=tree.size))

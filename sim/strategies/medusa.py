@@ -75,22 +75,24 @@ def head_ops(model: ModelSpec, tokens: int, n_heads: int, dtype: str | None = No
     ]
 
 
-def proposal_ops(model: ModelSpec, n_heads: int, dtype: str | None = None) -> list[Op]:
-    """What HetSpec's Medusa decode loop launches around its batched heads (``head_proposals`` in
-    real/decode/medusa.py): the accepted node's hidden row picked out (``index_select``) before them, each
-    head's top-k over its logits after (a selection: its logits read, no arithmetic counted)."""
+def proposal_ops(model: ModelSpec, tokens: int, n_heads: int, dtype: str | None = None) -> list[Op]:
+    """What HetSpec's Medusa decode loop launches around its batched heads over ``tokens`` hidden rows
+    (``head_proposals`` in real/decode/medusa.py): the accepted nodes' hidden rows picked out (``index_select``)
+    before them, each head's top-k over its logits after (a selection: the logits read, no arithmetic counted)."""
     if n_heads <= 0:
         return []
     dt = DTYPE_BYTES[dtype or model.dtype]
-    return [elementwise_op("medusa_row_select", "elementwise", model.hidden, 0, dt, 1, section="post"),
-            elementwise_op("medusa_topk", "elementwise", n_heads * model.vocab, 0, dt, 1, writes=0, section="post")]
+    return [elementwise_op("medusa_row_select", "elementwise", tokens * model.hidden, 0, dt, 1, section="post"),
+            elementwise_op("medusa_topk", "elementwise", tokens * n_heads * model.vocab, 0, dt, 1, writes=0,
+                           section="post")]
 
 
 def heads_step_ops(model: ModelSpec, tokens: int, n_heads: int, dtype: str | None = None,
                    batched: bool = False) -> list[Op]:
     """The heads' part of a medusa step: :func:`head_ops`, and with ``batched`` (HetSpec's real path) the
     loop's :func:`proposal_ops` around them."""
-    return head_ops(model, tokens, n_heads, dtype, batched) + (proposal_ops(model, n_heads, dtype) if batched else [])
+    return head_ops(model, tokens, n_heads, dtype, batched) + (proposal_ops(model, tokens, n_heads, dtype)
+                                                               if batched else [])
 
 
 def heads_resident(problem: Problem, device: str, n_heads) -> bool:

@@ -8,6 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from hwmodels.contention import standalone_bw
 from hwmodels.errors import HetSpecError, UnknownNameError
 from hwmodels.loader import get_platform
 from sim.acceptance import load_acceptance
@@ -69,6 +70,30 @@ def test_the_split_runs_the_heads_the_way_medusa_does(impl):
     plan = MEDUSA.plan(p, single)
     want = sum(t.flops for t in plan.tasks if t.phase == "draft")
     assert sum(g.count * (0.5 * g.primary.flops + 0.5 * g.secondary.flops) for g in heads) == pytest.approx(want)
+
+
+def test_the_loop_around_hetspec_heads_runs_on_the_primary_alone():
+    # real/hetero/hcmp.py copies the accepted row in for the split heads and takes each head's top-k on the
+    # primary: no share of them on the secondary, no barrier after them, the same price at every ratio
+    p = problem()
+    step = build_split_step(p, config(16, 0.5, medusa_heads_impl="hetspec"))
+    names = ("medusa_row_select", "medusa_topk")
+    at = [i for i, g in enumerate(step.groups) if g.name in names]
+    assert [step.groups[i].name for i in at] == list(names)
+    ends, serial, syncs = step.priced(p.platform, [0.3, 0.7])
+    alone = standalone_bw(p.platform, step.primary)
+    for i in at:
+        g = step.groups[i]
+        assert (g.count, g.syncs, g.phase, g.primary.split) == (1, 0, "draft", False)
+        assert g.secondary.fixed_s == g.secondary.compute_s == g.secondary.bytes1 == g.secondary.act0_bytes == 0.0
+        want = g.primary.fixed_s + max(g.primary.compute_s, g.primary.bytes1 / alone)
+        assert ends[:, i] == pytest.approx([want, want], rel=1e-12) and want > 0
+        assert serial[0, i] == serial[1, i] == syncs[0, i] == syncs[1, i] == 0.0
+    assert not set(names) & {g.name for g in build_split_step(p, config(16, 0.5)).groups}   # Medusa's own loop
+    # and the engine runs the step the closed form prices
+    cfg = config(16, 0.45, medusa_heads_impl="hetspec")
+    run = run_plans(p.platform, [HCMP.plan(p, cfg)], op_records=False)
+    assert run.step_s[0] == pytest.approx(HCMP.estimate(p, cfg).step_s, rel=1e-9)
 
 
 def test_a_split_pays_syncs_so_tiny_shares_cost_more_than_one_device():

@@ -64,7 +64,7 @@ from sim.plan import StepPlan, Task, delay_task
 from sim.step_graph import Op, build_step_graph
 from sim.strategies.base import Estimate, EstimateArrays, Knob, Problem, Strategy, StrategyConfig, host_seconds
 from sim.strategies.hcmp_threads import calibrated_layer_fixed, python_share, serial_share, split_costs
-from sim.strategies.medusa import (DEFAULT_MAX_WIDTH, MedusaStrategy, head_ops, head_rows, heads_impl, heads_run,
+from sim.strategies.medusa import (DEFAULT_MAX_WIDTH, MedusaStrategy, batched_heads, head_ops, head_rows, heads_run,
                                    proposal_ops)
 
 SPLITS = ("hcmp", "megatron")
@@ -348,8 +348,8 @@ def build_split_step(problem: Problem, config: StrategyConfig) -> SplitStep:
     graph = build_step_graph(problem.model, tree.size, problem.context, problem.batch, tree=tree)
     n_heads = heads_run(config)
     # the heads as the medusa strategy runs them (option medusa_heads_impl: every tree row, or the accepted one)
-    ops = list(graph.ops) + head_ops(problem.model, head_rows(config) * problem.batch, n_heads, graph.dtype,
-                                     batched=heads_impl(config) == "hetspec")
+    rows, batched = head_rows(config) * problem.batch, batched_heads(config)
+    ops = list(graph.ops) + head_ops(problem.model, rows, n_heads, graph.dtype, batched=batched)
     L = problem.model.n_layers
     sync_s = problem.platform.link(primary, secondary, "unified").latency_s
     groups: list[Group] = []
@@ -393,10 +393,10 @@ def build_split_step(problem: Problem, config: StrategyConfig) -> SplitStep:
             add(op.name, parts[0], parts[1], op.count, MEGATRON_SYNC_AFTER)
     else:
         raise UnknownNameError("hcmp split", split, SPLITS)
-    if heads_impl(config) == "hetspec":
+    if batched:
         # HetSpec's loop around the split heads, on the primary alone (real/hetero/hcmp.py): the accepted row
         # handed to the heads before them, each head's top-k over the gathered logits after
-        for op in proposal_ops(problem.model, head_rows(config) * problem.batch, n_heads, graph.dtype):
+        for op in proposal_ops(problem.model, rows, n_heads, graph.dtype):
             groups.append(Group(op.name, _elementwise_part(problem, primary, op, graph.dtype, split=False), _EMPTY,
                                 op.count, 0, "draft"))
     serial, bare_sync = 0.0, None

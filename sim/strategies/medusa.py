@@ -114,9 +114,14 @@ def heads_impl(config: StrategyConfig) -> str:
     return config.option("medusa_heads_impl", "reference")
 
 
+def batched_heads(config: StrategyConfig) -> bool:
+    """Whether the heads run as HetSpec's real path runs them: batched, around the loop's row select and top-k."""
+    return heads_impl(config) == "hetspec"
+
+
 def head_rows(config: StrategyConfig) -> int:
     """Hidden-state rows the heads read per step (see :data:`HEADS_IMPLS`)."""
-    return 1 if heads_impl(config) == "hetspec" else config.tree.size
+    return 1 if batched_heads(config) else config.tree.size
 
 
 def heads_seconds(problem: Problem, device: str, width: int, n_heads: int, batched: bool = False) -> float:
@@ -243,7 +248,7 @@ class MedusaStrategy(Strategy):
                                     problem.batch, tree.mask_density,
                                     resident=heads_resident(problem, config.device, heads_run(config))))
         heads = heads_seconds(problem, config.device, head_rows(config), heads_run(config),
-                              batched=heads_impl(config) == "hetspec")
+                              batched=batched_heads(config))
         host = float(host_seconds(problem, self.name, config.device, nodes=tree.size))
         tokens = problem.acceptance.tree_tokens(tree)
         return Estimate(step_s=verify + heads + host, tokens_per_step=tokens, proposed_per_step=tree.size - 1,
@@ -261,7 +266,7 @@ class MedusaStrategy(Strategy):
             rows = np.array([head_rows(configs[i]) for i in idx])
             depth = np.array([heads_run(configs[i]) for i in idx])
             dens = np.array([configs[i].tree.mask_density for i in idx])
-            batched = np.array([heads_impl(configs[i]) == "hetspec" for i in idx])
+            batched = np.array([batched_heads(configs[i]) for i in idx])
             heads = heads_seconds_many(problem, device, rows, depth)
             if batched.any():
                 heads = np.where(batched, [heads_seconds(problem, device, r, d, batched=True)
@@ -281,7 +286,7 @@ class MedusaStrategy(Strategy):
         tasks = graph_tasks(graph, problem.platform, config.device, "verify", "verify", per_layer=per_layer,
                             resident=heads_resident(problem, config.device, heads_run(config)))
         tasks += ops_tasks(heads_step_ops(problem.model, head_rows(config) * problem.batch, heads_run(config),
-                                          batched=heads_impl(config) == "hetspec"),
+                                          batched=batched_heads(config)),
                            problem.platform, config.device, graph.dtype, "heads", "draft", deps=(tasks[-1].name,),
                            resident=heads_resident(problem, config.device, heads_run(config)))
         host = float(host_seconds(problem, self.name, config.device, nodes=tree.size))

@@ -12,8 +12,9 @@ import torch
 from hwmodels.errors import HetSpecError
 from real.validation import gpu_target
 from real.validation.gpu_target import check_placement, profiled_platform_name, validation_target
+from paths import DATA
 
-GPU_PLATFORM = Path(__file__).resolve().parent / "data" / "h100-sxm-eager.toml"
+GPU_PLATFORM = DATA / "h100-sxm-eager.toml"
 
 
 @pytest.fixture
@@ -84,7 +85,7 @@ def test_a_gpu_run_prices_the_draft_in_the_runs_dtype(tmp_path):
     assert draft_in_dtype(str(config), get_model(str(config)).dtype, tmp_path) == str(config)
 
 
-H200 = Path(__file__).resolve().parent / "data" / "profiled-h200.toml"
+H200 = DATA / "profiled-h200.toml"
 
 
 def test_a_gpu_run_is_priced_in_the_execution_mode_it_runs_in(fake_cuda):

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from paths import REPO
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 SCRIPT = ROOT / "scripts" / "gpu_report.sh"
 BASH = shutil.which("bash")
 pytestmark = pytest.mark.skipif(BASH is None or shutil.which("timeout") is None, reason="needs bash and timeout")

@@ -21,8 +21,9 @@ from sim.model_spec import get_model
 from sim.op_timing import lookup, lookup_scalar, op_time
 from sim.step_graph import build_step_graph, linear_op
 from sim.step_timing import price_step
+from paths import DATA
 
-DATA = Path(__file__).resolve().parent / "data"
+DATA = DATA
 
 
 def run_cli(argv: list[str], capsys) -> tuple[int, str, str]:

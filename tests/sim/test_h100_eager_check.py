@@ -29,8 +29,9 @@ from sim.model_spec import get_model
 from sim.op_timing import op_time
 from sim.step_graph import build_step_graph
 from sim.step_timing import price_step
+from paths import DATA
 
-DATA = Path(__file__).resolve().parent / "data"
+DATA = DATA
 STEPS = builtin_preset_dir() / "profiles" / "sources" / "h100-2026-11-23-hetspec-model-eager-steps.csv"
 DEVICE = load_platform_file(DATA / "h100-sxm-eager.toml").device("gpu")
 

@@ -6,8 +6,9 @@ import time
 from pathlib import Path
 
 import pytest
+from paths import REPO
 
-NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
+NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
 #: Per-notebook execution limit (each is meant to take well under half a minute on 2 cores).
 CELL_TIMEOUT_S = 300
 

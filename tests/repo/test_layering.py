@@ -14,8 +14,8 @@ import ast
 from pathlib import Path
 
 import pytest
+from paths import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("hwmodels", "sim", "real", "hetspec")
 #: Modules of ``sim`` that price work (the real path must not use them outside ``real.validation``).
 PRICING = ("sim.strategies", "sim.closed_form", "sim.engine", "sim.optimizer", "sim.step_timing", "sim.pricing",

@@ -23,8 +23,9 @@ from sim.strategies import get_strategy
 from sim.strategies.base import Problem, StrategyConfig
 from sim.strategies.chain import draft_cumulative, draft_pass_seconds
 from sim.strategies.loop_passes import full_share_chain, full_share_tree, measured_passes
+from paths import DATA
 
-DATA = Path(__file__).resolve().parent / "data"
+DATA = DATA
 EAGER = load_platform_file(DATA / "h100-sxm-eager.toml")
 DRAFT = get_model("llama-68m")
 CONTEXT = 70

@@ -22,8 +22,9 @@ from sim.step_timing import price_step
 from sim.strategies import get_strategy
 from sim.strategies.base import Problem, StrategyConfig
 from sim.tree import TokenTree
+from paths import DATA
 
-DATA = Path(__file__).resolve().parent / "data"
+DATA = DATA
 VIDUR = get_platform("a100-80gb-vidur")                      # graph mode, Vidur's A100 kernel times
 EAGER = load_platform_file(DATA / "h100-sxm-eager.toml")     # eager mode, launch-inclusive calls
 PLATFORMS = {"vidur": VIDUR, "eager": EAGER}

@@ -49,8 +49,8 @@ torch.version.cuda, torch.cuda.get_device_name(0))"
 } > "$out/machine.txt"
 cat "$out/machine.txt"
 
-step cuda-tests.txt 60 "$py" -m pytest -q -p no:cacheprovider tests/test_static_steps.py tests/test_bench.py \
-    tests/test_profile_device.py tests/test_demo_models.py -k "cuda or gpu"
+step cuda-tests.txt 60 "$py" -m pytest -q -p no:cacheprovider tests/real/model/test_static_steps.py tests/real/run/test_bench.py \
+    tests/validation/test_profile_device.py tests/real/train/test_demo_models.py -k "cuda or gpu"
 step train.txt 240 "${hs[@]}" train-demo --preset small --device cuda:0
 step calibrate.txt 240 "${hs[@]}" calibrate --device cuda:0 --models demo:small --out "$out/profiled-cuda0.toml"
 if [ -f "$out/profiled-cuda0.toml" ]; then

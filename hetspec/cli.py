@@ -24,6 +24,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "sim.commands.sweep",
     "sim.commands.reproduce",
     "sim.commands.profile",
+    "sim.commands.reports",
     "real.run.commands",
     "real.train.commands",
     "real.validation.commands",

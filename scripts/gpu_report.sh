@@ -1,20 +1,22 @@
 #!/usr/bin/env bash
-# The GPU checks behind reports/gpu/, in one command on a machine with CUDA:
+# The GPU checks, in one command on a machine with CUDA, written as one run record:
 #
 #   bash scripts/gpu_report.sh [OUT_DIR] [SECONDS]
 #
-# OUT_DIR (default reports/gpu) receives machine.txt, cuda-tests.txt and one file per step below (the
-# command's output, progress bars left out), the profile (profiled-cuda0.csv/.toml) and the validation
-# report (validation/). SECONDS (default 780) bounds the whole: the steps run in the order of their
-# use, each cut at the time left, and a step that would start with less than it needs is skipped and
-# named in skipped.txt, so that a machine lent for a few minutes yields the most useful files first.
+# OUT_DIR (default reports/runs/<date>-<gpu>-gpu-report) receives machine.txt, cuda-tests.txt and one file
+# per step below (the command's output, progress bars left out), the profiles (profile-small/,
+# profile-default/), the validation report (validation/), and last the run record: results.json (each
+# step's exit status, the validation's headline) and machine.json (python -m real.run.gpu_record).
+# SECONDS (default 780) bounds the whole: the steps run in the order of their use, each cut at the time
+# left, and a step that would start with less than it needs is skipped and named in skipped.txt, so
+# that a machine lent for a few minutes yields the most useful files first.
 # The demo models and platforms go where HETSPEC_CACHE_DIR and HETSPEC_PLATFORMS_DIR say (default:
 # the user folders); the small models are trained on the GPU unless they are cached. PYTHON names the
 # interpreter that has HetSpec and torch (default python3).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 py=${PYTHON:-python3}
-out=${1:-reports/gpu}
+out=${1:-}
 budget=${2:-780}
 if ! [[ "$budget" =~ ^[0-9]+$ ]]; then
     echo "gpu_report: SECONDS must be a whole number of seconds, got '$budget'" >&2; exit 2
@@ -22,6 +24,12 @@ fi
 if ! "$py" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
     echo "gpu_report: no CUDA device here (torch.cuda.is_available() is False); run it on a machine with one" >&2
     exit 2
+fi
+started=$(date -u '+%Y-%m-%dT%H:%M:%S+00:00')
+if [ -z "$out" ]; then
+    gpu=$("$py" -c "import torch; print(torch.cuda.get_device_name(0))" 2>/dev/null | tr 'A-Z' 'a-z' | tr -cs 'a-z0-9' '-' \
+          | cut -d- -f1-2)
+    out="reports/runs/$(date -u +%Y-%m-%d)-${gpu:-gpu}-gpu-report"
 fi
 mkdir -p "$out" && rm -f "$out/skipped.txt"
 start=$(date +%s)
@@ -52,10 +60,10 @@ cat "$out/machine.txt"
 step cuda-tests.txt 60 "$py" -m pytest -q -p no:cacheprovider tests/real/model/test_static_steps.py tests/real/run/test_bench.py \
     tests/validation/test_profile_device.py tests/real/train/test_demo_models.py -k "cuda or gpu"
 step train.txt 240 "${hs[@]}" train-demo --preset small --device cuda:0
-step calibrate.txt 240 "${hs[@]}" calibrate --device cuda:0 --models demo:small --out "$out/profiled-cuda0.toml"
-if [ -f "$out/profiled-cuda0.toml" ]; then
+step calibrate.txt 240 "${hs[@]}" calibrate --device cuda:0 --models demo:small --out "$out/profile-small/profiled-cuda0.toml"
+if [ -f "$out/profile-small/profiled-cuda0.toml" ]; then
     step validate.txt 180 "${hs[@]}" validate --quick --preset small --device cuda:0 \
-        --platform "$out/profiled-cuda0.toml" --out "$out/validation"
+        --platform "$out/profile-small/profiled-cuda0.toml" --out "$out/validation"
 fi
 step run-compare.txt 90 "${hs[@]}" run --compare ar,medusa,chain,draft-tree --preset small --device cuda:0 \
     --dtype fp16 --prompts 4 --max-new-tokens 64
@@ -65,5 +73,6 @@ for method in hcmp dovetail alspec; do
         --max-new-tokens 48
 done
 # last, the longest: the default models' profile (both demo presets and llama2-7b)
-step calibrate-default.txt 600 "${hs[@]}" calibrate --device cuda:0 --out "$out/default/profiled-cuda0.toml"
+step calibrate-default.txt 600 "${hs[@]}" calibrate --device cuda:0 --out "$out/profile-default/profiled-cuda0.toml"
+"$py" -m real.run.gpu_record "$out" --started "$started"      # results.json and machine.json
 echo "wrote $out ($(( $(date +%s) - start )) s)"

@@ -62,3 +62,32 @@ def test_the_steps_run_in_order_until_the_budget_and_the_rest_are_named(tmp_path
     assert not (out / "train.txt").exists() and not (out / "validate.txt").exists()   # no profile: no validation
     for name in ("run-compare.txt", "bench-llama2-7b.txt", "hetero-hcmp.txt", "hetero-dovetail.txt", "hetero-alspec.txt"):
         assert (out / name).read_text().startswith("ran -m hetspec ")           # the steps that fit in what was left
+    assert "ran -m real.run.gpu_record " + str(out) + " --started " in proc.stdout    # the run record, last
+
+
+def test_the_run_record_lists_each_step_and_the_validation_headline(tmp_path):
+    import json
+
+    from real.run.gpu_record import main as record_main
+
+    out = tmp_path / "2026-01-01-nvidia-h200-gpu-report"
+    (out / "validation").mkdir(parents=True)
+    (out / "machine.txt").write_text("date: now\n")
+    (out / "cuda-tests.txt").write_text("10 passed\nexit status 0\n")
+    (out / "bench-llama2-7b.txt").write_text("Traceback\nexit status 1\n")
+    (out / "skipped.txt").write_text("calibrate-default.txt: skipped, 10 s left of 780 (needs about 600 s)\n")
+    (out / "validation" / "results.json").write_text(json.dumps({"methods": [
+        {"method": "chain", "median_step_error": 0.126, "regret": 0.0},
+        {"method": "medusa", "median_step_error": 0.263, "regret": 0.131}]}))
+    assert record_main([str(out), "--started", "2026-01-01T05:02:04+00:00"]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["steps"] == [{"file": "bench-llama2-7b.txt", "exit_status": 1},
+                                {"file": "cuda-tests.txt", "exit_status": 0}]
+    record = results["record"]
+    assert record["kind"] == "gpu-report"
+    assert record["headline"] == {"steps run": 2, "steps skipped": 1, "steps failed": 1, "chain step err %": 12.6,
+                                  "chain regret %": 0.0, "medusa step err %": 26.3, "medusa regret %": 13.1}
+    assert record["verdict"] == "2 steps ran, 1 failed (bench-llama2-7b.txt); 1 skipped for time (skipped.txt)"
+    machine = json.loads((out / "machine.json").read_text())
+    assert machine["started"] == "2026-01-01T05:02:04+00:00"
+    assert machine["machine"]["gpu"] == (None if not torch.cuda.is_available() else machine["machine"]["gpu"])

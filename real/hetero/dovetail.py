@@ -168,9 +168,9 @@ def grow_tree(drafter, d_cache, lag: Tensor, lag_feats: Tensor | None, root_pos:
     forward): the tree's work between the passes (choosing the nodes to feed, their mask rows, their top-k,
     the pool, the rerank) falls outside the draft records, where the decode's time outside its traced
     forwards (``DecodeResult.host_s``) measures it as host work, which ``hetspec calibrate`` fits as the
-    ``dovetail`` loop costs. (The mask rows were once inside the records, built row by row: ~0.3 ms of a
-    10-node pass on one thread of the 2-core development machine that neither the forward's price nor the
-    host costs counted, the drafter's passes 20-30 % above their price.)"""
+    ``dovetail`` loop costs. (Inside the records, that work, about 0.3 ms of a 10-node pass on one CPU
+    thread, would be counted by neither the forward's price nor the host costs, and the drafter's passes
+    would read 20-30 % above their price.)"""
     device = lag.device
     n0 = lag.shape[1]
     k = config.top_k

@@ -244,11 +244,10 @@ def bind_team(worker: Worker) -> TeamBinding | None:
     in order. None where this cannot be done (no pinning, one thread, helpers not found).
 
     Why: Dovetail's drafter and verifier take turns. After a round drafted on a single-thread worker the
-    two-thread verifier's helper had slept through the drafting, and an unpinned helper woken for the
-    verification was at times run on its waker's core: on the 2-core development machine 8 of 42 such
-    verifications took 12-32 ms against a median of 7.45 (``hetspec run --method dovetail --workers cpu0,cpu
-    --trace``, 2026-11-26); a helper that spins instead of sleeping (``OMP_WAIT_POLICY=ACTIVE
-    GOMP_SPINCOUNT=infinite``) never showed it."""
+    multi-thread verifier's helper has slept through the drafting, and an unpinned helper woken for the
+    verification can be run on its waker's core, which makes that verification several times slower than
+    the median (``hetspec run --method dovetail --workers cpu0,cpu --trace`` shows the outliers); a helper
+    that spins instead of sleeping (``OMP_WAIT_POLICY=ACTIVE GOMP_SPINCOUNT=infinite``) does not show them."""
     cores = allowed_cores()
     n = worker.threads or 1
     if not can_pin() or worker.device != "cpu" or worker.cores or n < 2 or len(cores) < n:
@@ -398,12 +397,11 @@ class WorkerThread:
 def sequential_caller(workers: Sequence[Worker]) -> int:
     """Which of ``workers`` a session whose workers take turns (never two at once, as Dovetail's drafter
     and verifier) runs on the calling thread: the all-core ``cpu`` worker where there is one, else the
-    first. A multi-threaded step driven from a :class:`WorkerThread` beside a pinned caller ran at
-    single-thread speed or slower, with every core in the thread's mask: in ``hetspec validate --hetero``
-    (run of 2026-11-23 21:58) Dovetail's verification on ``cpu`` took 25.83 ms after drafting on ``cpu0``
-    and 15.13 ms after drafting on ``cpu`` (one worker, the calling thread); with the ``cpu`` worker on the
-    calling thread, 19.50 and 17.05 ms (run of 23:42). Sessions whose workers compute at once (hcmp,
-    alspec) keep their first worker on the calling thread."""
+    first. A multi-threaded step driven from a :class:`WorkerThread` beside a pinned caller runs at
+    single-thread speed or slower even with every core in the thread's mask, so the all-core worker's
+    steps belong on the calling thread (``hetspec validate --hetero`` times Dovetail's verification after
+    drafting on either worker). Sessions whose workers compute at once (hcmp, alspec) keep their first
+    worker on the calling thread."""
     for i, w in enumerate(workers):
         if w.device == "cpu" and not w.cores and (w.threads or 1) > 1:
             return i

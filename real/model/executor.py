@@ -2,9 +2,9 @@
 static buffers and, on a CUDA device, CUDA graphs.
 
 An eager forward of a decode step launches a few hundred small kernels from Python; on a GPU the
-launches, not the weights, set its time (measured on an H100 80GB HBM3 SXM5, 2026-11-23: an eager
-Llama-2-7B fp16 forward took 23-43 ms at every q from 1 to 256, while replaying one CUDA graph of a
-hand-written 7B step took 7.3 ms at q = 1). A graph replays a recorded sequence of kernels at fixed
+launches, not the weights, set its time (on an H100 an eager Llama-2-7B fp16 forward costs several
+times a CUDA graph replay of the same step at q = 1: the eager profile and the eager step times in
+hwmodels/presets/profiles/, and ``hetspec bench``). A graph replays a recorded sequence of kernels at fixed
 addresses, so everything a step reads must sit in buffers allocated once, with shapes that do not
 change from step to step. This module provides exactly that:
 

@@ -90,8 +90,8 @@ NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 def bf16_supported(cpu_flags: frozenset[str] | None = None) -> bool:
     """True where the CPU has native bf16 matrix instructions; bf16 autocast is slower than fp32
     without them. oneDNN's own check also says yes on any AVX-512 CPU, which only emulates bf16:
-    on an AVX-512 Xeon without AVX512-BF16 a training step of the small target took 2.5-3.2 s
-    autocast and 1.1-1.5 s in fp32 (2026-11-27). So on x86 the CPU's flags decide (``cpu_flags``:
+    on an AVX-512 Xeon without AVX512-BF16 a training step of the small target takes about twice
+    as long under bf16 autocast as in fp32 (docs/demo-models.md). So on x86 the CPU's flags decide (``cpu_flags``:
     the flags to judge, default :func:`x86_cpu_flags`); elsewhere, or where they cannot be read,
     oneDNN's check."""
     try:

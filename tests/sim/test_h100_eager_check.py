@@ -1,7 +1,7 @@
 """The H100 eager check: HetSpec's own eager model (real.model.transformer.Transformer, fp16, Llama-2-7B and
 TinyLlama-1.1B shapes) predicted from launch-inclusive operator calls, against its measured forward.
 
-Both files were measured on one NVIDIA H100 80GB HBM3 SXM5 with torch 2.11.0+cu130 on 2026-11-23 by this
+Both files were measured on one NVIDIA H100 80GB HBM3 SXM5 with torch 2.11.0+cu130 by this
 project's GPU operator probe (hwmodels/presets/profiles/sources/): the operators one at a time from Python
 (CUDA events, launch included), and one eager forward of the model at q new tokens (causal tree mask) over
 s cached tokens. The profile is their import as launch-inclusive eager calls (mode eager,
@@ -32,7 +32,7 @@ from sim.step_timing import price_step
 from paths import DATA
 
 DATA = DATA
-STEPS = builtin_preset_dir() / "profiles" / "sources" / "h100-2026-11-23-hetspec-model-eager-steps.csv"
+STEPS = builtin_preset_dir() / "profiles" / "sources" / "h100-hetspec-model-eager-steps.csv"
 DEVICE = load_platform_file(DATA / "h100-sxm-eager.toml").device("gpu")
 
 

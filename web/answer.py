@@ -8,8 +8,7 @@
 - the simulated step as a Chrome trace: :func:`sim.engine.simulate` and :func:`sim.trace.to_chrome_trace`,
   as ``hetspec simulate --trace``.
 
-Names are what a user may choose from (presets, the user's platforms folder, and the files uploaded to
-this server): a path typed into a request is refused, so the page never reads a file the user did not send.
+The names in a query are resolved by :class:`web.catalog.Catalog` (choices only, never a path).
 """
 
 from __future__ import annotations
@@ -18,19 +17,15 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from hwmodels.dtypes import DTYPE_BYTES
 from hwmodels.errors import HetSpecError, UnknownNameError
-from hwmodels.loader import get_platform, load_platforms
-from sim.acceptance import ALPHA_PREFIX, acceptance_names, load_acceptance
 from sim.commands.predict import check_positions, describe_config
-from sim.model_spec import get_model, model_names
 from sim.optimizer import OptimizeResult, optimize
 from sim.step_graph import build_step_graph
 from sim.step_timing import price_step
 from sim.strategies import available_methods
 from sim.strategies.base import Problem
-from sim.whatif import SCALE_RANGE, WhatIf, scale_acceptance, scale_platform
-from web.uploads import UploadStore
+from sim.whatif import WhatIf, scale_acceptance, scale_platform
+from web.catalog import Catalog
 
 #: Decode steps of a downloaded trace (``hetspec simulate``'s default).
 TRACE_STEPS = 20
@@ -67,54 +62,13 @@ class Query:
         return tuple(dict.fromkeys(self.methods))
 
 
-# ---------------------------------------------------------------------- names -> objects
-def platform_choices() -> tuple[list[str], list[str]]:
-    """The platforms a user may choose (presets, then the user's folder) and a line for each unreadable file."""
-    loaded, problems = load_platforms()
-    return list(loaded), [str(p) for p in problems]
-
-
-def choices(store: UploadStore) -> dict:
-    """What the controls offer."""
-    platforms, problems = platform_choices()
-    return {"models": list(model_names()), "uploaded_models": store.labels("model"), "platforms": platforms,
-            "platform_problems": problems, "methods": list(available_methods()),
-            "acceptances": list(acceptance_names()), "uploaded_acceptances": store.labels("acceptance"),
-            "dtypes": sorted(DTYPE_BYTES), "alpha_prefix": ALPHA_PREFIX, "scale_range": list(SCALE_RANGE)}
-
-
-def resolve_model(name: str, store: UploadStore):
-    if store.has("model", name):
-        return store.get("model", name)
-    names = model_names()
-    if name not in names:
-        raise UnknownNameError("model", name, list(names) + ["an uploaded config.json"])
-    return get_model(name)
-
-
-def resolve_platform(name: str):
-    names, _ = platform_choices()
-    if name not in names:
-        raise UnknownNameError("platform", name, names)
-    return get_platform(name)
-
-
-def resolve_acceptance(name: str | None, store: UploadStore):
-    if not name:
-        return None
-    if store.has("acceptance", name):
-        return store.get("acceptance", name)
-    if name.startswith(ALPHA_PREFIX) or name in acceptance_names():
-        return load_acceptance(name)
-    raise UnknownNameError("acceptance model", name, list(acceptance_names()) + ["alpha:<a>", "an uploaded file"])
-
-
-def build_problem(query: Query, store: UploadStore) -> Problem:
+# ---------------------------------------------------------------------- the problem
+def build_problem(query: Query, catalog: Catalog) -> Problem:
     """The problem ``hetspec predict`` would price for these controls, with the what-if scalings applied."""
-    model = resolve_model(query.model, store)
+    model = catalog.model(query.model)
     check_positions(model, query.context, names=("context", "new tokens"))
-    acceptance = scale_acceptance(resolve_acceptance(query.acceptance, store), query.whatif.acceptance)
-    return Problem(model=model, platform=scale_platform(resolve_platform(query.platform), query.whatif),
+    acceptance = scale_acceptance(catalog.acceptance(query.acceptance), query.whatif.acceptance)
+    return Problem(model=model, platform=scale_platform(catalog.platform(query.platform), query.whatif),
                    acceptance=acceptance, context=query.context, batch=query.batch, dtype=query.dtype)
 
 
@@ -213,10 +167,10 @@ def roofline(problem: Problem, method: str, result: OptimizeResult) -> dict:
             "ops": ops}
 
 
-def answer(query: Query, store: UploadStore) -> dict:
+def answer(query: Query, catalog: Catalog) -> dict:
     """Everything the page draws for ``query``."""
     methods = query.method_names
-    problem = build_problem(query, store)
+    problem = build_problem(query, catalog)
     results, reasons = search(problem, methods)
     rows = [best_row(m, results[m]) for m in methods if m in results]
     summary = verdict(rows)
@@ -228,31 +182,31 @@ def answer(query: Query, store: UploadStore) -> dict:
             "roofline": roofline(problem, summary["best"], results[summary["best"]]) if summary["best"] else None}
 
 
-def table_csv(query: Query, store: UploadStore) -> str:
+def table_csv(query: Query, catalog: Catalog) -> str:
     """Every configuration each chosen method evaluated, one CSV (the ``method`` column tells them apart)."""
     import pandas as pd
 
-    results, _ = search(build_problem(query, store), query.method_names)
+    results, _ = search(build_problem(query, catalog), query.method_names)
     if not results:
         raise HetSpecError("no chosen method can run this problem: nothing to download")
     return pd.concat([r.table for r in results.values()], ignore_index=True).to_csv(index=False)
 
 
-def platform_toml(query: Query) -> str:
+def platform_toml(query: Query, catalog: Catalog) -> str:
     """The platform as the what-if scaled it, as a platform file ``--platform FILE`` reads."""
     import tomli_w
 
     from hwmodels.loader import platform_to_dict
 
-    return tomli_w.dumps(platform_to_dict(scale_platform(resolve_platform(query.platform), query.whatif)))
+    return tomli_w.dumps(platform_to_dict(scale_platform(catalog.platform(query.platform), query.whatif)))
 
 
-def chrome_trace(query: Query, store: UploadStore, method: str | None = None) -> dict:
+def chrome_trace(query: Query, catalog: Catalog, method: str | None = None) -> dict:
     """``hetspec simulate --trace x.json``'s trace of ``method``'s best configuration (default: the fastest)."""
     from sim.engine import simulate
     from sim.trace import to_chrome_trace
 
-    problem = build_problem(query, store)
+    problem = build_problem(query, catalog)
     methods = (method,) if method else query.method_names
     if method and method not in available_methods():
         raise UnknownNameError("method", method, available_methods())

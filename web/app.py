@@ -26,8 +26,9 @@ from pydantic import BaseModel
 
 from hwmodels.errors import HetSpecError
 from sim.whatif import WhatIf
-from web.answer import Query, answer, chrome_trace, choices, platform_toml, table_csv
-from web.uploads import MAX_UPLOAD_BYTES, UploadStore
+from web.answer import Query, answer, chrome_trace, platform_toml, table_csv
+from web.catalog import Catalog
+from web.uploads import MAX_UPLOAD_BYTES
 
 STATIC = Path(__file__).resolve().parent / "static"
 PAGE_FILES = {"app.js": "text/javascript", "style.css": "text/css"}
@@ -77,9 +78,9 @@ def _validation_message(exc: RequestValidationError) -> str:
 
 
 def create_app() -> FastAPI:
-    """A fresh app with its own upload store."""
+    """A fresh app with its own uploads and parsed platforms."""
     app = FastAPI(title="HetSpec what-if", docs_url=None, redoc_url=None, openapi_url=None)
-    store = UploadStore()
+    catalog = Catalog()
     plotly = plotly_js()
 
     @app.exception_handler(HetSpecError)
@@ -106,33 +107,33 @@ def create_app() -> FastAPI:
 
     @app.get("/api/options")
     def options() -> dict:
-        return {**choices(store), "plots": plotly is not None}
+        return {**catalog.choices(), "plots": plotly is not None}
 
     @app.post("/api/answer")
     def post_answer(body: QueryIn) -> dict:
-        return answer(body.query(), store)
+        return answer(body.query(), catalog)
 
     @app.post("/api/upload")
     async def upload(request: Request, kind: str, filename: str) -> dict:
         data = await request.body()
         if len(data) > MAX_UPLOAD_BYTES:
             return _error(413, f"upload {filename}: more than the {MAX_UPLOAD_BYTES} bytes read")
-        key, loaded = store.add(kind, filename, data)
+        key, loaded = catalog.uploads.add(kind, filename, data)
         return {"id": key, "kind": kind, "name": loaded.name}
 
     @app.post("/api/table.csv")
     def post_table(body: QueryIn) -> Response:
-        return Response(table_csv(body.query(), store), media_type="text/csv",
+        return Response(table_csv(body.query(), catalog), media_type="text/csv",
                         headers={"Content-Disposition": 'attachment; filename="hetspec-table.csv"'})
 
     @app.post("/api/platform.toml")
     def post_platform(body: QueryIn) -> Response:
-        return Response(platform_toml(body.query()), media_type="application/toml",
+        return Response(platform_toml(body.query(), catalog), media_type="application/toml",
                         headers={"Content-Disposition": 'attachment; filename="platform.toml"'})
 
     @app.post("/api/trace.json")
     def post_trace(body: QueryIn) -> JSONResponse:
-        return JSONResponse(chrome_trace(body.query(), store, body.trace_method),
+        return JSONResponse(chrome_trace(body.query(), catalog, body.trace_method),
                             headers={"Content-Disposition": 'attachment; filename="hetspec-trace.json"'})
 
     return app

@@ -159,10 +159,15 @@ function drawRoofline(r) {
   }
   const pts = r.ops.filter((o) => o.intensity > 0 && o.attained_flops > 0);
   const xs = pts.map((o) => o.intensity);
-  const lo = Math.min(...xs, 0.1) / 2, hi = Math.max(...xs, 1) * 2;
-  const roof = (x) => Math.min(r.peak_flops, x * r.mem_bw);
+  const ridge = r.peak_flops / r.mem_bw;     // where the two roofs meet
+  const lo = Math.min(...xs, 0.1) / 2, hi = Math.max(...xs, ridge) * 2;
   const grid = [...Array(60).keys()].map((i) => lo * Math.pow(hi / lo, i / 59));
-  const traces = [{x: grid, y: grid.map(roof), mode: "lines", name: "roof (peaks)"}];
+  const roof = (flops, bw) => grid.map((x) => Math.min(flops, x * bw));
+  const traces = [
+    {x: grid, y: roof(r.peak_flops, r.mem_bw), mode: "lines", name: "peaks", line: {color: "#999"}},
+    {x: grid, y: roof(r.peak_flops * r.compute_efficiency, r.mem_bw * r.bw_efficiency), mode: "lines",
+     name: "achievable", line: {color: "#444", dash: "dash"}},
+  ];
   for (const bound of [...new Set(pts.map((o) => o.bound))]) {
     const sel = pts.filter((o) => o.bound === bound);
     traces.push({x: sel.map((o) => o.intensity), y: sel.map((o) => o.attained_flops), mode: "markers",
@@ -176,8 +181,8 @@ function plot(div, traces, title, xlabel, ylabel, opt) {
   if (typeof Plotly === "undefined") { $(div).textContent = "(plots need the plotly package)"; return; }
   Plotly.react(div, traces, {
     title: {text: title, font: {size: 13}}, margin: {l: 60, r: 10, t: 35, b: 45},
-    xaxis: {title: {text: xlabel}, type: opt.xtype || "linear"},
-    yaxis: {title: {text: ylabel}, type: opt.ytype || "linear"}, legend: {font: {size: 10}},
+    xaxis: {title: {text: xlabel}, type: opt.xtype || "linear", exponentformat: "e"},
+    yaxis: {title: {text: ylabel}, type: opt.ytype || "linear", exponentformat: "e"}, legend: {font: {size: 10}},
   }, {displayModeBar: false, responsive: true});
 }
 

@@ -115,6 +115,9 @@ def create_app() -> FastAPI:
 
     @app.post("/api/upload")
     async def upload(request: Request, kind: str, filename: str) -> dict:
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > MAX_UPLOAD_BYTES:     # refused before it is read
+            return _error(413, f"upload {filename}: more than the {MAX_UPLOAD_BYTES} bytes read")
         data = await request.body()
         if len(data) > MAX_UPLOAD_BYTES:
             return _error(413, f"upload {filename}: more than the {MAX_UPLOAD_BYTES} bytes read")

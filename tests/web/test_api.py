@@ -23,6 +23,7 @@ require_modules("fastapi", "httpx")
 from fastapi.testclient import TestClient  # noqa: E402
 
 from web.app import create_app  # noqa: E402
+from web.uploads import MAX_UPLOAD_BYTES  # noqa: E402
 
 QUERY = {"model": MODEL, "platform": PLATFORM, "acceptance": ACCEPTANCE, "methods": ["medusa", "chain"]}
 GOOD_CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 512,
@@ -170,7 +171,7 @@ def test_a_body_that_is_not_json_is_a_422(client):
     ({"kind": "acceptance", "filename": "profile.json"}, b'{"format": "x"}', 400, "profile.json: format"),
     ({"kind": "weights", "filename": "config.json"}, b"{}", 400, "kind 'weights' unknown"),
     ({"kind": "model"}, b"{}", 422, "filename: Field required"),
-    ({"kind": "model", "filename": "config.json"}, b" " * (8 * 1024 * 1024 + 1), 413, "bytes read"),
+    ({"kind": "model", "filename": "config.json"}, b" " * (MAX_UPLOAD_BYTES + 1), 413, "bytes read"),
 ])
 def test_a_malformed_upload_is_a_4xx_with_one_line(client, params, data, status, match):
     r = client.post("/api/upload", params=params, content=data)

@@ -191,8 +191,11 @@ async function upload(kind, input) {
   if (!file) return;
   setStatus("busy", "reading " + file.name);
   try {
+    const opt = state.options;    // of a checkpoint (GGUF), only the header is read: send the file's start
+    const part = opt.header_suffixes.some((s) => file.name.toLowerCase().endsWith(s))
+      ? file.slice(0, opt.max_upload_bytes) : file;
     const r = await fetch(`/api/upload?kind=${kind}&filename=${encodeURIComponent(file.name)}`,
-                          {method: "POST", body: await file.arrayBuffer()});
+                          {method: "POST", body: await part.arrayBuffer()});
     const j = await r.json();
     if (!r.ok) throw new Error(j.error || r.statusText);
     state.options = await (await fetch("/api/options")).json();

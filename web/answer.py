@@ -179,7 +179,18 @@ def answer(query: Query, catalog: Catalog) -> dict:
             "batch": problem.batch, "dtype": problem.model.dtype, "rows": rows,
             "unavailable": [{"method": m, "reason": reasons[m]} for m in methods if m in reasons],
             "verdict": summary, "curves": {m: curves(r) for m, r in results.items()},
-            "roofline": roofline(problem, summary["best"], results[summary["best"]]) if summary["best"] else None}
+            "roofline": best_roofline(problem, summary["best"], results)}
+
+
+def best_roofline(problem: Problem, method: str | None, results: dict[str, OptimizeResult]) -> dict | None:
+    """The fastest method's roofline; where its step cannot be priced on one device, the reason instead
+    (the table above it stands either way)."""
+    if method is None:
+        return None
+    try:
+        return roofline(problem, method, results[method])
+    except HetSpecError as exc:
+        return {"method": method, "error": str(exc)}
 
 
 def table_csv(query: Query, catalog: Catalog) -> str:

@@ -92,6 +92,15 @@ def test_it_says_when_speculation_does_not_pay(client):
     assert a["verdict"]["text"].startswith("Speculation does not pay on this box")
 
 
+def test_when_no_chosen_method_can_run_it_says_why(client):
+    r = client.post("/api/answer", json={**QUERY, "methods": ["chain", "dovetail"]})
+    assert r.status_code == 200, r.text
+    a = r.json()
+    assert a["rows"] == [] and a["roofline"] is None and a["verdict"]["best"] is None
+    assert [u["method"] for u in a["unavailable"]] == ["chain", "dovetail"]
+    assert client.post("/api/table.csv", json={**QUERY, "methods": ["chain"]}).status_code == 400
+
+
 def test_downloads_are_the_simulators_tables_platform_and_trace(client, tmp_path):
     body = {**QUERY, "methods": ["medusa"], "link_bw": 0.5, "mem_bw": 2.0}
     rows = list(csv.DictReader(io.StringIO(client.post("/api/table.csv", json=body).text)))

@@ -146,7 +146,11 @@ function drawCurves(a) {
 function drawRoofline(r) {
   const body = $("ops").querySelector("tbody");
   body.innerHTML = "";
-  if (!r) { $("roofline-note").textContent = ""; plot("plot-roofline", [], "roofline", "", "", {}); return; }
+  if (!r || r.error) {
+    $("roofline-note").textContent = r ? `no roofline of ${r.method}'s step: ${r.error}` : "";
+    plot("plot-roofline", [], "roofline", "", "", {});
+    return;
+  }
   $("roofline-note").textContent = `${r.method}'s verify step (q = ${r.tokens}, s = ${r.context}, b = ${r.batch}, ` +
     `${r.dtype}) on ${r.device}, all of it on that one device: ${r.total_ms.toFixed(3)} ms; the same as \`${r.command}\`.`;
   for (const o of r.ops) {

@@ -8,7 +8,7 @@ import json
 import tomllib
 
 import pytest
-from conftest import ACCEPTANCE, MODEL, PLATFORM, require_modules
+from page_helpers import ACCEPTANCE, MODEL, PLATFORM, require_modules
 
 from hwmodels.loader import get_platform, load_platform_file
 from sim.acceptance import load_acceptance, preset_dir

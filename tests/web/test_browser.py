@@ -20,9 +20,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ACCEPTANCE, MODEL, PLATFORM, require, require_modules
+from page_helpers import ACCEPTANCE, MODEL, PLATFORM, free_port, require, require_modules, wait_for
 from paths import REPO
-from test_serve_cli import free_port, wait_for
 
 from hetspec.cli import main
 from hwmodels.errors import HetSpecError

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from conftest import require_modules
+from page_helpers import require_modules
 from paths import REPO
 
 CHECK = """

@@ -5,19 +5,11 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-import time
-import urllib.request
 
 import pytest
 from cli_runner import one_line_error
-from conftest import require_modules
+from page_helpers import free_port, require_modules, wait_for
 from paths import REPO
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.parametrize("port", ["0", "70000"])
@@ -47,17 +39,3 @@ def test_serve_answers_on_loopback_by_default():
         proc.terminate()
         out, _ = proc.communicate(timeout=30)
     assert f"http://127.0.0.1:{port}/" in out
-
-
-def wait_for(url: str, proc: subprocess.Popen, timeout_s: float = 90.0) -> str:
-    """The body at ``url`` once the server answers (it imports the simulator first)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"the server exited with {proc.returncode}: {proc.stderr.read()}")
-        try:
-            with urllib.request.urlopen(url, timeout=5) as r:
-                return r.read().decode()
-        except OSError:
-            time.sleep(0.3)
-    raise AssertionError(f"no answer from {url} in {timeout_s} s")

@@ -39,3 +39,8 @@ def test_serve_answers_on_loopback_by_default():
         proc.terminate()
         out, _ = proc.communicate(timeout=30)
     assert f"http://127.0.0.1:{port}/" in out
+
+
+def test_without_the_web_extra_it_names_the_install(capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "uvicorn", None)          # what `import uvicorn` meets when it is missing
+    one_line_error(capsys, "serve", "--port", str(free_port()), match="uvicorn is missing): pip install 'hetspec[web]'")

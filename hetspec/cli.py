@@ -28,6 +28,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "real.run.commands",
     "real.train.commands",
     "real.validation.commands",
+    "web.commands",
 )
 
 

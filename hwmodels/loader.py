@@ -399,6 +399,11 @@ def _platform_files() -> dict[str, Path]:
     return files
 
 
+def platform_file(name: str) -> Path | None:
+    """The file platform ``name`` loads from (the built-in presets first, then the user folder), or None."""
+    return _platform_files().get(name)
+
+
 def platform_names() -> tuple[str, ...]:
     """Built-in presets plus platforms in the user platform folder (e.g. ``host``)."""
     return tuple(_platform_files())

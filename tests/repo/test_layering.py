@@ -1,6 +1,7 @@
 """The layering of the project, read from the imports of every module (``ast``, nothing imported).
 
 - ``hwmodels`` imports nothing of ours; ``sim`` imports only ``hwmodels``; neither imports torch;
+- ``web`` (the what-if page) imports only ``sim`` and ``hwmodels``: never ``real``, the CLI or torch;
 - nothing outside ``real.validation`` (and the CLI, ``hetspec``) imports ``real.validation``;
 - outside ``sim``, ``real.validation`` and the CLI, nothing prices with the simulator (strategies,
   closed form, engine, optimizer, step timing): the real path shares only the vocabulary (trees,
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 from paths import REPO
 
-PACKAGES = ("hwmodels", "sim", "real", "hetspec")
+PACKAGES = ("hwmodels", "sim", "real", "hetspec", "web")
 #: Modules of ``sim`` that price work (the real path must not use them outside ``real.validation``).
 PRICING = ("sim.strategies", "sim.closed_form", "sim.engine", "sim.optimizer", "sim.step_timing", "sim.pricing",
            "sim.sweep")
@@ -74,10 +75,12 @@ def violations(graph: dict[str, set[str]]) -> list[str]:
             top = _top(target)
             if _top(module) in ("hwmodels", "sim") and top == "torch":
                 out.append(f"{module} imports torch")
-            if _top(module) == "hwmodels" and top in ("sim", "real", "hetspec"):
+            if _top(module) == "hwmodels" and top in ("sim", "real", "hetspec", "web"):
                 out.append(f"{module} imports {target} (hwmodels imports nothing of ours)")
-            if _top(module) == "sim" and top in ("real", "hetspec"):
+            if _top(module) == "sim" and top in ("real", "hetspec", "web"):
                 out.append(f"{module} imports {target} (sim imports only hwmodels)")
+            if _top(module) == "web" and top in ("real", "hetspec", "torch"):
+                out.append(f"{module} imports {target} (web imports only sim and hwmodels)")
             outside_validation = not (_within(module, "real.validation") or _top(module) == "hetspec")
             if _within(target, "real.validation") and outside_validation:
                 out.append(f"{module} imports {target} (only real.validation and the CLI do)")
@@ -174,6 +177,7 @@ CLEAN = {
     "real/validation/__init__.py": "",
     "real/validation/predict.py": "from sim.closed_form import y\nfrom real.model import transformer\n",
     "hetspec/cli.py": "import real.validation.predict\n",
+    "web/app.py": "from sim.closed_form import y\n",
 }
 
 
@@ -183,6 +187,8 @@ CLEAN = {
     ("sim/tree.py", "def f():\n    from real.model import transformer\n", "sim.tree imports real.model"),
     ("real/model/transformer.py", "from real.validation import predict\n", "only real.validation and the CLI"),
     ("real/model/transformer.py", "from sim.closed_form import y\n", "pricing"),
+    ("web/app.py", "import torch\n", "web.app imports torch"),
+    ("web/app.py", "def f():\n    from real.model import transformer\n", "web.app imports real.model"),
 ])
 def test_a_forbidden_import_is_found(tmp_path, rel, line, expected):
     root = _tree(tmp_path, CLEAN)

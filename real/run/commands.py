@@ -21,10 +21,11 @@ METHODS = ("ar", "chain", "draft-tree", "medusa", "hcmp", "dovetail", "alspec")
 
 def register_run(subparsers) -> None:
     p = subparsers.add_parser(
-        "run", help="decode evaluation prompts with a method on the demo models",
-        description="Decode held-out evaluation prompts of the demo corpus with one decode method "
-                    "(greedy unless --temperature > 0) and report tokens/s and tokens per step; "
-                    "--compare times several methods in one interleaved run.")
+        "run", help="decode evaluation prompts with a method on the demo models or any --target",
+        description="Decode held-out evaluation prompts of the demo corpus (or --prompts-from text files) with one "
+                    "decode method (greedy unless --temperature > 0), on a demo preset's models or on any model "
+                    "given by --target (a Hugging Face folder or a GGUF file), and report tokens/s and tokens "
+                    "per step; --compare times several methods in one interleaved run.")
     p.add_argument("--method", default=None, metavar="M",
                    help=f"decode method: {', '.join(METHODS)} (required unless --compare)")
     p.add_argument("--compare", default=None, metavar="M1,M2,...",
@@ -210,7 +211,8 @@ def _handle_compare(args: argparse.Namespace) -> int:
 def register_profile(subparsers) -> None:
     p = subparsers.add_parser(
         "profile-acceptance", help="measure Medusa head accuracies and draft acceptance on calibration prompts",
-        description="Measure, on calibration prompts of the demo corpus, the Medusa heads' per-depth x "
+        description="Measure, on calibration prompts of the demo corpus (or --prompts-from text files), for a "
+                    "demo preset or the models given by --target / --draft / --heads, the Medusa heads' per-depth x "
                     "per-rank accuracies, the draft's per-token acceptance (overall and by confidence) "
                     "and the acceptance length of greedy Medusa trees of widths 1..64; write an "
                     "acceptance-profile JSON for the simulator.")

@@ -33,6 +33,12 @@ class CheckpointModels:
     def describe(self) -> str:
         return f"the target {self.summary['paths']['target']}"
 
+    @property
+    def stream_folder(self) -> Path:
+        """The safetensors folder ``draft-tree --memory-budget`` streams the target's layers from (the request
+        refuses a GGUF target there, real.run.request.check_model_paths)."""
+        return Path(self.summary["paths"]["target"])
+
 
 def paths_fingerprint(paths: ModelPaths) -> str:
     """Identity of the files named: their resolved paths, sizes and modification times."""

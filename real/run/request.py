@@ -58,6 +58,9 @@ class RunRequest:
     def __post_init__(self) -> None:
         check_method(self.method)
         check_model_paths(self.method, self.target, self.draft, self.heads, self.drafter)
+        if self.memory_budget is not None and self.target is not None and Path(self.target).suffix.lower() == ".gguf":
+            raise HetSpecError(f"--memory-budget streams the target's layers from a safetensors folder; --target "
+                               f"{self.target} is a GGUF file (save it as a Hugging Face folder first)")
         check_prompts_from(self.prompts_from)
         object.__setattr__(self, "device", check_device_name(self.device))
         check_dtype_name(self.dtype)

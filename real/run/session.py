@@ -207,7 +207,7 @@ def profile_demo(preset: str, out: str | Path, prompts: int, prompt_tokens: int,
 
     check_profile_args(str(out), prompts, prompt_tokens, max_new_tokens)
     models = load_models(preset, placement=placement, paths=paths)
-    calibration = cut_prompts(models, "calibration", prompts, prompt_tokens, 0, prompts_from)
+    calibration = model_prompts(models, "calibration", prompts, prompt_tokens, 0, prompts_from)
     where = {"device": placement.device, "dtype": placement.dtype} if placement is not None else {}
     name = f"demo-{preset}" if paths is None else Path(paths.target).stem
     profile = measure_profile(models, calibration, max_new_tokens, name=name,
@@ -279,11 +279,11 @@ def generator(models, seed: int) -> torch.Generator:
 
 def evaluation_prompts(models, request: RunRequest) -> list[list[int]]:
     """The request's prompts: cut from ``--prompts-from`` where given, else from the corpus's evaluation split."""
-    return cut_prompts(models, "evaluation", request.prompts, request.prompt_tokens, request.seed,
+    return model_prompts(models, "evaluation", request.prompts, request.prompt_tokens, request.seed,
                        request.prompts_from)
 
 
-def cut_prompts(models, split: str, n: int, prompt_tokens: int, seed: int, prompts_from: str | None = None):
+def model_prompts(models, split: str, n: int, prompt_tokens: int, seed: int, prompts_from: str | None = None):
     """``n`` prompts in the models' tokens: from the text files of ``prompts_from``, else from ``split`` of the
     corpus (:mod:`real.train.corpus`)."""
     from real.train.corpus import prompts as corpus_prompts

@@ -52,12 +52,12 @@ def _run_json(capsys, *args) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
-@pytest.mark.parametrize("method", ["ar", "chain", "draft-tree", "medusa"])
-def test_every_single_device_method_runs_on_a_gguf_target_and_equals_ar(models, capsys, demo_cache_dir, method):
+@pytest.mark.parametrize("method", ["ar", "chain", "draft-tree", "medusa", "hcmp", "dovetail", "alspec"])
+def test_every_method_runs_on_a_gguf_target_and_equals_ar(models, capsys, demo_cache_dir, method):
     given = ("--target", models["target"], "--draft", models["draft"], "--heads", models["heads"],
              "--prompts-from", str(TEXTWRAP), *SHORT)
     ar = _run_json(capsys, "--method", "ar", *given)
-    out = _run_json(capsys, "--method", method, *given, *(("--tree", models["tree"]) if method == "medusa" else ()))
+    out = _run_json(capsys, "--method", method, *given, *(("--tree", models["tree"]) if method in ("medusa", "hcmp") else ()))
     assert out["tokens"] == ar["tokens"] and len(out["tokens"]) == 2
     assert out["models"] == f"the target {models['target']}"
     assert out["texts"] and all(isinstance(t, str) for t in out["texts"])
@@ -100,6 +100,9 @@ def test_profile_acceptance_on_a_gguf_target(models, capsys, tmp_path):
     (("--method", "ar", "--target", "{target}", "--prompts-from", "/no/such/prompts"),
      "--prompts-from /no/such/prompts: no such file or folder"),
     (("--method", "ar", "--target", "{other}"), "tokenizer.ggml.model: missing field"),
+    (("--method", "draft-tree", "--target", "{target}", "--draft", "{draft}", "--memory-budget", "1MB"),
+     "--target {target} is a GGUF file (save it as a Hugging Face folder first)"),
+    (("--method", "dovetail", "--target", "{target}", "--drafter", "dgf"), "dovetail --drafter dgf is trained for"),
 ])
 def test_what_a_method_lacks_is_one_line(models, capsys, args, match):
     one_line_error(capsys, "run", *(a.format(**models) for a in args), *SHORT, match=match.format(**models))

@@ -114,7 +114,8 @@ def run_hetero_demo(request: RunRequest, trace: str | None = None, progress: boo
             result, hetero = _run_workers(models, request, config, prompts, worker, progress)
     if trace is not None:
         write_trace(result.records, trace)
-    info = {"preset": request.preset, "models": models_label(models), "prompts": request.prompts, "prompt_tokens": request.prompt_tokens,
+    info = {"preset": request.preset, "models": models_label(models), "prompts": request.prompts,
+            "prompt_tokens": request.prompt_tokens,
             "max_new_tokens": request.max_new_tokens, "seed": request.seed, "temperature": request.temperature,
             "threads": request.threads or torch.get_num_threads(), "hetero": hetero,
             "texts": [models.tokenizer.decode(r.ids) for r in result.results],

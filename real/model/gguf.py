@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
-from hwmodels.errors import HetSpecError, PresetError
+from hwmodels.errors import PresetError
 from real.model.checkpoint import model_from_state, torch_dtype
 from real.model.tokenizer import BPETokenizer
 from real.model.transformer import Transformer

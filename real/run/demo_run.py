@@ -53,7 +53,8 @@ def run_demo(request: RunRequest, trace: str | None = None, progress: bool = Tru
                              request.max_new_tokens, seed=request.seed, progress=progress)
     if trace is not None:
         write_trace(result.records, trace)
-    info = {"preset": request.preset, "models": models_label(models), "prompts": request.prompts, "prompt_tokens": request.prompt_tokens,
+    info = {"preset": request.preset, "models": models_label(models), "prompts": request.prompts,
+            "prompt_tokens": request.prompt_tokens,
             "max_new_tokens": request.max_new_tokens, "seed": request.seed, "temperature": request.temperature,
             "threads": request.threads or default_threads(), "device": placement.device,
             "dtype": placement.dtype, "graphs": placement.graphs,

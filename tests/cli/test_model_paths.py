@@ -57,7 +57,8 @@ def test_every_method_runs_on_a_gguf_target_and_equals_ar(models, capsys, demo_c
     given = ("--target", models["target"], "--draft", models["draft"], "--heads", models["heads"],
              "--prompts-from", str(TEXTWRAP), *SHORT)
     ar = _run_json(capsys, "--method", "ar", *given)
-    out = _run_json(capsys, "--method", method, *given, *(("--tree", models["tree"]) if method in ("medusa", "hcmp") else ()))
+    tree = ("--tree", models["tree"]) if method in ("medusa", "hcmp") else ()
+    out = _run_json(capsys, "--method", method, *given, *tree)
     assert out["tokens"] == ar["tokens"] and len(out["tokens"]) == 2
     assert out["models"] == f"the target {models['target']}"
     assert out["texts"] and all(isinstance(t, str) for t in out["texts"])

@@ -73,6 +73,7 @@ class Op:
     batched: bool = False
     #: how the operator's weights are stored: the compute dtype (``fp16``), or a GGUF tensor type (``Q4_1``)
     #: where the model's spec keeps one (:attr:`sim.model_spec.ModelSpec.weight_formats`); "" without weights
+    #: and for the operators a strategy adds (Medusa heads, drafter layers: at the compute dtype)
     weight_type: str = ""
 
     @property

@@ -60,6 +60,9 @@ class ModelSpec:
     rope_scaling: tuple = ()
     bos_token_id: int | None = None
     eos_token_id: int | tuple[int, ...] | None = None
+    #: weights stored in formats other than ``dtype`` (a GGUF file's tensor types): one
+    #: :class:`sim.model_gguf.WeightFormat` per step-graph operator; empty: every weight at ``dtype``
+    weight_formats: tuple = ()
 
     def __post_init__(self) -> None:
         for field in ("n_layers", "hidden", "intermediate", "n_heads", "n_kv_heads", "vocab", "max_position"):
@@ -146,8 +149,20 @@ class ModelSpec:
         return self.n_layers * self.params_per_layer + self.embedding_params + head + self.hidden
 
     def weight_bytes(self, dtype: str | None = None) -> float:
-        """Bytes of all weights at ``dtype`` (default: the spec's dtype)."""
-        return self.params * DTYPE_BYTES[check_dtype(dtype or self.dtype, "dtype")]
+        """Bytes of all weights at ``dtype`` (default: the spec's dtype); the weights of
+        :attr:`weight_formats` at their stored size (a tied LM head counted once)."""
+        dt = DTYPE_BYTES[check_dtype(dtype or self.dtype, "dtype")]
+        stored = [f for f in self.weight_formats if not (f.op == "lm_head" and self.tie_embeddings)]
+        return sum(f.stored_bytes for f in stored) + (self.params - sum(f.elements for f in stored)) * dt
+
+    def weight_format(self, op: str):
+        """How the weights of step-graph operator ``op`` are stored (a :class:`sim.model_gguf.WeightFormat`;
+        None: at the compute dtype)."""
+        return next((f for f in self.weight_formats if f.op == op), None)
+
+    def dequantized(self, dtype: str) -> "ModelSpec":
+        """The spec with every weight at ``dtype``: what the real path runs after dequantizing a GGUF file."""
+        return replace(self, dtype=check_dtype(dtype, "dtype"), weight_formats=())
 
     def kv_bytes_per_token(self, dtype: str | None = None) -> float:
         """KV-cache bytes one token adds over all layers."""
@@ -334,6 +349,24 @@ def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
     return spec_from_hf_config(config, name or config.get("hetspec_name") or path.parent.name, str(path))
 
 
+def spec_from_gguf(gguf_file, name: str | None = None) -> ModelSpec:
+    """A :class:`ModelSpec` from a read GGUF file (:func:`sim.model_gguf.spec_fields`; the reader is there)."""
+    from sim.model_gguf import spec_fields
+
+    fields = spec_fields(gguf_file, name)
+    try:
+        return ModelSpec(**fields)
+    except HetSpecError as exc:   # the metadata is inconsistent in a way the reader does not check
+        raise PresetError(fields["source"], "llama", str(exc)) from None
+
+
+def load_gguf_spec(path: str | Path, name: str | None = None) -> ModelSpec:
+    """The :class:`ModelSpec` of a Llama GGUF file, its weights at their stored sizes."""
+    from sim.model_gguf import read_gguf
+
+    return spec_from_gguf(read_gguf(path), name)
+
+
 # ---------------------------------------------------------------------- presets
 _MODEL_FIELDS = ("n_layers", "hidden", "intermediate", "n_heads", "n_kv_heads", "vocab")
 
@@ -361,11 +394,13 @@ def model_names() -> tuple[str, ...]:
 
 
 def get_model(name_or_path: str) -> ModelSpec:
-    """A preset by name, or a ``config.json`` (file or folder) by path."""
+    """A preset by name, a ``config.json`` (file or folder) or a GGUF file by path."""
     table = _preset_table()
     if name_or_path in table:
         return table[name_or_path]
     candidate = Path(name_or_path)
+    if candidate.suffix.lower() == ".gguf":
+        return load_gguf_spec(candidate)
     if candidate.suffix == ".json" or candidate.is_dir() or "/" in name_or_path:
         return load_hf_config(candidate)
     raise UnknownNameError("model", name_or_path, table)

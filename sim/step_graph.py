@@ -71,6 +71,10 @@ class Op:
     #: a linear run as one batched GEMM over stacked weights (torch.matmul, HetSpec's Medusa heads), which
     #: a calibrated device prices with its batched curves (hwmodels.platform.Device)
     batched: bool = False
+    #: how the operator's weights are stored: the compute dtype (``fp16``), or a GGUF tensor type (``Q4_1``)
+    #: where the model's spec keeps one (:attr:`sim.model_spec.ModelSpec.weight_formats`); "" without weights
+    #: and for the operators a strategy adds (Medusa heads, drafter layers: at the compute dtype)
+    weight_type: str = ""
 
     @property
     def bytes(self) -> float:
@@ -119,22 +123,33 @@ class StepGraph:
 
 
 def linear_op(name: str, tokens: int, d_in: int, d_out: int, dt: float, count: int,
-              kind: str = "linear", section: str = "layer", batched: bool = False) -> Op:
+              kind: str = "linear", section: str = "layer", batched: bool = False,
+              weight: tuple[float, str] | None = None) -> Op:
     """A GEMM of ``tokens`` rows by a ``d_in x d_out`` weight (Medusa App. accounting); ``batched``: one
-    batched GEMM over stacked weights whose outputs total ``d_out`` (:attr:`Op.batched`)."""
-    return Op(name, kind, section, flops=2.0 * tokens * d_in * d_out, weight_bytes=dt * d_in * d_out,
+    batched GEMM over stacked weights whose outputs total ``d_out`` (:attr:`Op.batched`); ``weight``:
+    (bytes per weight, type name) of weights stored otherwise than at ``dt`` (:func:`stored_weight`)."""
+    wdt, wtype = weight if weight is not None else (dt, "")
+    return Op(name, kind, section, flops=2.0 * tokens * d_in * d_out, weight_bytes=wdt * d_in * d_out,
               act_bytes=dt * tokens * (d_in + d_out), kv_bytes=0.0, tokens=tokens, count=count,
-              table="linear", shape=f"{d_in}x{d_out}", batched=batched)
+              table="linear", shape=f"{d_in}x{d_out}", batched=batched, weight_type=wtype)
+
+
+def stored_weight(model: ModelSpec, op: str, dtype: str) -> tuple[float, str]:
+    """(bytes per weight, type name) of operator ``op``'s weights: as the model's file stores them
+    (:attr:`ModelSpec.weight_formats`, block scales included), else at the compute ``dtype``."""
+    fmt = model.weight_format(op)
+    return (fmt.bytes_per_weight, fmt.type) if fmt is not None else (DTYPE_BYTES[dtype], dtype)
 
 
 def elementwise_op(name: str, kind: str, elements: float, flops_per_element: float, dt: float,
                    count: int, reads: int = 1, writes: int = 1, weight_bytes: float = 0.0,
                    section: str = "layer", tokens: int = 0, launches: int = 1, table: str = "", shape: str = "",
-                   eager_launches: int | None = None, keys: int = 0, batch: int = 1, profile_tokens: int = 0) -> Op:
+                   eager_launches: int | None = None, keys: int = 0, batch: int = 1, profile_tokens: int = 0,
+                   weight_type: str = "") -> Op:
     return Op(name, kind, section, flops=flops_per_element * elements, weight_bytes=weight_bytes,
               act_bytes=dt * elements * (reads + writes), kv_bytes=0.0, tokens=tokens, count=count,
               launches=launches, table=table, shape=shape, eager_launches=eager_launches, keys=keys, batch=batch,
-              profile_tokens=profile_tokens)
+              profile_tokens=profile_tokens, weight_type=weight_type)
 
 
 def attention_ops(model: ModelSpec, q: int, s: int, b: int, dt: float, density: float) -> list[Op]:
@@ -196,16 +211,25 @@ def build_step_graph(model: ModelSpec, tokens: int, context: int, batch: int = 1
     llama = model.arch == "llama"
     norm = {**ew, "table": "norm", "shape": str(h), "eager_launches": EAGER_NORM_LAUNCHES if llama else None}
     add = {**ew, "table": "add", "shape": str(h)}
+    def w(op: str) -> dict:      # how ``op``'s weights are stored (linear_op's ``weight``)
+        return {"weight": stored_weight(model, op, dtype)}
+
+    def norm_w(op: str) -> dict:
+        per, wtype = stored_weight(model, op, dtype)
+        return {"weight_bytes": per * h, "weight_type": wtype}
+
+    # the embedding's looked-up rows are read as activations (weight_bytes 0); its type is shown
     ops: list[Op] = [elementwise_op("embed", "embedding", T * h, 0, dt, 1, reads=1, writes=1, section="pre",
-                                    table="embedding", shape=str(h), **ew)]
+                                    table="embedding", shape=str(h), weight_type=stored_weight(model, "embed",
+                                                                                               dtype)[1], **ew)]
     if model.arch == "gpt2":
         ops.append(elementwise_op("pos_embed_add", "elementwise", T * h, ADD_FLOPS_PER_ELEMENT, dt, 1, reads=2,
                                   section="pre", **add))
     ops += [
-        elementwise_op("attn_norm", "norm", T * h, NORM_FLOPS_PER_ELEMENT, dt, L, weight_bytes=dt * h, **norm),
-        linear_op("q_proj", T, h, hq, dt, L),
-        linear_op("k_proj", T, h, kv, dt, L),
-        linear_op("v_proj", T, h, kv, dt, L),
+        elementwise_op("attn_norm", "norm", T * h, NORM_FLOPS_PER_ELEMENT, dt, L, **norm_w("attn_norm"), **norm),
+        linear_op("q_proj", T, h, hq, dt, L, **w("q_proj")),
+        linear_op("k_proj", T, h, kv, dt, L, **w("k_proj")),
+        linear_op("v_proj", T, h, kv, dt, L, **w("v_proj")),
     ]
     if model.arch == "llama":
         ops.append(elementwise_op("rope", "elementwise", T * (hq + kv), ROPE_FLOPS_PER_ELEMENT, dt, L, table="rope",
@@ -213,29 +237,29 @@ def build_step_graph(model: ModelSpec, tokens: int, context: int, batch: int = 1
                                   eager_launches=EAGER_ROPE_LAUNCHES, **ew))
     ops += attention_ops(model, q, s, b, dt, density)
     ops += [
-        linear_op("o_proj", T, hq, h, dt, L),
+        linear_op("o_proj", T, hq, h, dt, L, **w("o_proj")),
         elementwise_op("attn_residual", "elementwise", T * h, ADD_FLOPS_PER_ELEMENT, dt, L, reads=2, **add),
-        elementwise_op("mlp_norm", "norm", T * h, NORM_FLOPS_PER_ELEMENT, dt, L, weight_bytes=dt * h, **norm),
+        elementwise_op("mlp_norm", "norm", T * h, NORM_FLOPS_PER_ELEMENT, dt, L, **norm_w("mlp_norm"), **norm),
     ]
     if model.arch == "llama":
         ops += [
-            linear_op("gate_proj", T, h, i, dt, L),
-            linear_op("up_proj", T, h, i, dt, L),
+            linear_op("gate_proj", T, h, i, dt, L, **w("gate_proj")),
+            linear_op("up_proj", T, h, i, dt, L, **w("up_proj")),
             elementwise_op("act_mul", "elementwise", T * i, ACT_FLOPS_PER_ELEMENT, dt, L, reads=2, table="act_mul",
                            shape=str(i), eager_launches=EAGER_ACT_LAUNCHES, **ew),
         ]
     else:
         ops += [
-            linear_op("up_proj", T, h, i, dt, L),
+            linear_op("up_proj", T, h, i, dt, L, **w("up_proj")),
             elementwise_op("gelu", "elementwise", T * i, ACT_FLOPS_PER_ELEMENT, dt, L, table="gelu", shape=str(i),
                            **ew),
         ]
     ops += [
-        linear_op("down_proj", T, i, h, dt, L),
+        linear_op("down_proj", T, i, h, dt, L, **w("down_proj")),
         elementwise_op("mlp_residual", "elementwise", T * h, ADD_FLOPS_PER_ELEMENT, dt, L, reads=2, **add),
-        elementwise_op("final_norm", "norm", T * h, NORM_FLOPS_PER_ELEMENT, dt, 1, weight_bytes=dt * h,
+        elementwise_op("final_norm", "norm", T * h, NORM_FLOPS_PER_ELEMENT, dt, 1, **norm_w("final_norm"),
                        section="post", **norm),
-        linear_op("lm_head", T, h, model.vocab, dt, 1, kind="lm_head", section="post"),
+        linear_op("lm_head", T, h, model.vocab, dt, 1, kind="lm_head", section="post", **w("lm_head")),
     ]
     return StepGraph(model=model, tokens=q, context=s, batch=b, dtype=dtype, density=density, ops=tuple(ops),
                      eager_ops=eager_extra_ops(model, q, s, b, dt) if llama else ())

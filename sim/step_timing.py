@@ -27,6 +27,7 @@ class OpPrice:
         return {
             "name": op.name, "kind": op.kind, "section": op.section, "count": n, "tokens": op.tokens,
             "flops": op.flops * n, "bytes": op.bytes * n, "weight_bytes": op.weight_bytes * n,
+            "weight_type": op.weight_type,
             "act_bytes": op.act_bytes * n, "kv_bytes": op.kv_bytes * n,
             "intensity": round(op.intensity, 4), "density": op.density,
             "time_s": self.time_s, "compute_s": t.compute_s * n, "memory_s": t.memory_s * n,

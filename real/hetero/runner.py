@@ -94,11 +94,12 @@ def run_hetero_demo(request: RunRequest, trace: str | None = None, progress: boo
         demo_profile,
         evaluation_prompts,
         load_models,
+        models_label,
         torch_threads,
     )
 
     check_trace_path(trace)
-    models = load_models(request.preset, progress)
+    models = load_models(request.preset, progress, paths=request.model_paths)
     accuracy = None
     if request.method == "hcmp" and request.tree_file is None:
         accuracy = demo_profile(models, request.preset).medusa_accuracy
@@ -113,9 +114,11 @@ def run_hetero_demo(request: RunRequest, trace: str | None = None, progress: boo
             result, hetero = _run_workers(models, request, config, prompts, worker, progress)
     if trace is not None:
         write_trace(result.records, trace)
-    info = {"preset": request.preset, "prompts": request.prompts, "prompt_tokens": request.prompt_tokens,
+    info = {"preset": request.preset, "models": models_label(models), "prompts": request.prompts,
+            "prompt_tokens": request.prompt_tokens,
             "max_new_tokens": request.max_new_tokens, "seed": request.seed, "temperature": request.temperature,
             "threads": request.threads or torch.get_num_threads(), "hetero": hetero,
+            "texts": [models.tokenizer.decode(r.ids) for r in result.results],
             "summary_lines": summary_lines(request.method, hetero)}
     return result, info
 
@@ -171,7 +174,8 @@ def _run_streaming(models, request, config, prompts, worker):
     from real.hetero.streaming import StreamStats, close_streamed, streamed_target
 
     draft_bytes, kv_bytes = streaming_budget_parts(models, request, config)
-    target, plan = streamed_target(Path(models.folder) / "target", parse_bytes(request.memory_budget),
+    folder = getattr(models, "stream_folder", None) or Path(models.folder) / "target"   # models by path, or a preset's
+    target, plan = streamed_target(folder, parse_bytes(request.memory_budget),
                                    draft_bytes=draft_bytes, kv_bytes=kv_bytes)
     layers = target.model.layers
     streamed = replace(models, target=target)

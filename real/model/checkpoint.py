@@ -220,6 +220,13 @@ def load_model(folder: str | Path, dtype: str | torch.dtype = torch.float32,
                     except SafetensorError as exc:
                         raise HetSpecError(f"{path}: tensor {key} is unreadable ({str(exc).splitlines()[0]})") from None
                     state[tname] = tensor.to(device=device, dtype=dt)
+    return model_from_state(spec, state, device)
+
+
+def model_from_state(spec: ModelSpec, state: dict[str, torch.Tensor], device: str | torch.device = "cpu") -> Transformer:
+    """A :class:`Transformer` of ``spec`` holding the tensors of ``state`` (Hugging Face names, every one of
+    :func:`expected_shapes`): built on the meta device and the tensors assigned, so no random weights are
+    allocated first; a tied LM head shares the embedding; the RoPE tables rebuilt on ``device``."""
     with torch.device("meta"):
         model = Transformer(spec)
     if spec.tie_embeddings:

@@ -27,9 +27,11 @@ MIN_VOCAB = 257
 class BPETokenizer:
     """Thin wrapper over a ``tokenizers.Tokenizer``: ``encode``, ``decode``, ``vocab_size``."""
 
-    def __init__(self, tokenizer: Tokenizer):
+    def __init__(self, tokenizer: Tokenizer, eos_id: int | None = None):
+        """``eos_id``: the end-of-sequence token (a pretrained model's, e.g. from its GGUF metadata);
+        None: the demo vocabulary's :data:`EOS`."""
         self._tok = tokenizer
-        eos = tokenizer.token_to_id(EOS)
+        eos = tokenizer.token_to_id(EOS) if eos_id is None else eos_id
         if eos is None:
             raise HetSpecError(f"tokenizer has no {EOS} token")
         self.eos_id: int = eos
@@ -56,7 +58,7 @@ class BPETokenizer:
         return path
 
     @classmethod
-    def load(cls, path: str | Path) -> "BPETokenizer":
+    def load(cls, path: str | Path, eos_id: int | None = None) -> "BPETokenizer":
         path = Path(path)
         if path.is_dir():
             path = path / "tokenizer.json"
@@ -66,7 +68,7 @@ class BPETokenizer:
             tok = Tokenizer.from_file(str(path))
         except Exception as exc:  # tokenizers raises a bare Exception on malformed files
             raise HetSpecError(f"{path}: not a tokenizer.json ({str(exc).splitlines()[0]})") from None
-        return cls(tok)
+        return cls(tok, eos_id)
 
 
 def train_tokenizer(texts: Iterable[str], vocab_size: int, progress: bool = False) -> BPETokenizer:

@@ -21,10 +21,11 @@ METHODS = ("ar", "chain", "draft-tree", "medusa", "hcmp", "dovetail", "alspec")
 
 def register_run(subparsers) -> None:
     p = subparsers.add_parser(
-        "run", help="decode evaluation prompts with a method on the demo models",
-        description="Decode held-out evaluation prompts of the demo corpus with one decode method "
-                    "(greedy unless --temperature > 0) and report tokens/s and tokens per step; "
-                    "--compare times several methods in one interleaved run.")
+        "run", help="decode evaluation prompts with a method on the demo models or any --target",
+        description="Decode held-out evaluation prompts of the demo corpus (or --prompts-from text files) with one "
+                    "decode method (greedy unless --temperature > 0), on a demo preset's models or on any model "
+                    "given by --target (a Hugging Face folder or a GGUF file), and report tokens/s and tokens "
+                    "per step; --compare times several methods in one interleaved run.")
     p.add_argument("--method", default=None, metavar="M",
                    help=f"decode method: {', '.join(METHODS)} (required unless --compare)")
     p.add_argument("--compare", default=None, metavar="M1,M2,...",
@@ -32,6 +33,7 @@ def register_run(subparsers) -> None:
                         "are ratios of median tokens/s against the first")
     p.add_argument("--repeats", type=int, default=3, help="repeats per method with --compare (default 3)")
     add_preset_flags(p)
+    add_model_flags(p)
     add_knob_flags(p)
     p.add_argument("--temperature", type=float, default=0.0,
                    help="0 = greedy (default); > 0 samples (ar, chain: lossless; medusa: typical acceptance)")
@@ -71,6 +73,33 @@ RUN_KNOB_ARGS = {
 }
 
 
+def add_model_flags(parser) -> None:
+    """``--target`` / ``--draft`` / ``--heads`` / ``--prompts-from``: any model on disk instead of a demo preset."""
+    parser.add_argument("--target", default=None, metavar="PATH",
+                        help="the target model instead of a demo preset's: a Hugging Face folder (config.json + "
+                             "safetensors + tokenizer.json) or a .gguf file (dequantized on load)")
+    parser.add_argument("--draft", default=None, metavar="PATH",
+                        help="with --target: a draft model sharing its vocabulary (chain, draft-tree, dovetail)")
+    parser.add_argument("--heads", default=None, metavar="FOLDER",
+                        help="with --target: Medusa heads trained for it (medusa, hcmp)")
+    parser.add_argument("--prompts-from", default=None, metavar="FILE|DIR",
+                        help="cut the prompts from these text files (a file, or every file under a folder) "
+                             "instead of the standard library's split")
+
+
+def resolve_models(args) -> str:
+    """The preset of a command: the demo preset (trained if needed, :func:`resolve_preset`), or
+    ``checkpoint`` when ``--target`` names the models."""
+    from hwmodels.errors import HetSpecError
+
+    if args.target is None:
+        return resolve_preset(args)
+    if args.preset is not None or args.train:
+        raise HetSpecError(f"--target names the models; it does not combine with "
+                           f"{'--preset' if args.preset is not None else '--train'}")
+    return "checkpoint"
+
+
 def add_placement_flags(parser, graphs: bool = True) -> None:
     """``--device``, ``--dtype`` (and ``--graphs``) of the single-device methods (real.model.placement)."""
     parser.add_argument("--device", default=None, metavar="D",
@@ -104,7 +133,8 @@ def _request(args, method: str, only_applicable: bool):
     return RunRequest(method=method, preset=args.preset, temperature=args.temperature, top_p=args.top_p,
                       prompts=args.prompts, prompt_tokens=args.prompt_tokens,
                       max_new_tokens=args.max_new_tokens, seed=args.seed, threads=args.threads,
-                      device=args.device, dtype=args.dtype, graphs=args.graphs, **knobs)
+                      device=args.device, dtype=args.dtype, graphs=args.graphs, target=args.target,
+                      draft=args.draft, heads=args.heads, prompts_from=args.prompts_from, **knobs)
 
 
 def _check_placement(request) -> None:
@@ -126,7 +156,7 @@ def handle_run(args: argparse.Namespace) -> int:
         return _handle_compare(args)
     request = _request(args, args.method, only_applicable=False)   # validated before torch loads
     _check_placement(request)
-    args.preset = resolve_preset(args)
+    args.preset = resolve_models(args)
     request = replace(request, preset=args.preset)
     from real.run.demo_run import run_demo
 
@@ -135,8 +165,8 @@ def handle_run(args: argparse.Namespace) -> int:
         info.pop("summary_lines", None)
         print(json.dumps({**info, **result.to_json()}))
         return 0
-    print(f"{result.method} on {info['prompts']} evaluation prompts of the {info['preset']} demo models, "
-          f"{info['max_new_tokens']} new tokens each")
+    where = f"prompts of {args.prompts_from}" if args.prompts_from else "evaluation prompts"
+    print(f"{result.method} on {info['prompts']} {where}, {info['models']}, {info['max_new_tokens']} new tokens each")
     print(f"  tokens/s        {result.tokens_per_s:.1f}  (decode {result.decode_s:.3f} s, "
           f"prefill {result.prefill_s:.3f} s)")
     print(f"  tokens/step     {result.mean_accepted_per_step:.2f}  ({result.steps} steps)")
@@ -157,7 +187,7 @@ def _handle_compare(args: argparse.Namespace) -> int:
     requests = [_request(args, m, only_applicable=True) for m in methods]
     for r in requests:
         _check_placement(r)
-    args.preset = resolve_preset(args)
+    args.preset = resolve_models(args)
     requests = [replace(r, preset=args.preset) for r in requests]
     from real.run.compare import compare
 
@@ -170,7 +200,8 @@ def _handle_compare(args: argparse.Namespace) -> int:
         from real.model.placement import default_threads
 
         threads = f"{args.threads or default_threads()} thread(s)"
-        print(f"{args.prompts} evaluation prompts x {args.max_new_tokens} new tokens, {args.preset} demo models, "
+        models = f"the target {args.target}" if args.target else f"{args.preset} demo models"
+        print(f"{args.prompts} evaluation prompts x {args.max_new_tokens} new tokens, {models}, "
               f"{comparison.placement}, {threads}, median of {args.repeats} interleaved repeats")
         print(comparison.table())
     return 0
@@ -180,11 +211,13 @@ def _handle_compare(args: argparse.Namespace) -> int:
 def register_profile(subparsers) -> None:
     p = subparsers.add_parser(
         "profile-acceptance", help="measure Medusa head accuracies and draft acceptance on calibration prompts",
-        description="Measure, on calibration prompts of the demo corpus, the Medusa heads' per-depth x "
+        description="Measure, on calibration prompts of the demo corpus (or --prompts-from text files), for a "
+                    "demo preset or the models given by --target / --draft / --heads, the Medusa heads' per-depth x "
                     "per-rank accuracies, the draft's per-token acceptance (overall and by confidence) "
                     "and the acceptance length of greedy Medusa trees of widths 1..64; write an "
                     "acceptance-profile JSON for the simulator.")
     add_preset_flags(p)
+    add_model_flags(p)
     p.add_argument("--out", required=True, metavar="FILE", help="profile JSON to write")
     p.add_argument("--prompts", type=int, default=16, help="calibration prompts (default 16)")
     p.add_argument("--prompt-tokens", type=int, default=64, help="tokens per prompt (default 64)")
@@ -206,14 +239,19 @@ def handle_profile(args: argparse.Namespace) -> int:
     widths = parse_draft_tree_widths(args.draft_tree_widths)
     check_device_name(args.device)
     check_dtype_name(args.dtype)
+    from real.run.request import ModelPaths, check_model_paths, check_prompts_from
+
+    check_model_paths("ar", args.target, args.draft, args.heads)     # profiles measure what is given
+    check_prompts_from(args.prompts_from)
     from real.model.placement import resolve
 
     placement = resolve(args.device, args.dtype, args.graphs)     # before any model is loaded or trained
-    args.preset = resolve_preset(args)
+    args.preset = resolve_models(args)
     from real.run.session import profile_demo
 
+    paths = ModelPaths(args.target, args.draft, args.heads) if args.target is not None else None
     profile = profile_demo(args.preset, args.out, args.prompts, args.prompt_tokens, args.max_new_tokens, placement,
-                           draft_tree_widths=widths)
+                           draft_tree_widths=widths, paths=paths, prompts_from=args.prompts_from)
     print(f"wrote {args.out}: {profile.name}, {profile.meta.get('positions', 0)} positions")
     if profile.medusa_accuracy is not None:
         top1 = ", ".join(f"{row[0]:.3f}" for row in profile.medusa_accuracy)

@@ -122,7 +122,7 @@ def compare(requests: list[RunRequest], repeats: int = 3, progress: bool = True)
         raise HetSpecError(f"--repeats must be >= 1, got {repeats}")
     first = requests[0]
     placement = placement_of(first)          # every request carries the same --device/--dtype/--graphs
-    loaded = load_models(first.preset, progress)
+    loaded = load_models(first.preset, progress, paths=first.model_paths)
     # each method's models in the weight layout for its forwards (one copy per distinct layout)
     bundles: dict[str, object] = {}
     models_of = []

@@ -14,6 +14,7 @@ from real.run.session import (
     evaluation_prompts,
     forward_tokens,
     load_models,
+    models_label,
     placement_of,
     run_prompts,
     torch_threads,
@@ -29,22 +30,35 @@ def request_config(request: RunRequest, models):
     return build_config(request, accuracy)
 
 
+#: Characters of the first generation that ``hetspec run`` prints (its repr, so control characters show).
+SHOWN_OUTPUT_CHARS = 120
+
+
+def first_output(models, result: RunResult) -> str:
+    """The first prompt's generated text, as a Python literal cut to :data:`SHOWN_OUTPUT_CHARS`."""
+    text = models.tokenizer.decode(result.results[0].ids)
+    return repr(text[:SHOWN_OUTPUT_CHARS]) + ("..." if len(text) > SHOWN_OUTPUT_CHARS else "")
+
+
 def run_demo(request: RunRequest, trace: str | None = None, progress: bool = True) -> tuple[RunResult, dict]:
     """``hetspec run``: load the preset's demo models, decode evaluation prompts, optionally write the trace."""
     if uses_hetero_runner(request):   # several workers, or weights streamed under a budget (real/hetero)
         return run_hetero_demo(request, trace, progress)
     check_trace_path(trace)
     placement = placement_of(request)      # one line if --device names a device this machine lacks
-    models = load_models(request.preset, progress, placement, forward_tokens(request))
+    models = load_models(request.preset, progress, placement, forward_tokens(request), paths=request.model_paths)
     config = request_config(request, models)
     with torch_threads(request.threads):
         result = run_prompts(models, request.method, config, evaluation_prompts(models, request),
                              request.max_new_tokens, seed=request.seed, progress=progress)
     if trace is not None:
         write_trace(result.records, trace)
-    info = {"preset": request.preset, "prompts": request.prompts, "prompt_tokens": request.prompt_tokens,
+    info = {"preset": request.preset, "models": models_label(models), "prompts": request.prompts,
+            "prompt_tokens": request.prompt_tokens,
             "max_new_tokens": request.max_new_tokens, "seed": request.seed, "temperature": request.temperature,
             "threads": request.threads or default_threads(), "device": placement.device,
             "dtype": placement.dtype, "graphs": placement.graphs,
-            "summary_lines": [f"  device          {placement.describe()}"]}
+            "texts": [models.tokenizer.decode(r.ids) for r in result.results],
+            "summary_lines": [f"  device          {placement.describe()}",
+                              f"  first output    {first_output(models, result)}"]}
     return result, info

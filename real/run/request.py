@@ -49,9 +49,19 @@ class RunRequest:
     device: str | None = None     # cpu, cuda or cuda:N (default cuda:0 where CUDA exists, else cpu)
     dtype: str | None = None      # fp32 (default), fp16 (CUDA), bf16
     graphs: str = "auto"          # CUDA graphs: auto (on for a CUDA device), on, off
+    # models from disk instead of the demo preset (real.run.checkpoint_models), and prompts from text files
+    target: str | None = None     # a Hugging Face folder or a GGUF file
+    draft: str | None = None
+    heads: str | None = None      # a Medusa heads folder
+    prompts_from: str | None = None
 
     def __post_init__(self) -> None:
         check_method(self.method)
+        check_model_paths(self.method, self.target, self.draft, self.heads, self.drafter)
+        if self.memory_budget is not None and self.target is not None and Path(self.target).suffix.lower() == ".gguf":
+            raise HetSpecError(f"--memory-budget streams the target's layers from a safetensors folder; --target "
+                               f"{self.target} is a GGUF file (save it as a Hugging Face folder first)")
+        check_prompts_from(self.prompts_from)
         object.__setattr__(self, "device", check_device_name(self.device))
         check_dtype_name(self.dtype)
         check_graphs(self.graphs)
@@ -93,9 +103,71 @@ class RunRequest:
                 raise HetSpecError(f"tree file {self.tree_file} is {tree.depth} deep, more than --draft-depth "
                                    f"{self.draft_depth}")
 
+    @property
+    def model_paths(self) -> "ModelPaths | None":
+        """The models named on the command line (None: the demo preset's)."""
+        return ModelPaths(self.target, self.draft, self.heads) if self.target is not None else None
+
     def knobs(self) -> dict:
         """The method's knobs given (not None), by their names in :data:`sim.knobs.KNOBS`."""
         return {k: getattr(self, k) for k in KNOBS if getattr(self, k) is not None}
+
+
+@dataclass(frozen=True)
+class ModelPaths:
+    """The models of a real-path command given by path: a target (Hugging Face folder or GGUF file), an
+    optional draft (the same kinds) and optional Medusa heads (a folder)."""
+
+    target: str
+    draft: str | None = None
+    heads: str | None = None
+
+
+#: What each method needs besides the target: a draft model, Medusa heads (dovetail: a draft unless
+#: its drafter is the DGF one, which is trained for a demo preset only).
+METHOD_NEEDS = {"chain": "draft", "draft-tree": "draft", "dovetail": "draft", "medusa": "heads", "hcmp": "heads"}
+
+
+def check_model_path(path: str, flag: str, heads: bool = False) -> None:
+    """A model path that exists and is of a kind the loaders read (one line otherwise)."""
+    p = Path(path)
+    if not p.exists():
+        raise HetSpecError(f"{flag} {path}: no such file or folder")
+    if heads:
+        if not p.is_dir():
+            raise HetSpecError(f"{flag} {path}: Medusa heads are a folder (medusa_config.json + weights)")
+    elif not (p.is_dir() and (p / "config.json").is_file()) and not (p.is_file() and p.suffix.lower() == ".gguf"):
+        raise HetSpecError(f"{flag} {path}: expected a Hugging Face folder (config.json + safetensors) or a "
+                           f".gguf file")
+
+
+def check_model_paths(method: str, target: str | None, draft: str | None, heads: str | None,
+                      drafter: str | None = None) -> None:
+    """The paths of ``--target`` / ``--draft`` / ``--heads`` for ``method``: each readable, and what the method
+    needs given (one line naming the flag otherwise)."""
+    if target is None:
+        given = [f for f, v in (("--draft", draft), ("--heads", heads)) if v is not None]
+        if given:
+            raise HetSpecError(f"{', '.join(given)} needs --target (the demo presets bring their own)")
+        return
+    check_model_path(target, "--target")
+    if draft is not None:
+        check_model_path(draft, "--draft")
+    if heads is not None:
+        check_model_path(heads, "--heads", heads=True)
+    need = METHOD_NEEDS.get(method)
+    if method == "dovetail" and drafter == "dgf":
+        raise HetSpecError("dovetail --drafter dgf is trained for a demo preset; with --target give --draft")
+    if need == "draft" and draft is None:
+        raise HetSpecError(f"{method} needs a draft model: give --draft PATH (a Hugging Face folder or a .gguf file "
+                           f"sharing the target's vocabulary)")
+    if need == "heads" and heads is None:
+        raise HetSpecError(f"{method} needs Medusa heads: give --heads FOLDER (heads trained for the target)")
+
+
+def check_prompts_from(path: str | None) -> None:
+    if path is not None and not Path(path).exists():
+        raise HetSpecError(f"--prompts-from {path}: no such file or folder")
 
 
 def load_tree_file(path: str | Path) -> TokenTree:

@@ -167,8 +167,15 @@ def models_fingerprint(models) -> str:
     return digest.hexdigest()[:16]
 
 
+def models_label(models) -> str:
+    """The models in words: ``the demo small models``, or the target's path."""
+    describe = getattr(models, "describe", None)
+    return describe() if describe is not None else f"the demo {models.preset} models"
+
+
 def demo_profile(models, preset: str) -> AcceptanceProfile:
-    """The acceptance profile cached next to the demo models, measured on calibration prompts if absent/stale."""
+    """The acceptance profile cached next to the demo models (or in the cache folder of models given by
+    path), measured on calibration prompts of the corpus if absent/stale."""
     from real.run.acceptance import measure_profile
     from real.train.corpus import prompts as corpus_prompts
 
@@ -180,8 +187,8 @@ def demo_profile(models, preset: str) -> AcceptanceProfile:
             return profile
     prompts = corpus_prompts(models.tokenizer, "calibration", PROFILE_PROMPTS, PROFILE_PROMPT_TOKENS, seed=0)
     profile = measure_profile(models, prompts, PROFILE_NEW_TOKENS, name=f"demo-{preset}",
-                              source=f"measured by hetspec on {PROFILE_PROMPTS} calibration prompts of the "
-                                     f"demo {preset} models",
+                              source=f"measured by hetspec on {PROFILE_PROMPTS} calibration prompts of "
+                                     f"{models_label(models)}",
                               meta={"preset": preset, "prompt_tokens": PROFILE_PROMPT_TOKENS,
                                     "models_fingerprint": fingerprint})
     profile.save(path)
@@ -189,20 +196,24 @@ def demo_profile(models, preset: str) -> AcceptanceProfile:
 
 
 def profile_demo(preset: str, out: str | Path, prompts: int, prompt_tokens: int,
-                 max_new_tokens: int, placement=None, draft_tree_widths=()) -> AcceptanceProfile:
+                 max_new_tokens: int, placement=None, draft_tree_widths=(), paths=None,
+                 prompts_from: str | None = None) -> AcceptanceProfile:
     """``hetspec profile-acceptance``: measure on calibration prompts and write the profile to ``out``
     (on ``placement``'s device and dtype, :class:`real.model.placement.Placement`; default: the CPU);
-    ``draft_tree_widths``: tree budgets whose real draft-tree rounds it also counts."""
+    ``draft_tree_widths``: tree budgets whose real draft-tree rounds it also counts; ``paths``: models
+    given by path (:class:`real.run.request.ModelPaths`) instead of the preset's; ``prompts_from``: text
+    files to cut the prompts from instead of the corpus's calibration split."""
     from real.run.acceptance import measure_profile
-    from real.train.corpus import prompts as corpus_prompts
 
     check_profile_args(str(out), prompts, prompt_tokens, max_new_tokens)
-    models = load_models(preset, placement=placement)
-    calibration = corpus_prompts(models.tokenizer, "calibration", prompts, prompt_tokens, seed=0)
+    models = load_models(preset, placement=placement, paths=paths)
+    calibration = model_prompts(models, "calibration", prompts, prompt_tokens, 0, prompts_from)
     where = {"device": placement.device, "dtype": placement.dtype} if placement is not None else {}
-    profile = measure_profile(models, calibration, max_new_tokens, name=f"demo-{preset}",
-                              source=f"measured by hetspec profile-acceptance on {prompts} calibration "
-                                     f"prompts of the demo {preset} models",
+    name = f"demo-{preset}" if paths is None else Path(paths.target).stem
+    profile = measure_profile(models, calibration, max_new_tokens, name=name,
+                              source=f"measured by hetspec profile-acceptance on {prompts} "
+                                     f"{'prompts of ' + prompts_from if prompts_from else 'calibration prompts'} "
+                                     f"of {models_label(models)}",
                               meta={"preset": preset, "prompt_tokens": prompt_tokens,
                                     "models_fingerprint": models_fingerprint(models), **where},
                               draft_tree_widths=draft_tree_widths)
@@ -210,13 +221,20 @@ def profile_demo(preset: str, out: str | Path, prompts: int, prompt_tokens: int,
     return profile
 
 
-def load_models(preset: str, progress: bool = True, placement=None, target_tokens: int | None = None):
-    """The demo models of ``preset`` in eval mode; with a :class:`real.model.placement.Placement`, moved
-    to its device and dtype, weights in the layout for ``target_tokens`` per verification (None: as
-    loaded) and CUDA graphs attached where it says (:func:`real.model.placement.place_models`)."""
-    from real.train.demo import load_demo
+def load_models(preset: str, progress: bool = True, placement=None, target_tokens: int | None = None,
+                paths=None):
+    """The demo models of ``preset`` (or the models of ``paths``, a :class:`real.run.request.ModelPaths`)
+    in eval mode; with a :class:`real.model.placement.Placement`, moved to its device and dtype, weights
+    in the layout for ``target_tokens`` per verification (None: as loaded) and CUDA graphs attached where
+    it says (:func:`real.model.placement.place_models`)."""
+    if paths is not None:
+        from real.run.checkpoint_models import load_checkpoint_models
 
-    models = load_demo(preset, progress=progress)
+        models = load_checkpoint_models(paths, placement.torch_dtype() if placement is not None else torch.float32)
+    else:
+        from real.train.demo import load_demo
+
+        models = load_demo(preset, progress=progress)
     for model in (models.target, models.draft, models.heads):
         if model is not None:
             model.eval()
@@ -260,10 +278,20 @@ def generator(models, seed: int) -> torch.Generator:
 
 
 def evaluation_prompts(models, request: RunRequest) -> list[list[int]]:
-    from real.train.corpus import prompts as corpus_prompts
+    """The request's prompts: cut from ``--prompts-from`` where given, else from the corpus's evaluation split."""
+    return model_prompts(models, "evaluation", request.prompts, request.prompt_tokens, request.seed,
+                       request.prompts_from)
 
-    return [list(p) for p in corpus_prompts(models.tokenizer, "evaluation", request.prompts,
-                                            request.prompt_tokens, seed=request.seed)]
+
+def model_prompts(models, split: str, n: int, prompt_tokens: int, seed: int, prompts_from: str | None = None):
+    """``n`` prompts in the models' tokens: from the text files of ``prompts_from``, else from ``split`` of the
+    corpus (:mod:`real.train.corpus`)."""
+    from real.train.corpus import prompts as corpus_prompts
+    from real.train.corpus import prompts_from_files
+
+    if prompts_from is not None:
+        return prompts_from_files(models.tokenizer, prompts_from, n, prompt_tokens, seed)
+    return [list(p) for p in corpus_prompts(models.tokenizer, split, n, prompt_tokens, seed=seed)]
 
 
 @contextmanager

@@ -99,11 +99,7 @@ def split_files(split: str, root: str | None = None) -> tuple[CorpusFile, ...]:
 def read_file(relpath: str, root: str | None = None) -> str:
     """A file's text: UTF-8, or Latin-1 for the few test files in legacy encodings (lossless
     and deterministic, so every machine reads the same characters)."""
-    data = ((Path(root) if root is not None else stdlib_root()) / relpath).read_bytes()
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        return data.decode("latin-1")
+    return _read_text((Path(root) if root is not None else stdlib_root()) / relpath)
 
 
 def shuffled_files(split: str, seed: int = 0, root: str | None = None) -> list[CorpusFile]:
@@ -149,27 +145,38 @@ def cut_prompts(tokenizer: Encoder, split: str, n: int, prompt_tokens: int, seed
     spread over as many files as possible; the start line is drawn from a generator seeded by
     (seed, file, round), so the result is deterministic."""
     check_split(split)
-    if n < 0 or prompt_tokens <= 0:
-        raise HetSpecError(f"prompts: need n >= 0 and prompt_tokens > 0, got n={n}, prompt_tokens={prompt_tokens}")
+    _check_prompt_counts(n, prompt_tokens)
     files = shuffled_files(split, seed, root)
     if n > len(files):        # more than one round: the split may not hold that many
         most = max_prompts(tokenizer, split, prompt_tokens, root)
         if n > most:
             raise HetSpecError(f"asked for {n:,} prompts of {prompt_tokens} tokens, but the {split} split holds at "
                                f"most {most:,} (non-overlapping {prompt_tokens}-token windows of its {len(files)} files)")
+    texts = [(f.relpath, lambda f=f: read_file(f.relpath, root)) for f in files]
+    return _cut(tokenizer, texts, n, prompt_tokens, f"{split}:{seed}", f"the {split} split")
+
+
+def _check_prompt_counts(n: int, prompt_tokens: int) -> None:
+    if n < 0 or prompt_tokens <= 0:
+        raise HetSpecError(f"prompts: need n >= 0 and prompt_tokens > 0, got n={n}, prompt_tokens={prompt_tokens}")
+
+
+def _cut(tokenizer: Encoder, texts, n: int, prompt_tokens: int, key: str, what: str) -> list[Prompt]:
+    """The prompts of :func:`cut_prompts` from ``texts`` ((name, reader) pairs in visiting order); ``key``
+    seeds the choice of start lines, ``what`` names the files in an error."""
     window = prompt_tokens * PROMPT_WINDOW_CHARS_PER_TOKEN
     out: list[Prompt] = []
     round_ = 0
     while len(out) < n:
         made_this_round = 0
-        for f in files:
+        for relpath, read in texts:
             if len(out) == n:
                 break
-            text = read_file(f.relpath, root)
+            text = read()
             starts = _line_starts(text)
             # Lines whose window reaches the end of the file may be too short; prefer earlier ones.
             usable = [s for s in starts if s + window <= len(text)] or starts[:1]
-            rng = random.Random(f"hetspec-prompt:{split}:{seed}:{f.relpath}:{round_}")
+            rng = random.Random(f"hetspec-prompt:{key}:{relpath}:{round_}")
             offset = rng.choice(usable)
             ids = tokenizer.encode(text[offset:offset + window])
             if len(ids) < prompt_tokens and offset:
@@ -177,12 +184,54 @@ def cut_prompts(tokenizer: Encoder, split: str, n: int, prompt_tokens: int, seed
                 ids = tokenizer.encode(text[:window])
             if len(ids) < prompt_tokens:
                 continue  # file too short for a prompt of this length
-            out.append(Prompt(f.relpath, offset, tuple(ids[:prompt_tokens])))
+            out.append(Prompt(relpath, offset, tuple(ids[:prompt_tokens])))
             made_this_round += 1
         if made_this_round == 0:
-            raise HetSpecError(f"no file of the {split} split holds a {prompt_tokens}-token prompt")
+            raise HetSpecError(f"no file of {what} holds a {prompt_tokens}-token prompt")
         round_ += 1
     return out
+
+
+def text_files(path: str | Path) -> list[Path]:
+    """The text files of ``--prompts-from``: the file itself, or every file under a folder (hidden ones
+    and files holding NUL bytes, binary, left out), sorted."""
+    path = Path(path)
+    if path.is_file():
+        return [path]
+    if not path.is_dir():
+        raise HetSpecError(f"--prompts-from {path}: no such file or folder")
+    files = sorted(p for p in path.rglob("*") if p.is_file()
+                   and not any(part.startswith(".") for part in p.relative_to(path).parts))
+    files = [p for p in files if b"\0" not in p.read_bytes()[:8192]]
+    if not files:
+        raise HetSpecError(f"--prompts-from {path}: the folder holds no text file")
+    return files
+
+
+def _read_text(path: Path) -> str:
+    """A file's text: UTF-8, else Latin-1 (lossless for any bytes, the same on every machine)."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data.decode("latin-1")
+
+
+def prompts_from_files(tokenizer: Encoder, path: str | Path, n: int, prompt_tokens: int,
+                       seed: int = 0) -> list[list[int]]:
+    """``n`` token-id prompts of ``prompt_tokens`` tokens cut from the text files of ``path`` (a file or a
+    folder, :func:`text_files`) as :func:`cut_prompts` cuts them from the corpus."""
+    _check_prompt_counts(n, prompt_tokens)
+    files = text_files(path)
+    random.Random(f"hetspec-corpus:files:{seed}").shuffle(files)
+    if n > len(files):
+        most = sum(len(tokenizer.encode(_read_text(f))) // prompt_tokens for f in files)
+        if n > most:
+            raise HetSpecError(f"asked for {n:,} prompts of {prompt_tokens} tokens, but --prompts-from {path} holds "
+                               f"at most {most:,} (non-overlapping {prompt_tokens}-token windows of its "
+                               f"{len(files)} file(s))")
+    texts = [(str(f), lambda f=f: _read_text(f)) for f in files]
+    return [list(p.ids) for p in _cut(tokenizer, texts, n, prompt_tokens, f"files:{seed}", f"--prompts-from {path}")]
 
 
 def max_prompts(tokenizer: Encoder, split: str, prompt_tokens: int, root: str | None = None) -> int:

@@ -14,7 +14,8 @@ from hwmodels.errors import HetSpecError
 
 # ---------------------------------------------------------------------- shared argument helpers
 def add_problem_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", required=True, help="target model preset or path to a config.json")
+    p.add_argument("--model", required=True, help="target model preset, or path to a config.json or a .gguf "
+                                                       "file (its weights priced as stored, e.g. Q4_1)")
     p.add_argument("--platform", required=True, help="platform preset or path to a platform .toml")
     p.add_argument("--method", required=True, help="decode method (ar, chain, medusa, hcmp, ...)")
     add_context_args(p)

@@ -16,7 +16,8 @@ from sim.step_timing import price_step
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("step", help="operators of one decode/verify step: FLOPs, bytes, intensity, time (roofline, or "
                                     "the device's measured profile)")
-    p.add_argument("--model", required=True, help="model preset or path to a config.json")
+    p.add_argument("--model", required=True, help="model preset, or path to a config.json or a .gguf file (its "
+                                                  "weights priced as stored, e.g. Q4_1)")
     p.add_argument("--platform", required=True, help="platform preset or path to a platform .toml")
     p.add_argument("--device", help="device of the platform (default: its GPU, else NPU, else CPU)")
     p.add_argument("--tokens", type=int, required=True, help="q: new tokens per sequence (tree width)")
@@ -49,11 +50,11 @@ def cmd_step(args: argparse.Namespace) -> int:
     rows = []
     for p in price.ops:
         d = p.to_dict()
-        rows.append([d["name"], str(d["count"]), f"{d['flops'] / 1e9:.3f}", f"{d['bytes'] / 1e6:.2f}",
+        rows.append([d["name"], d["weight_type"] or "-", str(d["count"]), f"{d['flops'] / 1e9:.3f}", f"{d['bytes'] / 1e6:.2f}",
                      f"{d['intensity']:.2f}", f"{d['time_s'] * 1e3:.4f}", d["bound"]] + ([d["source"]] * profiled))
-    rows.append(["total", "", f"{graph.total_flops / 1e9:.3f}", f"{graph.total_bytes / 1e6:.2f}", "",
+    rows.append(["total", "", "", f"{graph.total_flops / 1e9:.3f}", f"{graph.total_bytes / 1e6:.2f}", "",
                  f"{price.total_s * 1e3:.4f}", ""] + [""] * profiled)
     # widths from the cells, so no value runs into its neighbour however large it is
-    print(format_rows(["operator", "x", "GFLOP", "MB", "FLOP/B", "time ms", "bound"] + ["source"] * profiled, rows,
-                      left=(0, 6, 7), sep="  "))
+    print(format_rows(["operator", "weights", "x", "GFLOP", "MB", "FLOP/B", "time ms", "bound"] + ["source"] * profiled,
+                      rows, left=(0, 1, 7, 8), sep="  "))
     return 0

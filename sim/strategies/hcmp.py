@@ -223,11 +223,11 @@ def _price(problem: Problem, device: str, op: Op, dtype: str, density: float | N
 
 
 def _op_dims(problem, op: Op, dtype: str) -> tuple[int, int]:
-    """(d_in, d_out) of a linear operator: d_in by its name, d_out from its weight (batched Medusa heads
-    stack K heads' outputs); checked against the operator's activation bytes."""
+    """(d_in, d_out) of a linear operator: d_in by its name, d_out from its FLOPs (batched Medusa heads
+    stack K heads' outputs; the weights may be stored quantized); checked against its activation bytes."""
     d_in = linear_dims(problem.model, op.name)[0]
     dt = DTYPE_BYTES[dtype]
-    d_out = int(round(op.weight_bytes / (dt * d_in)))
+    d_out = int(round(op.flops / (2.0 * op.tokens * d_in)))
     if not np.isclose(op.act_bytes, dt * op.tokens * (d_in + d_out)):
         raise HetSpecError(f"hcmp: operator {op.name} does not have the {d_in}-input weight its name implies")
     return d_in, d_out

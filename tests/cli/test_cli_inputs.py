@@ -123,8 +123,8 @@ def test_step_columns_never_run_together(capsys):
     assert main([*STEP, "--tokens", "4095", "--context", "1", "--batch", "100000000000"]) == 0
     lines = capsys.readouterr().out.splitlines()
     header, ops = lines[1].split(), [line.split() for line in lines[2:-1]]
-    assert header == ["operator", "x", "GFLOP", "MB", "FLOP/B", "time", "ms", "bound"]
-    assert ops and all(len(op) == 7 for op in ops), ops          # 7 values, one space at least between them
+    assert header == ["operator", "weights", "x", "GFLOP", "MB", "FLOP/B", "time", "ms", "bound"]
+    assert ops and all(len(op) == 8 for op in ops), ops          # 8 values, one space at least between them
     assert len(lines[-1].split()) == 4                            # total, GFLOP, MB, time
 
 

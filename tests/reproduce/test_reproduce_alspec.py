@@ -25,7 +25,7 @@ def row(rep, quantity):
 
 def test_every_exact_row_reproduces_the_papers_arithmetic(report):
     rep, _ = report
-    exact = rep.rows("exact")
+    exact = rep.rows("consistency")
     assert len(exact) == 23 and all(c.matched for c in exact)
     assert row(rep, "full TP4 token latency at 1K").hetspec == 14.83
     assert row(rep, "ALSpec@65 % projected tok/s at 128K").hetspec == 217.6   # paper 217.5: its own rounding
@@ -70,7 +70,7 @@ def test_report_files_and_figures(report):
     rep, path = report
     assert path.exists() and "What does not match" in path.read_text()
     data = json.loads(path.with_suffix(".json").read_text())
-    assert data["summary"]["exact_matched"] == 23
+    assert data["summary"]["consistency_matched"] == 23
     for fig in rep.figures:
         assert (path.parent / fig.filename).stat().st_size > 10_000
     assert any("Fig. 12" in m for m in rep.missing)

@@ -30,9 +30,9 @@ budget (a larger tree costs nothing while the load runs).
 that the draft's rank-r candidate is the target's token, the same at every depth) make node
 values ``prod p`` along a path; the pacer gives tokens to the likeliest branches, i.e. the tree
 grows in greedy order (:func:`sim.tree_search.greedy_trees`) within the budget ``tree_width``
-(tokens, root included) and ``draft_depth`` (max depth). ``p`` comes from a real-path profile's
-``draft_rank_accuracy`` (meta), else ``p = [draft_alpha]`` (a chain: departure, marked: a paper
-table with one acceptance rate has no sibling statistics). ``tree_shape="chain"`` is a fixed chain.
+(tokens, root included) and ``draft_depth`` (max depth). ``p`` comes from ``draft_rank_accuracy`` (meta:
+a real-path profile's, or an acceptance preset's), else ``p = [draft_alpha]`` (a chain: departure, marked:
+one acceptance rate has no sibling statistics). ``tree_shape="chain"`` is a fixed chain.
 
 **Self-adaptive fallback** (``fallback="adaptive"``, Eq. 3): with a calibrated draft the main
 branch's cumulative confidence after ``k`` tokens is ``p0^k``, so a threshold ``alpha`` stops the

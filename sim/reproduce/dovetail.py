@@ -277,8 +277,8 @@ def _setup_text() -> str:
             f"`{SYSTEMS['B']}`, KV context {CONTEXT} (assumed), acceptance `dovetail-mtbench|humaneval|gsm8k|alpaca` "
             "(Tables I and III), tree depth 7 and top-10 (1 + 7 drafter passes per round). CPU streaming bandwidth: "
             "derived from the two UPI links (NUMA-unaware process), not fitted; the CPU's small-M SGEMM curve: fitted "
-            "(two parameters, System A, MT-bench). Engine and closed form agree for `dovetail` and `offload` (their "
-            "tasks run one after another / on separate resources).")
+            f"(two parameters, System A, {DATASETS[FIT_DATASET]} Table I). Engine and closed form agree for `dovetail` "
+            "and `offload` (their tasks run one after another / on separate resources).")
 
 
 def _discussion(cpu, curves) -> str:

@@ -135,8 +135,8 @@ def binding_contention_em_gap(ds: str = FITTED_DATASET) -> float:
     domains = tuple(replace(d, contention_efficiency=BINDING_CONTENTION) for d in base.memory_domains)
     problem = Problem(get_model(MODEL), replace(base, memory_domains=domains), load_acceptance(f"ghidorah-{ds}"),
                       context=CONTEXT)
-    return statistics.mean(method_point(problem, "ghidorah", w)["tokens_per_s"] / method_point(problem, "em", w)["tokens_per_s"]
-                           for w in FIG9_WIDTHS)
+    return statistics.mean(method_point(problem, "ghidorah", w)["tokens_per_s"]
+                           / method_point(problem, "em", w)["tokens_per_s"] for w in FIG9_WIDTHS)
 
 
 def attention_ratio(context: int, width: int = FIG10A_WIDTH) -> float:

@@ -42,7 +42,7 @@ def test_fitted_rows_reproduce_their_numbers(report):
     assert len(report.fits) == 2
     e_inf_a, _, bx_a = dovetail.curve_parameters("A")
     e_inf_b, _, bx_b = dovetail.curve_parameters("B")
-    assert e_inf_a == e_inf_b and bx_a == pytest.approx(bx_b, rel=0.01)    # one curve for both systems (4-digit rounding)
+    assert e_inf_a == e_inf_b and bx_a == pytest.approx(bx_b, rel=0.01)    # one curve for both (4-digit rounding)
 
 
 def test_the_presets_carry_the_curve_solved_from_the_fitted_dataset():

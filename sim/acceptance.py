@@ -22,6 +22,8 @@ One :class:`AcceptanceModel` holds whichever forms its source gives:
   ALSpec Tables 1/2): probability that a layer's approximate attention passes the check.
 - ``tau_entries``: Dovetail's mean acceptance length tau per drafter, drafter depth (blocks),
   verified tokens and temperature (Dovetail Tables I/III).
+- ``draft_rank_accuracy`` (preset, kept in ``meta`` as a profile keeps it): the probability that the
+  draft's rank-r candidate is the target's token; the ``draft-tree`` strategy grows its tree from it.
 
 Sources: a real-path :class:`~sim.acceptance_profile.AcceptanceProfile` JSON file, a paper table
 by name (``sim/presets/acceptance/<name>.json``, each with its paper, table and section), or a
@@ -383,7 +385,7 @@ def parse_preset(data: dict, where: str) -> AcceptanceModel:
     if not isinstance(data, dict) or data.get("format") != PRESET_FORMAT:
         raise PresetError(where, "format", f"expected {PRESET_FORMAT!r}")
     allowed = {"format", "name", "source", "notes", "acceptance_length", "length_curve", "medusa_accuracy",
-               "draft_alpha", "alspec_hit_rates", "alspec_default_lambda", "tau_entries"}
+               "draft_alpha", "draft_rank_accuracy", "alspec_hit_rates", "alspec_default_lambda", "tau_entries"}
     extra = sorted(set(data) - allowed)
     if extra:
         raise PresetError(where, extra[0], f"unknown field; valid: {', '.join(sorted(allowed))}")
@@ -458,9 +460,16 @@ def parse_preset(data: dict, where: str) -> AcceptanceModel:
                 tau=_number(e["tau"], where, f"{f}.tau", 1.0),
                 speedup=None if e.get("speedup") is None else _number(e["speedup"], where, f"{f}.speedup", 0.0)))
         kwargs["tau_entries"] = tuple(entries)
+    meta = {"notes": data.get("notes", "")}
+    if "draft_rank_accuracy" in data:      # per-rank acceptance of a draft's candidates (sim.strategies.draft_tree)
+        ranks = data["draft_rank_accuracy"]
+        if not isinstance(ranks, list) or not ranks:
+            raise PresetError(where, "draft_rank_accuracy", "needs a list of per-rank probabilities")
+        meta["draft_rank_accuracy"] = [_number(v, where, f"draft_rank_accuracy[{i}]", 0.0, 1.0)
+                                       for i, v in enumerate(ranks)]
     if len(kwargs) == 0:
         raise PresetError(where, "acceptance", "holds no acceptance data")
-    return AcceptanceModel(name=name, source=source, meta={"notes": data.get("notes", "")}, **kwargs)
+    return AcceptanceModel(name=name, source=source, meta=meta, **kwargs)
 
 
 @lru_cache(maxsize=None)

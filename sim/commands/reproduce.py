@@ -8,6 +8,7 @@ import time
 
 from hwmodels.datafile import output_folder
 from sim.reproduce import DEFAULT_OUT, paper_names, run
+from sim.reproduce.report import write_summary
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -32,9 +33,14 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         if not args.json:
             med = summary["median_abs_rel_error"]
             med_txt = "n/a" if med is None else f"{100 * med:.1f} %"
-            print(f"  {path}: {summary['predictions']} predictions, median |error| {med_txt}, choices "
-                  f"{summary['choices_matched']}/{summary['choices']}, exact {summary['exact_matched']}/"
-                  f"{summary['exact']}, {summary['fits']} fitted parameters ({summary['seconds']} s)")
+            print(f"  {path}: choices reproduced from independent data {summary['choices_reproduced']}/"
+                  f"{summary['choices']}, {summary['fit_rows']} fit rows, consistency checks "
+                  f"{summary['consistency_matched']}/{summary['consistency_checks']}; {summary['predictions']} "
+                  f"predictions, median |error| {med_txt} ({summary['seconds']} s)")
+    if args.paper == "all":
+        path = write_summary(summaries, args.out)
+        if not args.json:
+            print(f"  {path}: the three counts of every paper")
     if args.json:
         print(json.dumps(summaries if len(summaries) > 1 else summaries[0], indent=2))
     return 0

@@ -52,13 +52,13 @@ def profile_rows(g3: ModuleType, prof: dict) -> list[Comparison]:
                                g3.FIG21_LATENCY[q], bs1[q][0], "alternative", note="~"))
     for q in g3.CANDIDATES:
         rows.append(Comparison("Fig. 21", f"simulated speedup, bs 1, s 1024, {q} candidates: {LABEL}",
-                               g3.FIG21_SPEEDUP[q], bs1[q][1], "alternative", note="~"))
+                               g3.FIG21_SPEEDUP[q], bs1[q][1], "alternative", note="~", fitted_to=g3.CURVE_FIT))
     for b, paper_best in g3.FIG22_BEST.items():
         rows.append(Comparison("Figs. 21/22", f"best number of candidates, bs {b}, s 1024: {LABEL}", paper_best,
-                               _best(g3, prof["batch"][b]), "alternative-choice"))
+                               _best(g3, prof["batch"][b]), "alternative-choice", fitted_to=g3.CURVE_FIT))
     for s in g3.FIG23_SPEEDUP:
         rows.append(Comparison("Fig. 23", f"best number of candidates, bs 4, s {s}: {LABEL}", g3.FIG23_BEST,
-                               _best(g3, prof["seq"][s]), "alternative-choice"))
+                               _best(g3, prof["seq"][s]), "alternative-choice", fitted_to=g3.CURVE_FIT))
     return rows
 
 

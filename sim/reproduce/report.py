@@ -5,13 +5,18 @@ Every reproduced result is a :class:`Comparison` of a paper value with the HetSp
 
 - ``prediction``: computed from presets and acceptance tables without using this number;
 - ``fit``: this number (or one it determines) was used to fit a parameter: shown, never counted;
-- ``exact``: a formula reproduced to the paper's printed precision (e.g. intensity tables);
-- ``choice``: a discrete decision (best width, best token count): matched or not;
+- ``consistency``: the paper's own arithmetic re-applied to its own printed inputs (intensity tables, a
+  latency rebuilt from the paper's kernel table): it checks the transcription and the formula, not a model;
+- ``choice``: a discrete decision (best width, best token count) that nothing fitted to it decides: matched or
+  not, and counted as a choice reproduced from independent data when matched;
+- ``fit-choice``: a discrete decision that a number fitted to the same figure decides: shown, never counted as
+  reproduced (it is in the denominator of the choices all the same);
 - ``alternative``, ``alternative-choice``: the same value or decision by a model that is *not* the report's
   record (e.g. a measured operator profile beside the roofline): shown side by side, never counted.
 
 Error statistics (median absolute relative error) count ``prediction`` rows only. Every fitted
-parameter is a :class:`Fit` that names the paper number it was fitted to.
+parameter is a :class:`Fit` that names the paper number it was fitted to; a row of kind ``fit`` or
+``fit-choice`` names that figure in ``fitted_to``, and so may any other row whose value rests on a fit.
 """
 
 from __future__ import annotations
@@ -25,9 +30,11 @@ from pathlib import Path
 from hwmodels.datafile import output_folder, writing
 from hwmodels.errors import HetSpecError
 
-KINDS = ("prediction", "fit", "exact", "choice", "alternative", "alternative-choice")
+KINDS = ("prediction", "fit", "consistency", "choice", "fit-choice", "alternative", "alternative-choice")
 #: Kinds judged as decisions (matched or not) rather than by relative error.
-CHOICE_KINDS = ("choice", "alternative-choice")
+CHOICE_KINDS = ("choice", "fit-choice", "alternative-choice")
+#: Kinds whose value a fitted number decides: they must name the figure it was fitted to.
+FIT_KINDS = ("fit", "fit-choice")
 
 
 @dataclass(frozen=True)
@@ -39,10 +46,13 @@ class Comparison:
     kind: str = "prediction"
     unit: str = ""
     note: str = ""
+    fitted_to: str = ""   # the figure a fit this row rests on was fitted to: "Fig. 9 (MBPP), w=16 and 32"
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise HetSpecError(f"comparison kind {self.kind!r} unknown; valid: {', '.join(KINDS)}")
+        if self.kind in FIT_KINDS and not self.fitted_to.strip():
+            raise HetSpecError(f"comparison {self.quantity!r} of kind {self.kind} must name the figure it was fitted to")
         for label in ("paper", "hetspec"):
             value = getattr(self, label)
             try:
@@ -106,21 +116,25 @@ class PaperReport:
         return float(statistics.median(errors)) if errors else None
 
     @property
-    def choices_matched(self) -> tuple[int, int]:
-        choices = self.rows("choice")
-        return int(sum(bool(c.matched) for c in choices)), len(choices)
+    def choices_reproduced(self) -> tuple[int, int]:
+        """(choices matched from independent data, all choices of the paper, fit-conditioned ones included)."""
+        matched = sum(bool(c.matched) for c in self.rows("choice"))
+        return int(matched), len(self.rows("choice")) + len(self.rows("fit-choice"))
 
     @property
-    def exact_matched(self) -> tuple[int, int]:
-        exact = self.rows("exact")
-        return int(sum(bool(c.matched) for c in exact)), len(exact)
+    def consistency_matched(self) -> tuple[int, int]:
+        checks = self.rows("consistency")
+        return int(sum(bool(c.matched) for c in checks)), len(checks)
 
     def summary(self) -> dict:
-        matched, n_choices = self.choices_matched
-        exact, n_exact = self.exact_matched
-        return {"paper": self.paper, "predictions": len(self.rows("prediction")),
-                "median_abs_rel_error": self.median_abs_rel_error, "choices_matched": matched,
-                "choices": n_choices, "exact_matched": exact, "exact": n_exact, "fits": len(self.fits)}
+        reproduced, n_choices = self.choices_reproduced
+        consistent, n_checks = self.consistency_matched
+        return {"paper": self.paper, "choices_reproduced": reproduced, "choices": n_choices,
+                "fit_choices": len(self.rows("fit-choice")),
+                "fit_rows": len(self.rows("fit")) + len(self.rows("fit-choice")),
+                "consistency_matched": consistent, "consistency_checks": n_checks,
+                "predictions": len(self.rows("prediction")), "median_abs_rel_error": self.median_abs_rel_error,
+                "fits": len(self.fits)}
 
     def to_json(self) -> dict:
         return {"summary": self.summary(), "title": self.title, "citation": self.citation, "setup": self.setup,
@@ -137,16 +151,19 @@ class PaperReport:
             f"Generated by `{command}` from the presets in `hwmodels/presets/` and the acceptance tables in "
             f"`sim/presets/acceptance/`; do not edit (regenerate instead). Paper: {self.citation}.",
             "",
-            f"**Predictions:** {s['predictions']} rows, median absolute relative error **{med}**. "
-            f"**Choices reproduced:** {s['choices_matched']}/{s['choices']}. "
-            f"**Exact reproductions:** {s['exact_matched']}/{s['exact']}. **Fitted parameters:** {s['fits']} "
-            f"(results they were fitted to are marked `fit` and not counted).",
+            *counts_table([s]),
+            "",
+            f"A choice counts as reproduced only when nothing that decides it was fitted to it "
+            f"({s['fit_choices']} of the {s['choices']} choices rest on a fit to their own figure: kind `fit-choice`). "
+            f"Fit rows are results a preset number was fitted to ({s['fits']} fitted parameters); consistency checks "
+            f"re-apply the paper's own arithmetic to its own tables. **Predictions:** {s['predictions']} rows, median "
+            f"absolute relative error **{med}**.",
             "",
         ]
         if self.setup:
             lines += ["## Setup", "", self.setup, ""]
-        lines += ["## Results", "", "| where | quantity | paper | HetSpec | error | kind |",
-                  "|---|---|---:|---:|---:|---|"]
+        lines += ["## Results", "", "| where | quantity | paper | HetSpec | error | kind | rests on a fit to |",
+                  "|---|---|---:|---:|---:|---|---|"]
         for c in self.comparisons:
             unit = f" {c.unit}" if c.unit else ""
             if c.kind in CHOICE_KINDS:
@@ -155,7 +172,7 @@ class PaperReport:
                 err = f"{100 * c.rel_error:+.1f} %"
             note = f" ({c.note})" if c.note else ""
             lines.append(f"| {c.table} | {c.quantity}{note} | {_fmt(c.paper)}{unit} | {_fmt(c.hetspec)}{unit} | "
-                         f"{err} | {c.kind} |")
+                         f"{err} | {c.kind} | {c.fitted_to} |")
         lines.append("")
         if self.fits:
             lines += ["## Fitted parameters", "", "| parameter | value | fitted to | how |", "|---|---:|---|---|"]
@@ -176,6 +193,36 @@ class PaperReport:
             path.write_text(self.to_markdown(command))
             (out / f"{self.paper}.json").write_text(json.dumps(self.to_json(), indent=2) + "\n")
         return path
+
+
+COUNT_HEADER = ("| paper | choices reproduced from independent data | fit rows | consistency checks |",
+                "|---|---:|---:|---:|")
+
+
+def counts_table(summaries: list[dict], total: bool = False) -> list[str]:
+    """The three counts side by side, one row per paper summary (and a total row if asked)."""
+    rows = list(summaries) + ([_total(summaries)] if total else [])
+    return [*COUNT_HEADER] + [f"| {s['paper']} | {s['choices_reproduced']}/{s['choices']} | {s['fit_rows']} | "
+                              f"{s['consistency_matched']}/{s['consistency_checks']} |" for s in rows]
+
+
+def _total(summaries: list[dict]) -> dict:
+    keys = ("choices_reproduced", "choices", "fit_rows", "consistency_matched", "consistency_checks")
+    return {"paper": "**all papers**"} | {k: sum(s[k] for s in summaries) for k in keys}
+
+
+def write_summary(summaries: list[dict], out_dir: str | Path) -> Path:
+    """``summary.md`` of a run over several papers: the three counts per paper and in total."""
+    out = output_folder(out_dir, "report folder")
+    path = out / "summary.md"
+    lines = ["# The papers' results in HetSpec: summary", "",
+             "Generated by `hetspec reproduce all`; do not edit (regenerate instead). A choice counts as reproduced "
+             "only when nothing that decides it was fitted to it; fit rows are results a preset number was fitted "
+             "to; consistency checks re-apply a paper's own arithmetic to its own tables. Each paper's report is "
+             "`<paper>.md` next to this file.", "", *counts_table(summaries, total=True), ""]
+    with writing(path, "report"):
+        path.write_text("\n".join(lines))
+    return path
 
 
 def _fmt(value: float) -> str:

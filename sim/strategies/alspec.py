@@ -161,8 +161,12 @@ def one_shot_allreduce_s(device: Device, link: Link | None, tp: int, tensor_byte
 
 
 def layer_costs(problem: Problem, device: str, tp: int, precision: Precision, runtime: Runtime, window: int,
-                link: Link | None, sp: bool, fd_fixed_s: float = 0.0) -> LayerCosts:
-    """Roofline seconds of every operator of one TP shard of ``problem.model`` on ``device``."""
+                link: Link | None, sp: bool, fd_fixed_s: float = 0.0, ccl_layer_s: float | None = None) -> LayerCosts:
+    """Roofline seconds of every operator of one TP shard of ``problem.model`` on ``device``.
+
+    ``ccl_layer_s``: a measured duration of one layer's collectives (e.g. ALSpec Tables 5-7's AllGather,
+    ReduceScatter and AllGatherMatmul rows); the layer's collectives are then scaled to it, in the shares the
+    link model gives them. None: the link model alone."""
     model, platform = problem.model, problem.platform
     dev = platform.device(device)
     bw = standalone_bw(platform, device)
@@ -252,6 +256,10 @@ def layer_costs(problem: Problem, device: str, tp: int, precision: Precision, ru
     if not ring:
         collective("all_gather_logits", "final", model.vocab // tp)
 
+    if ccl_layer_s is not None and tp > 1:
+        modelled = sum(op.time_s for op in ops if op.collective and op.block in ("pre", "post"))
+        ops = [replace(op, time_s=op.time_s * ccl_layer_s / modelled)
+               if op.collective and op.block in ("pre", "post") else op for op in ops]
     spec_s = hop_s = partial_bytes = 0.0
     if sp:
         # Alg. 3: per KV head, the worker owning chunks 1 and m reads those min(s, 2S) tokens first, at
@@ -338,6 +346,7 @@ class AlspecStrategy(Strategy):
                    "or sglang (fused GEMMs, one-shot all-reduce); default: sglang on GPUs, else tt-metalium",
         "layer_rounding": "option: floor (App. F: floor(L r) hits) or expected (L r hits, the mean of per-layer draws)",
         "fd_fixed_us": "option: fixed cost added to every flash-decode call, us (default 0: the roofline alone)",
+        "ccl_layer_us": "option: measured duration of one layer's collectives, us (default: the link model alone)",
         "loop": "option: paper (App. F, default) or hetspec (Alg. 1 as HetSpec's real path runs it on two CPU "
                 "workers: sim.strategies.alspec_loop)",
     }
@@ -376,6 +385,10 @@ class AlspecStrategy(Strategy):
         fd_fixed_us = config.option("fd_fixed_us", 0.0)
         if isinstance(fd_fixed_us, bool) or not isinstance(fd_fixed_us, (int, float)) or fd_fixed_us < 0:
             raise HetSpecError(f"alspec: option fd_fixed_us must be a number >= 0 (got {fd_fixed_us!r})")
+        ccl_layer_us = config.option("ccl_layer_us")
+        if ccl_layer_us is not None and (isinstance(ccl_layer_us, bool) or not isinstance(ccl_layer_us, (int, float))
+                                         or ccl_layer_us <= 0):
+            raise HetSpecError(f"alspec: option ccl_layer_us must be a number > 0 (got {ccl_layer_us!r})")
         group = twins(platform, config.device)
         need = tp * (1 + sp)
         if need > len(group):
@@ -397,7 +410,8 @@ class AlspecStrategy(Strategy):
         if loop == "hetspec" and tp != 1:
             raise HetSpecError(f"alspec: loop hetspec runs one worker per group (tp 1), got tp {tp}")
         opts = {**config.options, "tp": tp, "sp": sp, "window": window, "layer_rounding": rounding,
-                "precision": precision.name, "runtime": runtime.name, "fd_fixed_us": float(fd_fixed_us), "loop": loop}
+                "precision": precision.name, "runtime": runtime.name, "fd_fixed_us": float(fd_fixed_us), "loop": loop,
+                "ccl_layer_us": None if ccl_layer_us is None else float(ccl_layer_us)}
         opts.pop("hit_rates", None)
         if sp:
             opts["hit_rate"] = self._hit_rate(problem, config)
@@ -440,7 +454,8 @@ class AlspecStrategy(Strategy):
         if peer is not None:
             link = problem.platform.link(config.device, peer)
         return layer_costs(problem, config.device, o["tp"], get_precision(o["precision"], problem.model.dtype),
-                           get_runtime(o["runtime"]), o["window"], link, bool(o["sp"]), o["fd_fixed_us"] * 1e-6)
+                           get_runtime(o["runtime"]), o["window"], link, bool(o["sp"]), o["fd_fixed_us"] * 1e-6,
+                           None if o.get("ccl_layer_us") is None else o["ccl_layer_us"] * 1e-6)
 
     def estimate(self, problem: Problem, config: StrategyConfig) -> Estimate:
         if config.option("loop") == "hetspec":

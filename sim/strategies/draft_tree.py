@@ -30,9 +30,9 @@ budget (a larger tree costs nothing while the load runs).
 that the draft's rank-r candidate is the target's token, the same at every depth) make node
 values ``prod p`` along a path; the pacer gives tokens to the likeliest branches, i.e. the tree
 grows in greedy order (:func:`sim.tree_search.greedy_trees`) within the budget ``tree_width``
-(tokens, root included) and ``draft_depth`` (max depth). ``p`` comes from a real-path profile's
-``draft_rank_accuracy`` (meta), else ``p = [draft_alpha]`` (a chain: departure, marked: a paper
-table with one acceptance rate has no sibling statistics). ``tree_shape="chain"`` is a fixed chain.
+(tokens, root included) and ``draft_depth`` (max depth). ``p`` comes from ``draft_rank_accuracy`` (meta:
+a real-path profile's, or an acceptance preset's), else ``p = [draft_alpha]`` (a chain: departure, marked:
+one acceptance rate has no sibling statistics). ``tree_shape="chain"`` is a fixed chain.
 
 **Self-adaptive fallback** (``fallback="adaptive"``, Eq. 3): with a calibrated draft the main
 branch's cumulative confidence after ``k`` tokens is ``p0^k``, so a threshold ``alpha`` stops the
@@ -46,8 +46,9 @@ confidence is not its accuracy, and rounds that stop early stop where it is unsu
 also holds the real decoder's own rounds at this budget and depth (``meta["draft_tree_rounds"]``:
 passes, verified tokens and emitted tokens per kind of round on the calibration prompts) is priced
 kind by kind instead: the side branches LLMCad opens on the draft's confidence are in them. Expected
-tokens/s = E[tokens] / E[time] (renewal-reward). ``fallback="budget"`` always drafts the whole budget (a fixed trigger, as
-speculative decoding's fixed draft length).
+tokens/s = E[tokens] / E[time] (renewal-reward). ``fallback="threshold"`` keeps alpha at ``alpha0`` (§3.3's
+default 0.01) without Eq. 3: every round stops at ``k(alpha0)``, the fixed trigger the adaptive threshold
+improves on. ``fallback="budget"`` always drafts the whole budget (speculative decoding's fixed draft length).
 
 **Staging buffers** (option ``staging`` k): a loader that reads the streamed layers one by one
 through k buffers (HetSpec's real loader, :mod:`real.hetero.streaming`: one buffer) cannot preload
@@ -79,7 +80,7 @@ from sim.strategies.base import (DEFAULT_DRAFT_MODEL, Estimate, Knob, Problem, S
                                  host_seconds)
 from sim.strategies.chain import draft_pass_tasks
 from sim.strategies.draft_tree_fallback import (conditioned_accuracy, fallback_chain, measured_rounds, replayed_rounds,
-                                                round_tree)
+                                                round_tree, stop_depth)
 from sim.strategies.hcmp_threads import split_costs
 from sim.strategies.loop_passes import full_share_tree
 from sim.strategies.streaming_pipeline import READS_PER_LAYER, LayerPlan, layer_plan, pipeline_round
@@ -91,7 +92,9 @@ VARIANTS = ("llmcad", "std")
 #: default, for LLMCad and its baselines: LLMCad §4.3 explains its growing gain at smaller budgets by
 #: the target getting slower, i.e. the baselines keep what fits) or "none" (everything is re-read).
 RESIDENT_POLICIES = ("keep", "none")
-FALLBACKS = ("adaptive", "budget")
+FALLBACKS = ("adaptive", "threshold", "budget")
+#: LLMCad §3.3's default initial threshold alpha_0: with ``fallback="threshold"`` it stays fixed (no Eq. 3).
+DEFAULT_ALPHA0 = 0.01
 #: Tree budgets searched (tokens, root included): LLMCad keeps "up to tens of branches" (§3.2) and
 #: gives no cap; 32 tokens leaves room for trees far past where the acceptance runs out.
 MAX_TREE_WIDTH = 32
@@ -226,7 +229,9 @@ class DraftTreeStrategy(Strategy):
         "draft_model": f"draft model (default: the target's family, else {DEFAULT_DRAFT_MODEL})",
         "memory_budget_gb": "option: memory the two models may use, GB (default: the target device's memory)",
         "pipeline": "option: 1 = the target loads while the draft drafts (LLMCad §3.4), 0 = one after the other",
-        "fallback": "option: adaptive (Eq. 3 threshold) or budget (always draft the whole budget)",
+        "fallback": "option: adaptive (Eq. 3 threshold), threshold (T_c < alpha0, alpha0 fixed) or budget (always "
+                    "draft the whole budget)",
+        "alpha0": f"option: the fixed threshold of fallback=threshold (default {DEFAULT_ALPHA0}, LLMCad §3.3's alpha_0)",
         "variant": "option: llmcad, or std (the target alone, load then compute; StdPL is offload mode=stream "
                    "source=storage)",
         "resident": "option: keep (default: the target's part under the budget stays in memory) or none "
@@ -255,6 +260,9 @@ class DraftTreeStrategy(Strategy):
         fallback = config.option("fallback", "adaptive")
         if fallback not in FALLBACKS:
             raise UnknownNameError("draft-tree fallback", fallback, FALLBACKS)
+        alpha0 = config.option("alpha0", DEFAULT_ALPHA0)
+        if isinstance(alpha0, bool) or not isinstance(alpha0, (int, float)) or not 0.0 < alpha0 < 1.0:
+            raise HetSpecError(f"draft-tree: option alpha0 must be in (0, 1) (got {alpha0!r})")
         pipeline = config.option("pipeline", 1)
         if pipeline not in (0, 1, True, False):
             raise HetSpecError(f"draft-tree: option pipeline must be 0 or 1 (got {pipeline!r})")
@@ -271,7 +279,8 @@ class DraftTreeStrategy(Strategy):
         if staging is not None and (isinstance(staging, bool) or not isinstance(staging, (int, np.integer))
                                     or staging < 1):
             raise HetSpecError(f"draft-tree: option staging must be an integer >= 1 (got {staging!r})")
-        opts = {**config.options, "variant": variant, "fallback": fallback, "pipeline": int(bool(pipeline)),
+        opts = {**config.options, "variant": variant, "fallback": fallback, "alpha0": float(alpha0),
+                "pipeline": int(bool(pipeline)),
                 "memory_budget_gb": float(budget_gb), "resident": resident}
         keep = resident == "keep"
         if variant != "llmcad":
@@ -325,6 +334,10 @@ class DraftTreeStrategy(Strategy):
         else:
             prefixes = list(greedy_trees(acc, config.tree_width, depth))
         cap = max(main_branch_depth(prefixes[-1]), 1)
+        if config.option("fallback") == "threshold":    # T_c = p0^k < alpha0 stops every round at the same k
+            k = stop_depth(float(config.option("alpha0", DEFAULT_ALPHA0)), p[0], cap)
+            tree = next((t for t in prefixes if main_branch_depth(t) >= k), prefixes[-1])
+            return (Round(tree, tree.expected_accepted_length(acc), 1.0),)
         replayed = replayed_rounds(problem.acceptance.meta, cap)
         pi = replayed[0] if replayed is not None else fallback_chain(round(p[0], 12), cap)
         out = []

@@ -113,6 +113,23 @@ def test_roofline_inputs_follow_the_kernel_tables_where_memory_bound():
     assert c_long.fd_s > 10 * c.fd_s and c_long.per_layer_s == pytest.approx(c.per_layer_s)
 
 
+@pytest.mark.parametrize("tp", [2, 4, 8])
+def test_measured_collectives_replace_the_link_model_and_nothing_else(tp):
+    """ALSpec Tables 5-7's collective rows as an input: the layer's collectives sum to them, in the link
+    model's shares, and every other operator keeps its roofline price."""
+    p = problem(1024)
+    ring = STRATEGY.costs(p, resolved(p, tp=tp, sp=0, **TT))
+    measured = STRATEGY.costs(p, resolved(p, tp=tp, sp=0, ccl_layer_us=236.852, **TT))
+    assert measured.ccl_s == pytest.approx(236.852e-6, rel=1e-12)
+    for a, b in zip(ring.ops, measured.ops):
+        if a.collective and a.block in ("pre", "post"):
+            assert b.time_s / measured.ccl_s == pytest.approx(a.time_s / ring.ccl_s, rel=1e-12)
+        else:
+            assert b.time_s == a.time_s, a.name
+    slower = 32 * (measured.ccl_s - ring.ccl_s)
+    assert step_s(p, tp=tp, sp=0, ccl_layer_us=236.852, **TT) == pytest.approx(step_s(p, tp=tp, sp=0, **TT) + slower)
+
+
 def test_a_faster_link_is_never_slower():
     from dataclasses import replace
 
@@ -193,6 +210,8 @@ def test_replicated_node_copies_the_preset_gpu():
     ({"layer_rounding": "ceil"}, UnknownNameError, "unknown layer rounding 'ceil'"),
     ({"window": 0}, HetSpecError, "option window must be an integer >= 1"),
     ({"fd_fixed_us": -1}, HetSpecError, "fd_fixed_us must be a number >= 0"),
+    ({"ccl_layer_us": 0}, HetSpecError, "ccl_layer_us must be a number > 0"),
+    ({"ccl_layer_us": True}, HetSpecError, "ccl_layer_us must be a number > 0"),
     ({"lam": 0.3}, HetSpecError, "no hit rate at lambda 0.3"),
 ])
 def test_bad_options_are_one_line(options, error, message):

@@ -46,6 +46,30 @@ def with_storage_scale(platform, factor):
     return replace(platform, links=links)
 
 
+def test_the_fixed_threshold_stops_every_round_at_one_depth():
+    """fallback=threshold: T_c = p0^k < alpha0 with alpha0 fixed (LLMCad §3.3's default 0.01, no Eq. 3): one kind of
+    round whose main branch is k(alpha0) tokens long (within the depth cap)."""
+    p = problem()
+    for alpha0, depth in ((0.01, 16), (0.3, 6), (0.6, 3)):
+        cfg = STRATEGY.resolve(p, config(17, 16, fallback="threshold", alpha0=alpha0))
+        (only,) = STRATEGY.rounds(p, cfg)
+        assert only.weight == 1.0
+        assert main_branch_depth(only.tree) == stop_depth(alpha0, 0.8, 16) == depth
+    budget = estimate(p, config(17, 16, fallback="budget"))
+    assert estimate(p, config(17, 16, fallback="threshold")).tokens_per_step == pytest.approx(budget.tokens_per_step)
+
+
+def test_per_rank_acceptance_in_a_preset_grows_a_tree():
+    """A preset's draft_rank_accuracy (LLMCad's: rank 0 the paper's 0.80) makes the greedy tree branch."""
+    acc = load_acceptance("llmcad-mt5-iwslt")
+    assert acc.meta["draft_rank_accuracy"][0] == acc.draft_alpha
+    p = problem(acceptance=acc)
+    cfg = STRATEGY.resolve(p, config(17, 16))
+    assert cfg.tree_shape == "greedy" and main_branch_depth(cfg.tree) < 16     # side branches took some budget
+    chain = replace(config(17, 16, fallback="threshold"), tree_shape="chain")
+    assert estimate(p, config(17, 16, fallback="threshold")).tokens_per_step > estimate(p, chain).tokens_per_step
+
+
 # ---------------------------------------------------------------------- memory and streaming
 def test_memory_plan_splits_the_target_into_resident_and_streamed():
     p = problem()
@@ -210,6 +234,7 @@ def test_drawn_rounds_average_to_the_expectation():
     (config(variant="beam"), UnknownNameError, "unknown draft-tree variant 'beam'"),
     (config(fallback="never"), UnknownNameError, "unknown draft-tree fallback 'never'"),
     (config(pipeline=2), HetSpecError, "option pipeline must be 0 or 1"),
+    (config(fallback="threshold", alpha0=1.5), HetSpecError, r"option alpha0 must be in \(0, 1\)"),
     (config(memory_budget_gb=-1), HetSpecError, "memory_budget_gb must be a number > 0"),
     (config(width=1), HetSpecError, r"tree budget \(tree_width\) must be >= 2"),
     (config(width=20, depth=8), HetSpecError, "a tree of depth <= 8 with 1 candidate rank"),

@@ -3,7 +3,7 @@
 It takes the strategy's search space (:meth:`Strategy.search_space`), lets the caller narrow or
 widen any knob (``space``: knob name -> values), evaluates every combination of the discrete
 knobs with the closed form (vectorised per strategy, :meth:`Strategy.estimate_many`), and for a
-continuous knob (the partition ratio) evaluates a coarse grid (:meth:`Strategy.estimate_ratios`)
+continuous knob (the partition ratio) evaluates a coarse grid (:meth:`Strategy.ratio_pricer`)
 and then refines the best grid cell of the most promising configurations with a bounded scalar
 minimisation of the step time (``scipy.optimize.minimize_scalar``, method ``bounded``). The
 objective is tokens per second (per sequence): expected tokens per step / step seconds.
@@ -262,25 +262,26 @@ def evaluate_space(problem: Problem, method: str, space: Mapping[str, Any] | Non
         refined = [False] * len(configs)
     else:
         grid = np.linspace(ratio_knob.low, ratio_knob.high, max(ratio_knob.grid, 2))
-        base_est = strategy.estimate_many(problem, configs)
+        tokens_of, proposed_of = strategy.acceptance_many(problem, configs)
+        pricers = [strategy.ratio_pricer(problem, config) for config in configs]
         scored = []
         for i, config in enumerate(configs):
-            steps = np.asarray(strategy.estimate_ratios(problem, config, grid), dtype=float)
+            steps = np.asarray(pricers[i](grid), dtype=float)
             for r, s in zip(grid, steps):
                 rows_cfg.append(replace(config, partition_ratio=float(r)))
                 step.append(float(s))
-                tokens.append(float(base_est.tokens_per_step[i]))
-                proposed.append(float(base_est.proposed_per_step[i]))
+                tokens.append(float(tokens_of[i]))
+                proposed.append(float(proposed_of[i]))
                 refined.append(False)
             j = int(np.argmin(steps))
-            scored.append((base_est.tokens_per_step[i] / steps[j], i, j))
+            scored.append((tokens_of[i] / steps[j], i, j))
         if refine:
             for _, i, j in sorted(scored, reverse=True)[:refine_top]:
-                r, s = _refine_ratio(strategy, problem, configs[i], grid, j)
+                r, s = _refine_ratio(pricers[i], grid, j)
                 rows_cfg.append(replace(configs[i], partition_ratio=r))
                 step.append(s)
-                tokens.append(float(base_est.tokens_per_step[i]))
-                proposed.append(float(base_est.proposed_per_step[i]))
+                tokens.append(float(tokens_of[i]))
+                proposed.append(float(proposed_of[i]))
                 refined.append(True)
     columns: dict[str, list] = {c: [] for c in TABLE_COLUMNS if c != "speedup_vs_ar"}
     option_names = sorted({k for c in rows_cfg for k in c.options})
@@ -302,19 +303,19 @@ def evaluate_space(problem: Problem, method: str, space: Mapping[str, Any] | Non
     return columns, rows_cfg, skipped, reason
 
 
-def _refine_ratio(strategy: Strategy, problem: Problem, config: StrategyConfig, grid: np.ndarray, j: int):
-    """Bounded scalar minimisation of the step time in the grid cells around grid point ``j``."""
+def _refine_ratio(price, grid: np.ndarray, j: int):
+    """Bounded scalar minimisation of the step time (``price``: seconds at an array of ratios) in the grid cells
+    around grid point ``j``."""
     from scipy.optimize import minimize_scalar
+
+    def objective(r: float) -> float:
+        return float(price(np.array([float(r)]))[0])
 
     lo = grid[max(j - 1, 0)]
     hi = grid[min(j + 1, len(grid) - 1)]
     if hi <= lo:
         r = float(grid[j])
-        return r, strategy.estimate(problem, replace(config, partition_ratio=r)).step_s
-
-    def objective(r: float) -> float:
-        return strategy.estimate(problem, replace(config, partition_ratio=float(r))).step_s
-
+        return r, objective(r)
     res = minimize_scalar(objective, bounds=(float(lo), float(hi)), method="bounded",
                           options={"xatol": RATIO_XATOL})
     r, s = float(res.x), float(res.fun)

@@ -59,8 +59,12 @@ Optional overrides:
     Closed form over many resolved configs at once (sweeps). The default loops
     :meth:`estimate`; override it to vectorise (see :mod:`sim.closed_form`).
 ``estimate_ratios(problem, config, ratios) -> numpy.ndarray``
-    Step seconds for one config at many partition ratios (the optimizer's coarse grid). The
-    default loops :meth:`estimate`.
+    Step seconds for one config at many partition ratios. The default loops :meth:`estimate`.
+``ratio_pricer(problem, config) -> callable``
+    The same as a function of the ratios, for the optimizer's coarse grid and its refinement of one
+    config: a strategy whose step is costly to build for any ratio builds it once there.
+``acceptance_many(problem, configs) -> (tokens, proposed)``
+    Expected accepted and proposed tokens per step, without the step times.
 
 Rules the optimizer relies on for a method with a ``partition_ratio`` knob: a resolved config
 stays valid when only its ``partition_ratio`` is replaced by another value of the knob's range
@@ -75,7 +79,7 @@ Units: seconds, bytes, FLOPs (SI) everywhere. A strategy never imports torch.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
@@ -302,6 +306,18 @@ class Strategy(ABC):
     def estimate_ratios(self, problem: Problem, config: StrategyConfig, ratios: np.ndarray) -> np.ndarray:
         """Step seconds of ``config`` at each partition ratio; override to vectorise."""
         return np.array([self.estimate(problem, replace(config, partition_ratio=float(r))).step_s for r in ratios])
+
+    def ratio_pricer(self, problem: Problem, config: StrategyConfig) -> Callable[[np.ndarray], np.ndarray]:
+        """Step seconds of ``config`` as a function of an array of partition ratios, for the optimizer's grid and
+        its refinement of one configuration; a strategy whose step costs something to build for any ratio
+        builds it once here."""
+        return lambda ratios: self.estimate_ratios(problem, config, ratios)
+
+    def acceptance_many(self, problem: Problem, configs: Sequence[StrategyConfig]) -> tuple[np.ndarray, np.ndarray]:
+        """Expected accepted and proposed tokens per step of many resolved configs (independent of the ratio);
+        override where the step times cost more than the acceptance."""
+        est = self.estimate_many(problem, configs)
+        return est.tokens_per_step, est.proposed_per_step
 
     @property
     def info(self):

@@ -477,18 +477,35 @@ class HcmpStrategy(Strategy):
     def _single(self, problem: Problem, config: StrategyConfig, device: str) -> Estimate:
         return self._medusa.estimate(problem, replace(config, method="medusa", device=device, partition_ratio=None))
 
+    def ratio_pricer(self, problem: Problem, config: StrategyConfig):
+        """The split step is built once (on first use) and priced at any ratios; the endpoints are the unsplit
+        step on one device."""
+        built: dict[str, object] = {}
+
+        def price(ratios) -> np.ndarray:
+            ratios = np.atleast_1d(np.asarray(ratios, dtype=float))
+            out = np.empty_like(ratios)
+            inner = (ratios > 0.0) & (ratios < 1.0)
+            if inner.any():
+                if "step" not in built:
+                    built["step"] = build_split_step(problem, config)
+                    built["host"] = _split_host_seconds(problem, config)
+                out[inner] = built["step"].seconds(problem.platform, ratios[inner]) + built["host"]
+            for mask, device in ((ratios >= 1.0, config.device), (ratios <= 0.0, config.option("secondary"))):
+                if mask.any():
+                    if device not in built:
+                        built[device] = self._single(problem, config, device).step_s
+                    out[mask] = built[device]
+            return out
+
+        return price
+
     def estimate_ratios(self, problem: Problem, config: StrategyConfig, ratios: np.ndarray) -> np.ndarray:
-        ratios = np.atleast_1d(np.asarray(ratios, dtype=float))
-        out = np.empty_like(ratios)
-        inner = (ratios > 0.0) & (ratios < 1.0)
-        if inner.any():
-            out[inner] = build_split_step(problem, config).seconds(problem.platform, ratios[inner]) + \
-                _split_host_seconds(problem, config)
-        if (ratios >= 1.0).any():
-            out[ratios >= 1.0] = self._single(problem, config, config.device).step_s
-        if (ratios <= 0.0).any():
-            out[ratios <= 0.0] = self._single(problem, config, config.option("secondary")).step_s
-        return out
+        return self.ratio_pricer(problem, config)(ratios)
+
+    def acceptance_many(self, problem: Problem, configs: Sequence[StrategyConfig]) -> tuple[np.ndarray, np.ndarray]:
+        tokens = problem.acceptance.trees_tokens([c.tree for c in configs])
+        return tokens, np.array([c.tree.size - 1 for c in configs], dtype=float)
 
     def estimate(self, problem: Problem, config: StrategyConfig) -> Estimate:
         r = config.partition_ratio

@@ -58,6 +58,6 @@ def steady_machine(monkeypatch, folder) -> None:
     from hwmodels.loader import load_platform_file
 
     dev = load_platform_file(Path(folder) / "host.toml").device("cpu")
-    monkeypatch.setattr("real.validation.machine.reference_probe", lambda threads, nbytes: {
+    monkeypatch.setattr("real.validation.trust.reference_probe", lambda threads, nbytes: {
         "threads": threads, "op_us": dev.bare_cache_overhead_s * 1e6, "triad_gbps": dev.mem_bw_gbps,
         "triad_bytes": nbytes, "gemm_gflops": 100.0, "seconds": 0.0})

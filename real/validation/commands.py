@@ -10,7 +10,7 @@ import sys
 
 from hwmodels.errors import EXIT_UNTRUSTED
 from real.train.commands import add_preset_flags, resolve_preset
-from real.validation.machine import PROBE_PEAK_LIMIT
+from real.validation.trust import PROBE_PEAK_LIMIT
 
 
 def register(subparsers) -> None:
@@ -83,8 +83,8 @@ def handle_calibrate(args: argparse.Namespace) -> int:
         return _profile_device(args)
     if args.models is not None or args.dtype is not None:
         raise HetSpecError("--models and --dtype go with --device (the operator profile of a torch device)")
-    from real.validation.calibrate import ATTEMPTS, calibrate, summary_lines
-    from real.validation.host_facts import raw_path
+    from real.validation.calibration.calibrate import ATTEMPTS, calibrate, summary_lines
+    from real.validation.calibration.host_facts import raw_path
 
     platform, path, cal = calibrate(args.out, quick=args.quick, progress=True, force=args.force,
                                     attempts=ATTEMPTS if args.attempts is None else args.attempts)
@@ -92,7 +92,7 @@ def handle_calibrate(args: argparse.Namespace) -> int:
         print(line)
     print(f"wrote {path} (measurements: {raw_path(path)})")
     # the CPU's operator profile beside it, which `hetspec validate` prices the grid with next to the roofline
-    from real.validation.cpu_profiles import profile_cpu_beside
+    from real.validation.calibration.cpu_profiles import profile_cpu_beside
 
     with _force_hint(f"{path} written, an operator profile beside it stopped"):
         lines = profile_cpu_beside(path, args.quick, one_thread=not args.quick, force=args.force)
@@ -122,15 +122,15 @@ def _force_hint(what: str):
 def _profile_device(args: argparse.Namespace) -> int:
     """``hetspec calibrate --device D``: the measured operator profile of a torch device and its platform; a CPU's
     full profile guarded against the cores slowed from outside, as the full calibration's are."""
-    from real.validation import profile_device
+    from real.validation.profiler import profile_device
 
     names = [m.strip() for m in args.models.split(",") if m.strip()] if args.models else None
     parts = ["hetspec calibrate", f"--device {args.device}"] + ([f"--models {args.models}"] if args.models else []) + \
         ([f"--dtype {args.dtype}"] if args.dtype else []) + (["--quick"] if args.quick else [])
     guard = None
     if not args.quick and not args.device.strip().startswith("cuda"):
-        from real.validation.call_timing import parse_device
-        from real.validation.cpu_profiles import cpu_profile_guard
+        from real.validation.profiler.call_timing import parse_device
+        from real.validation.calibration.cpu_profiles import cpu_profile_guard
 
         parse_device(args.device)       # a bad name: one line, before the guard's probe
         guard = cpu_profile_guard(args.device, _calibrated_host(), args.force)
@@ -148,7 +148,7 @@ def _check_quiet(args: argparse.Namespace) -> int:
     from tqdm.auto import tqdm
 
     from hwmodels.errors import HetSpecError, UntrustedMeasurement
-    from real.validation.call_timing import cpu_worker
+    from real.validation.profiler.call_timing import cpu_worker
     from real.validation.quiet_check import calibrated_reference, check_quiet, readings_in
 
     extra = [flag for flag, value in (("--out", args.out), ("--quick", args.quick), ("--models", args.models),
@@ -180,7 +180,7 @@ def _calibrated_host():
     """The calibrated ``host`` platform where ``hetspec calibrate`` has written one, else None."""
     from hwmodels.errors import HetSpecError
     from hwmodels.loader import load_platform_file
-    from real.validation.calibrate import default_out
+    from real.validation.calibration.calibrate import default_out
 
     path = default_out()
     try:
@@ -191,7 +191,7 @@ def _calibrated_host():
 
 # ---------------------------------------------------------------------------- hetspec validate
 def register_validate(subparsers) -> None:
-    from real.validation.machine import BEFORE_GRID_PAUSE_S, BEFORE_GRID_READINGS, CALIBRATION_CHANGE_LIMIT
+    from real.validation.trust import BEFORE_GRID_PAUSE_S, BEFORE_GRID_READINGS, CALIBRATION_CHANGE_LIMIT
 
     p = subparsers.add_parser(
         "validate", help="predict and measure the demo models' decode speed on this machine; write a report",
@@ -278,7 +278,7 @@ def handle_validate(args: argparse.Namespace) -> int:
         ([f"--platform {args.platform}"] if args.platform != "host" else []) + _device_parts(args) + [f"--out {out}"]
     from dataclasses import replace
 
-    from real.validation.hetero_setup import settings_for, with_repeats
+    from real.validation.hetero.setup import settings_for, with_repeats
     from real.validation.validate import settings_for as grid_settings
 
     hetero_settings = settings = None
@@ -292,7 +292,7 @@ def handle_validate(args: argparse.Namespace) -> int:
         parts.insert(-1, f"--repeats {repeats}")
     if args.force:
         parts.insert(-1, "--force")
-    from real.validation.machine import ChangedBeforeGrid
+    from real.validation.trust import ChangedBeforeGrid
 
     with _hinted(ChangedBeforeGrid, lambda exc: f"{exc}; or pass --force to run the grid anyway (its report then "
                                                 "says it is not a validation)"):
@@ -321,7 +321,7 @@ def handle_validate(args: argparse.Namespace) -> int:
 
 def _hetero_only(args: argparse.Namespace, out: str) -> int:
     """``--hetero-only``: the heterogeneous section on its own."""
-    from real.validation.hetero import MARKDOWN_FILE, validate_hetero_only
+    from real.validation.hetero.section import MARKDOWN_FILE, validate_hetero_only
 
     floor = getattr(args, "alspec_agreement", None)
     parts = ["hetspec validate --hetero-only"] + (["--quick"] if args.quick else []) + \

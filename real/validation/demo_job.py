@@ -4,7 +4,7 @@
    a minute on two cores; ``small`` takes 15-30 minutes, so the demo does not start it unasked:
    ``--preset small`` asks on a terminal, ``--train`` trains without asking).
 2. **Calibrate** this host (``hetspec calibrate``), unless a host platform younger than
-   :data:`real.validation.host_facts.FRESH_DAYS` days already exists (``--recalibrate`` forces it).
+   :data:`real.validation.calibration.host_facts.FRESH_DAYS` days already exists (``--recalibrate`` forces it).
 3. **Predict** the best configuration of every decode method for the demo models on ``host``
    (the optimizer's full search, with the acceptance profile measured on calibration prompts).
 4. **Validate** quickly (``hetspec validate --quick``) into the user's report folder
@@ -37,13 +37,13 @@ def banner(step: int, total: int, text: str) -> None:
 def host_platform(recalibrate: bool, device: str):
     """The ``host`` platform: reused when fresh, else measured now."""
     from hwmodels.loader import get_platform
-    from real.validation.calibrate import (
+    from real.validation.calibration.calibrate import (
         calibrate,
         calibration_age_days,
         default_out,
         summary_lines,
     )
-    from real.validation.host_facts import FRESH_DAYS
+    from real.validation.calibration.host_facts import FRESH_DAYS
 
     path = default_out()
     age = calibration_age_days(path)
@@ -52,7 +52,7 @@ def host_platform(recalibrate: bool, device: str):
         return get_platform(str(path))
     say("measuring this machine (about 1-2 minutes)..." if age is None else
         f"{path} is {age:.0f} days old: measuring again..." if not recalibrate else "measuring again (--recalibrate)...")
-    from real.validation.machine import MachineChanged
+    from real.validation.trust import MachineChanged
 
     try:
         platform, path, cal = calibrate(path, progress=True)
@@ -61,7 +61,7 @@ def host_platform(recalibrate: bool, device: str):
     for line in summary_lines(platform, cal):
         say(line)
     say(f"wrote {path}")
-    from real.validation.cpu_profiles import profile_cpu_beside
+    from real.validation.calibration.cpu_profiles import profile_cpu_beside
 
     for line in profile_cpu_beside(path, quick=False):     # validate's second pricing
         say(line)
@@ -116,7 +116,7 @@ def gpu_platform(device: str, dtype: str | None, graphs: str):
     exists yet, the GPU is profiled now (``hetspec calibrate --device D --quick``) into the user platform folder."""
     from hwmodels.loader import user_platform_dir
     from real.validation.gpu_target import profiled_platform_name, validation_target
-    from real.validation.profile_device import (
+    from real.validation.profiler.profile_device import (
         QUICK,
         default_models,
         profile_device,
@@ -150,7 +150,7 @@ def run_demo(preset: str | None = None, recalibrate: bool = False, out: str | Pa
     from real.run.session import load_models
     from real.train.corpus import prompts as corpus_prompts
     from real.validation.gpu_target import default_device_name, is_cuda_name
-    from real.validation.microbench import torch_threads
+    from real.validation.calibration.microbench import torch_threads
     from real.validation.validate import QUICK, acceptance_check, default_out, validate
 
     out = Path(out) if out is not None else default_out("demo")

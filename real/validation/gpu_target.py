@@ -69,8 +69,8 @@ def check_placement(device: str | None, dtype: str | None = None, graphs: str = 
 def validation_target(platform: str, device: str | None, dtype: str | None = None,
                       graphs: str = "auto") -> ValidationTarget:
     """The platform and device of a validation on ``device`` (see the module's description)."""
-    from real.validation.hetero_setup import platform_device
-    from real.validation.machine import load_host
+    from real.validation.hetero.setup import platform_device
+    from real.validation.trust import load_host
 
     device = default_device_name(device)
     placement = check_placement(device, dtype, graphs)
@@ -119,7 +119,7 @@ def profile_dtype(dev) -> str | None:
 
 
 def _host_or_none():
-    from real.validation.machine import load_host
+    from real.validation.trust import load_host
 
     try:
         return load_host("host")

@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 
 from real.run.contention import guard_line
-from real.validation.machine import drift_moved, slowed_cores
+from real.validation.trust import drift_moved, slowed_cores
 from real.validation.metrics import (
     FULL_REGRET_TARGET,
     FULL_STEP_ERROR_TARGET,
@@ -313,8 +313,8 @@ def markdown(doc: dict) -> str:
         for r in doc["random_weight"]:
             lines.append(f"| {r['model']} (random-weight timing run) | {r['weight_mb']:.0f} | {r['tokens']} | "
                          f"{r['pred_ms']:.2f} | {r['meas_ms']:.2f} | {_spct(r['error_signed'])} |")
-    if doc.get("hetero"):   # the heterogeneous section (real/validation/hetero.py)
-        from real.validation.hetero_report import markdown as hetero_markdown
+    if doc.get("hetero"):   # the heterogeneous section (real/validation/hetero/section.py)
+        from real.validation.hetero.report import markdown as hetero_markdown
 
         lines += [""] + hetero_markdown(doc["hetero"])
     lines += ["", "## Host platform as priced", "", "```json", json.dumps(plat["device_fields"], indent=1), "```", ""]

@@ -32,7 +32,7 @@ from hwmodels.errors import HetSpecError
 from real.train.demo import choose_preset
 from real.validation.backends import profiled_variant
 from real.validation.gpu_target import validation_target
-from real.validation.machine import (
+from real.validation.trust import (
     calibrated_gemm_gflops,
     contention_guard,
     drift_after_grid,
@@ -65,8 +65,8 @@ def remove_stale_outputs(out: Path, hetero: bool, random_weight: bool) -> list[s
     """Delete what an earlier run left in ``out`` that this one did not write (the heterogeneous
     section's files without ``--hetero``, the random-weight plot without random-weight rows), so
     the folder never mixes two runs; returns the names removed."""
-    from real.validation.hetero_report import PLOTS as HETERO_PLOTS
-    from real.validation.hetero_setup import JSON_FILE, MARKDOWN_FILE
+    from real.validation.hetero.report import PLOTS as HETERO_PLOTS
+    from real.validation.hetero.setup import JSON_FILE, MARKDOWN_FILE
     from real.validation.report import PLOTS
 
     stale = [] if hetero else [MARKDOWN_FILE, JSON_FILE, *HETERO_PLOTS.values()]
@@ -188,7 +188,7 @@ def _random_weight(settings: Settings, platform, device: str, threads: int, prog
 
     from real.model.random_models import random_spec, random_transformer, time_steps
     from real.validation.gpu_target import priced_as_run
-    from real.validation.microbench import torch_threads
+    from real.validation.calibration.microbench import torch_threads
     from sim.closed_form import step_seconds
 
     if placement is not None:     # the steps are timed as eager forwards: priced in eager mode where profiled so
@@ -244,7 +244,7 @@ def validate(out: str | Path | None = None, preset: str | None = None, quick: bo
     ``grid``: the :class:`~real.validation.grid.GridPoint` s to run (default: the whole grid).
     ``force``: run the grid even when the reference probe before it reads the machine changed since the
     calibration (the report then says it is not a validation); without it such a run stops there
-    (:class:`~real.validation.machine.ChangedBeforeGrid`, exit status 3), having written nothing.
+    (:class:`~real.validation.trust.ChangedBeforeGrid`, exit status 3), having written nothing.
     Returns the results document (what ``results.json`` holds).
     """
     import torch
@@ -255,9 +255,9 @@ def validate(out: str | Path | None = None, preset: str | None = None, quick: bo
     from real.run.session import load_models
     from real.train.corpus import prompts as corpus_prompts
     from real.validation.grid import default_grid, draft_tree_widths, medusa_tree, real_config
-    from real.validation.hetero_setup import settings_for as default_hetero
+    from real.validation.hetero.setup import settings_for as default_hetero
     from real.validation.measure import measure_grid
-    from real.validation.microbench import torch_threads
+    from real.validation.calibration.microbench import torch_threads
     from real.validation.predict import PredictionContext, predict_point
     from real.validation.report import slowed_words, write_report
 
@@ -386,8 +386,8 @@ def validate(out: str | Path | None = None, preset: str | None = None, quick: bo
                                              "GPU run: priced on the GPU platform's own device"}),
         "random_weight": random_rows,
     }
-    if hetero:   # hcmp ratio sweep, dovetail placements, alspec, streaming (real/validation/hetero.py)
-        from real.validation.hetero import validate_hetero
+    if hetero:   # hcmp ratio sweep, dovetail placements, alspec, streaming (real/validation/hetero/section.py)
+        from real.validation.hetero.section import validate_hetero
 
         doc["hetero"] = validate_hetero(models, host, ctx, out, hetero_settings, progress, guard=cpu_guard)
     # and after everything measured, with the cores quiet as before it where the runs are guarded
@@ -410,9 +410,9 @@ def validate(out: str | Path | None = None, preset: str | None = None, quick: bo
 
 def calibration_slowed(host, threads: int) -> dict | None:
     """The calibration ``host`` rests on, when it was measured on slowed cores on ``threads`` threads
-    (:func:`real.validation.machine.slowed_calibration`): its reference probe's and its GEMM peak's GFLOP/s;
+    (:func:`real.validation.trust.slowed_calibration`): its reference probe's and its GEMM peak's GFLOP/s;
     None otherwise."""
-    from real.validation.host_facts import raw_record
+    from real.validation.calibration.host_facts import raw_record
 
     slowed = slowed_calibration(raw_record(host), threads)
     return {"probe_gflops": round(slowed[0] / 1e9, 1), "peak_gflops": round(slowed[1] / 1e9, 1)} if slowed else None

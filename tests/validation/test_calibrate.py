@@ -30,7 +30,7 @@ from tests.cli_runner import run_cli
 def tiny_calibration(tmp_path_factory):
     """``calibrate`` with tiny sizes (two token counts, two small weight shapes, a 16 MiB stream working set:
     seconds on 2 cores) into a temporary platform folder."""
-    from real.validation.calibrate import Settings, calibrate
+    from real.validation.calibration.calibrate import Settings, calibrate
 
     settings = Settings(m_values=(1, 8), shapes=((64, 64), (128, 256)), repeats=2, warmup=1,
                         dram_working_set_bytes=16 * 2**20, cold_pool_bytes=16 * 2**20, overhead_repeats=2,
@@ -97,7 +97,7 @@ def test_calibration_writes_a_loadable_host_with_sources(tiny_calibration):
     w0 = loaded.device("cpu0")
     assert w0.cores == 1 and "1 thread" in w0.sources["mem_bw_gbps"]
     # raw measurements next to the platform
-    from real.validation.calibrate import load_raw
+    from real.validation.calibration.calibrate import load_raw
 
     raw = load_raw(path)
     assert raw["cores"] == cal.cores and raw["all_threads"]["gemm_warm"]
@@ -322,9 +322,9 @@ def test_dovetail_host_costs_are_the_loop_time_beyond_the_priced_passes():
     """A dovetail probe sample without its time outside the forwards (an older calibration): the loop is
     priced as its drafter passes (the accepted tokens, then top-k per level) plus the verification; what
     is left is fitted per round and per drafter pass."""
-    from real.validation.host_costs import _model_price, fit_host_costs
-    from real.validation.host_facts import QUICK
-    from real.validation.microbench import (
+    from real.validation.calibration.host_costs import _model_price, fit_host_costs
+    from real.validation.calibration.host_facts import QUICK
+    from real.validation.calibration.microbench import (
         LOOP_NEW_TOKENS,
         LOOP_PROMPT_TOKENS,
         LoopSample,
@@ -357,9 +357,9 @@ def test_host_costs_are_the_probe_loops_time_outside_their_forwards():
     """chain, draft-tree and medusa fit their host costs on what the validation measures as host work
     (the loop's time outside its traced forwards), not on the step time beyond the model's price of the
     forwards: a probe whose passes cost more than the bare price must not put that excess in host."""
-    from real.validation.host_costs import fit_host_costs
-    from real.validation.host_facts import QUICK
-    from real.validation.microbench import LoopSample
+    from real.validation.calibration.host_costs import fit_host_costs
+    from real.validation.calibration.host_facts import QUICK
+    from real.validation.calibration.microbench import LoopSample
 
     dev = _cached_cpu(0.032).device("cpu")
     samples = [LoopSample("chain", g, step_s=0.05 * (g + 1), passes=float(g), nodes=g + 1.0, heads=0,
@@ -491,7 +491,7 @@ def test_rewarm_gap_share_by_pass():
 
 
 def test_the_rewarming_fit_recovers_a_geometric_refill():
-    from real.validation.stream_step_probe import StreamingProbe, fit_rewarm_keep
+    from real.validation.calibration.stream_step_probe import StreamingProbe, fit_rewarm_keep
 
     assert fit_rewarm_keep([0.7 ** j for j in range(1, 8)]) == pytest.approx(0.7, abs=1e-4)
     assert fit_rewarm_keep([0.0, 0.0]) == 0.0 and fit_rewarm_keep([1.0, 1.0]) == 1.0
@@ -509,7 +509,7 @@ def test_the_rewarming_fit_recovers_a_geometric_refill():
 def test_the_streaming_probe_runs_in_a_process_of_its_own():
     import os
 
-    from real.validation.calibrate import _in_fresh_process
+    from real.validation.calibration.calibrate import _in_fresh_process
 
     assert _in_fresh_process(os.getpid) != os.getpid()
     assert _in_fresh_process(max, 3, 7) == 7
@@ -523,7 +523,7 @@ def test_the_probe_draft_predicts_the_probe_target_so_draft_trees_grow():
     from real.decode import decoder
     from real.decode.common import Clock
     from real.decode.draft_tree import DraftTreeConfig
-    from real.validation.microbench import loop_prompt, probe_models
+    from real.validation.calibration.microbench import loop_prompt, probe_models
 
     models = probe_models()
     assert models.draft.spec.n_layers < models.target.spec.n_layers
@@ -535,7 +535,7 @@ def test_the_probe_draft_predicts_the_probe_target_so_draft_trees_grow():
     assert run.draft_passes / run.steps > 3          # trees grow past one pass a round
     # what the dovetail residual prices is what the loops run: the loop probe's own shapes, a demo
     # target's width (the forward-cost probe stays narrow)
-    from real.validation.microbench import LOOP_SHAPE, probe_specs
+    from real.validation.calibration.microbench import LOOP_SHAPE, probe_specs
 
     target, draft = probe_specs(LOOP_SHAPE)
     assert (target, draft) == (models.target.spec, models.draft.spec)
@@ -547,7 +547,7 @@ def test_calibrated_host_prices_every_dtype_it_runs(tiny_calibration):
     """bf16 / fp16 GEMMs are timed as torch runs them on this CPU and written as measured peaks with
     their sources, so an fp16 or bf16 model predicts on host; a measurement without them (an older
     calibration) marks them derived from fp32 instead of leaving them out."""
-    from real.validation.host_platform import build_platform
+    from real.validation.calibration.host_platform import build_platform
 
     _, path, cal = tiny_calibration
     loaded = load_platform_file(path)

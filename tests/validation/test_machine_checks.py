@@ -1,5 +1,5 @@
 """Robustness on a shared machine: the reference probe and the spread of a calibration's rounds
-(real/validation/machine.py), a calibration refused without ``--force`` and written with it, and a
+(real/validation/trust.py), a calibration refused without ``--force`` and written with it, and a
 validation whose machine changed under it reported as "not a validation" with exit status 3, or stopped before
 its grid when the machine had already changed.
 
@@ -16,8 +16,8 @@ import pytest
 from demo_helpers import host_platform_folder
 from hwmodels.errors import EXIT_UNTRUSTED
 from hwmodels.loader import load_platform_file
-from real.validation import machine
-from real.validation.machine import (
+from real.validation import trust as machine
+from real.validation.trust import (
     PROBE_MOVE_LIMIT,
     SPREAD_LIMIT,
     MachineChanged,
@@ -70,8 +70,8 @@ def test_spread_and_probe_moves():
 @pytest.fixture(scope="module")
 def forced(tmp_path_factory):
     """A tiny calibration measured while the injected reference probe drifts, written with ``force``."""
-    from real.validation import calibrate as cal_mod
-    from real.validation.host_facts import Settings
+    from real.validation.calibration import calibrate as cal_mod
+    from real.validation.calibration.host_facts import Settings
 
     probe = DriftingProbe()
     with pytest.MonkeyPatch.context() as mp:
@@ -106,7 +106,7 @@ def test_a_forced_calibration_is_written_with_its_warning(forced):
 
 
 def test_calibrate_refuses_a_machine_that_changed_under_it(forced, tmp_path, monkeypatch):
-    from real.validation import calibrate as cal_mod
+    from real.validation.calibration import calibrate as cal_mod
 
     _, _, cal, _ = forced
     measured = []
@@ -123,7 +123,7 @@ def test_calibrate_refuses_a_machine_that_changed_under_it(forced, tmp_path, mon
 
 
 def test_a_steady_calibration_is_written_at_the_first_attempt(forced, tmp_path, monkeypatch):
-    from real.validation import calibrate as cal_mod
+    from real.validation.calibration import calibrate as cal_mod
 
     _, _, cal, _ = forced
     steady = {label: {"start": _probe(10.0), "end": _probe(10.1)} for label in cal.robustness["reference"]}
@@ -138,13 +138,13 @@ def test_a_steady_calibration_is_written_at_the_first_attempt(forced, tmp_path, 
 
 def test_calibrate_cli_exit_status_without_and_with_force(forced, tmp_path, monkeypatch, capsys):
     from hetspec.cli import main
-    from real.validation import calibrate as cal_mod
+    from real.validation.calibration import calibrate as cal_mod
 
     _, _, cal, _ = forced
     monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")           # main() would set it for the process
     monkeypatch.setattr(cal_mod, "measure", lambda *a, **k: cal)
     # the operator profile written beside a calibration is timed for real in test_calibrate_cli_quick_writes_host
-    monkeypatch.setattr("real.validation.cpu_profiles.profile_cpu_beside", lambda *a, **k: ["(profile beside)"])
+    monkeypatch.setattr("real.validation.calibration.cpu_profiles.profile_cpu_beside", lambda *a, **k: ["(profile beside)"])
     out = tmp_path / "host.toml"
     assert main(["calibrate", "--quick", "--out", str(out), "--attempts", "1"]) == EXIT_UNTRUSTED == 3
     err = capsys.readouterr().err.strip()
@@ -160,7 +160,7 @@ def test_cores_that_stay_slowed_stop_the_profile_beside_a_calibration_unless_for
                                                                                      capsys):
     from hetspec.cli import main
     from real.run.contention import ContendedTooLong
-    from real.validation import calibrate as cal_mod
+    from real.validation.calibration import calibrate as cal_mod
 
     _, _, cal, _ = forced
     steady = {label: {"start": _probe(10.0), "end": _probe(10.1)} for label in cal.robustness["reference"]}
@@ -177,7 +177,7 @@ def test_cores_that_stay_slowed_stop_the_profile_beside_a_calibration_unless_for
                                    "again once `hetspec calibrate --check` reads the cores quiet")
         return ["(profile beside)"]
 
-    monkeypatch.setattr("real.validation.cpu_profiles.profile_cpu_beside", profile)
+    monkeypatch.setattr("real.validation.calibration.cpu_profiles.profile_cpu_beside", profile)
     out = tmp_path / "host.toml"
     assert main(["calibrate", "--quick", "--out", str(out), "--attempts", "1"]) == EXIT_UNTRUSTED
     err = capsys.readouterr().err.strip()
@@ -188,7 +188,7 @@ def test_cores_that_stay_slowed_stop_the_profile_beside_a_calibration_unless_for
 
 
 def test_a_forced_profile_guard_waits_for_ever_and_an_unforced_one_for_a_quarter_hour(monkeypatch):
-    from real.validation import cpu_profiles
+    from real.validation.calibration import cpu_profiles
 
     monkeypatch.setattr(machine, "gemm_rate", lambda threads, samples=5: 1e11)
     assert cpu_profiles.cpu_profile_guard("cpu0").give_up_s == machine.GUARD_GIVE_UP_S == 900.0
@@ -390,7 +390,7 @@ def test_the_probes_fixed_cost_is_the_median_of_its_readings(monkeypatch):
     several readings of the overhead probe: one slow reading among them does not move it."""
     from types import SimpleNamespace
 
-    from real.validation import microbench
+    from real.validation.calibration import microbench
 
     readings = iter([10e-6, 30e-6, 12e-6])
     calls = []
@@ -449,7 +449,7 @@ def test_the_gemm_rate_is_part_of_the_probe_and_the_verdict(monkeypatch):
     slow = {**_drift(8.0), "gemm_now_gflops": 50.0, "gemm_calibrated_gflops": 200.0, "gemm_change": -0.75}
     verdict = validation_verdict(slow, None, [_point(0.05)])
     assert not verdict["trusted"] and "GEMM rate -75 % vs calibration before the grid" in verdict["headline"]
-    from real.validation import host_facts
+    from real.validation.calibration import host_facts
 
     record = {"robustness": {"reference": {"1 thread": {"start": {"threads": 1}, "end": {"threads": 1, "gemm_gflops": 90.0}},
                                            "2 threads": {"end": {"threads": 2, "gemm_gflops": 170.0}}}}}
@@ -480,13 +480,13 @@ def _cal_with_probes(peak_all: float, peak_one: float, end_all: float, end_one: 
 
 
 def _slowed(cal) -> list[str]:
-    from real.validation.calibrate import gemm_peaks
+    from real.validation.calibration.calibrate import gemm_peaks
 
     return calibration_problems(cal.robustness, gemm_peaks(cal))
 
 
 def test_a_probe_far_below_the_calibrations_own_peak_is_a_problem_of_the_calibration():
-    from real.validation.calibrate import busy_warnings
+    from real.validation.calibration.calibrate import busy_warnings
 
     # the afternoon of 2026-11-28: 98.8 of 167.0 GFLOP/s with 2 threads; the single thread's probe at 0.83
     slowed = _cal_with_probes(167.0e9, 103.7e9, 98.8, 85.7)
@@ -504,7 +504,7 @@ def test_a_probe_far_below_the_calibrations_own_peak_is_a_problem_of_the_calibra
 def test_calibrate_measures_again_and_refuses_cores_slowed_throughout(forced, tmp_path, monkeypatch):
     """Cores slowed evenly from start to end pass the start-to-end and spread checks; the probe far below the
     calibration's own GEMM peak refuses it all the same, after measuring again, unless --force."""
-    from real.validation import calibrate as cal_mod
+    from real.validation.calibration import calibrate as cal_mod
 
     _, _, cal, _ = forced
     peaks = cal_mod.gemm_peaks(cal)

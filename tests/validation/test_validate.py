@@ -111,8 +111,8 @@ def steady_probe() -> float:
 
 
 def test_the_full_validation_guards_its_runs_and_the_quick_one_does_not():
-    from real.validation.hetero_setup import FULL as HETERO_FULL
-    from real.validation.hetero_setup import QUICK as HETERO_QUICK
+    from real.validation.hetero.setup import FULL as HETERO_FULL
+    from real.validation.hetero.setup import QUICK as HETERO_QUICK
     from real.validation.validate import FULL, QUICK
 
     assert FULL.contention_guard and HETERO_FULL.contention_guard
@@ -259,7 +259,7 @@ def write_cpu_profile(models, folder, name: str = "profiled-cpu") -> None:
     """A small operator profile of the demo models' shapes as ``name`` (default ``profiled-cpu``) in ``folder``."""
     from pathlib import Path
 
-    from real.validation.profile_device import ProfileSettings, profile_device, write_device_profile
+    from real.validation.profiler.profile_device import ProfileSettings, profile_device, write_device_profile
 
     settings = ProfileSettings(tokens=(1, 2, 4, 8, 16), attention_q=(1, 4, 16), attention_keys=(16, 64), repeats=1,
                                calls=2, graph_copies=2)
@@ -370,7 +370,7 @@ def test_validate_unknown_device_is_one_line(tmp_path):
 
 
 def test_reports_show_no_absolute_path_of_the_machine(tmp_path, monkeypatch):
-    from real.validation.machine import shown_path
+    from real.validation.trust import shown_path
 
     home = tmp_path / "home"
     (home / ".local/share/hetspec/platforms").mkdir(parents=True)

@@ -26,10 +26,22 @@ from sim.step_timing import price_step
 from tests.cli_runner import run_cli
 
 
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 @pytest.fixture(scope="module")
 def tiny_calibration(tmp_path_factory):
-    """``calibrate`` with tiny sizes (two token counts, two small weight shapes, a 16 MiB stream working set:
-    seconds on 2 cores) into a temporary platform folder."""
+    """``calibrate`` with tiny sizes (two token counts, two small weight shapes, a 16 MiB stream working set)
+    into a temporary platform folder, inside a 40 s budget on a fake clock that every benchmark call moves by
+    5 s: one round per thread count, the heterogeneous probes skipped (the bound tested without timing)."""
+    from real.validation.calibration import calibrate as cal_mod
+    from real.validation.calibration import microbench as mb
+    from real.validation.calibration.budget import Budget
     from real.validation.calibration.calibrate import Settings, calibrate
 
     settings = Settings(m_values=(1, 8), shapes=((64, 64), (128, 256)), repeats=2, warmup=1,
@@ -37,8 +49,31 @@ def tiny_calibration(tmp_path_factory):
                         loop_repeats=1, loop_new_tokens=24, label="test", batched_m_values=(1, 4),
                         batched_shapes=((64, 256), (128, 256)))
     out = tmp_path_factory.mktemp("platforms") / "host.toml"
-    platform, path, cal = calibrate(out, progress=False, settings=settings, force=True, attempts=1)  # any load
+    clock = FakeClock()
+    with pytest.MonkeyPatch.context() as mp:
+        for name in ("gemm_rates", "stream_bandwidth", "dispatch_overhead_s", "layer_overhead", "decode_loop_samples"):
+            def slow(*args, _real=getattr(mb, name), **kwargs):
+                clock.now += 5.0
+                return _real(*args, **kwargs)
+
+            mp.setattr(mb, name, slow)
+        mp.setattr(cal_mod, "hetero_probes", lambda settings: pytest.fail("the budget was spent"))
+        mp.setattr(cal_mod, "llc_bytes", lambda: (4 * 2**20, "a 4 MiB cache (test)"))  # a small streaming probe
+        platform, path, cal = calibrate(out, progress=False, settings=settings, budget=Budget(40.0, clock=clock))
     return platform, path, cal
+
+
+def test_the_calibration_keeps_to_its_budget_on_a_fake_clock(tiny_calibration):
+    from real.validation.calibration.calibrate import load_raw, robustness_lines
+
+    _, path, cal = tiny_calibration
+    stages = cal.robustness["budget"]["stages"]
+    assert len(stages) == (2 if cal.all_threads.threads > 1 else 1)
+    assert [taken for _, taken, _ in stages] == [1] * len(stages)        # the budget cut the other rounds
+    assert "heterogeneous probes" in cal.robustness["budget"]["skipped"]
+    assert any("skipped" in line for line in robustness_lines(cal))
+    record = load_raw(path)["record"]
+    assert record["kind"] == "calibrate" and record["headline"]["GEMM peak GFLOP/s"] > 0
 
 
 def _numbers(doc, where=""):
@@ -121,19 +156,34 @@ def test_missing_host_hints_at_calibrate(tmp_path, monkeypatch):
         get_platform("host")
 
 
-def test_calibrate_cli_quick_writes_host(tmp_path):
+def test_calibrate_cli_quick_writes_host_and_strict_refuses_a_noisy_one(tiny_calibration, tmp_path, monkeypatch,
+                                                                       capsys):
+    """``hetspec calibrate --quick`` in-process, its measurement the module's tiny one: it writes the host and no
+    operator profile; a calibration whose rounds spread too far is written labelled, and refused with --strict
+    (exit status 3)."""
+    from hetspec.cli import main
+    from real.validation.calibration import calibrate as cal_mod
+
+    cal = tiny_calibration[2]
+    monkeypatch.setattr(cal_mod, "measure", lambda settings, progress, command, budget: replace(cal, command=command))
+    monkeypatch.setenv("HETSPEC_PLATFORMS_DIR", str(tmp_path))
     out = tmp_path / "host.toml"
-    proc = run_cli("calibrate", "--quick", "--out", str(out), "--force", "--attempts", "1",   # whatever else runs
-                   env={"HETSPEC_PLATFORMS_DIR": str(tmp_path)})
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "GEMM peak" in proc.stdout and f"wrote {out}" in proc.stdout
-    assert "calibrate" in proc.stderr          # the progress bar
-    # the CPU's operator profile beside the host, for validate's second pricing
-    assert f"wrote {tmp_path / 'profiled-cpu.csv'} and {tmp_path / 'profiled-cpu.toml'}" in proc.stdout
-    assert get_platform(str(tmp_path / "profiled-cpu.toml")).device("cpu").timing.profiled
-    proc = run_cli("platform", "show", "host", env={"HETSPEC_PLATFORMS_DIR": str(tmp_path)})
-    assert proc.returncode == 0, proc.stderr
-    assert "hetspec calibrate --quick" in proc.stdout
+    assert main(["calibrate", "--quick", "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "GEMM peak" in captured.out and f"wrote {out}" in captured.out
+    assert "at most 35 s" in captured.err                  # the progress line states the budget
+    assert not (tmp_path / "profiled-cpu.toml").exists()   # --quick writes no operator profile
+    assert "hetspec calibrate --quick" in load_platform_file(out).device("cpu").sources["mem_bw_gbps"]
+    noisy = ["1 thread: DRAM triad bandwidth spread 140 % over its rounds (limit 100 %)"]
+    monkeypatch.setattr(cal_mod, "spread_problems", lambda robustness: noisy)
+    out.unlink()
+    assert main(["calibrate", "--quick", "--strict", "--out", str(out)]) == 3
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("hetspec: error: calibration not written (--strict)") and "140 %" in err
+    assert not out.exists()
+    assert main(["calibrate", "--quick", "--out", str(out)]) == 0     # without --strict: written, labelled
+    capsys.readouterr()
+    assert "noisy machine" in load_platform_file(out).description and "140 %" in load_platform_file(out).description
 
 
 def test_calibrate_cli_bad_out_is_one_line(tmp_path):

@@ -9,7 +9,6 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from demo_helpers import steady_machine
 from hwmodels.platform import Device, Link, LoopCosts, MemoryDomain, Platform
 from real.hetero.workers import allowed_cores
 from real.run.contention import Guard
@@ -215,12 +214,18 @@ def test_validate_with_the_hetero_section(tiny_demo, tmp_path, monkeypatch):
     _, platform = _pair_and_platform()
     write_platform_file(platform, tmp_path / "platforms" / "host.toml")
     monkeypatch.setenv("HETSPEC_PLATFORMS_DIR", str(tmp_path / "platforms"))
-    steady_machine(monkeypatch, tmp_path / "platforms")
     settings = replace(QUICK, calibration_prompts=2, eval_prompts=1, prompt_tokens=32, max_new_tokens=12, repeats=1,
                        random_models=())
     out = tmp_path / "report"
+    from real.validation.hetero.report import markdown
+    from real.validation.hetero.section import validate_hetero
+
+    def section(models, host, ctx, folder):
+        doc = validate_hetero(models, host, ctx, folder, _mini_settings(), False)
+        return doc, markdown(doc)
+
     validate(out, preset="tiny", progress=False, settings=settings, grid=(GridPoint("ar"),), command="test",
-             hetero=True, hetero_settings=_mini_settings())
+             section=section)
     report = (out / "report.md").read_text()
     assert "## Heterogeneous execution" in report and "hcmp: partition ratio sweep" in report
     saved = json.loads((out / "results.json").read_text())

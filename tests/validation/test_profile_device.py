@@ -294,9 +294,9 @@ def test_cli_errors_are_one_line_exit_2():
         "hetspec: error: --models and --dtype go with --device (the operator profile of a torch device)")
     proc = run_cli("calibrate", "--device", "tpu:0")
     assert proc.returncode == 2 and "give cpu, cpuN, cuda or cuda:N" in proc.stderr and "Traceback" not in proc.stderr
-    proc = run_cli("calibrate", "--device", "cpu", "--attempts", "2")     # a profile retakes its rows instead
+    proc = run_cli("calibrate", "--device", "cpu", "--strict")     # a profile has no spread to refuse on
     assert proc.returncode == 2 and proc.stderr.strip().startswith(
-        "hetspec: error: --attempts goes with the host calibration (without --device)")
+        "hetspec: error: --budget, --strict and --profile go with the host calibration (without --device)")
 
 
 def test_a_single_thread_worker_is_profiled_pinned_to_its_core_on_one_thread(tmp_path, monkeypatch):
@@ -381,37 +381,27 @@ def test_the_calibration_profiles_the_first_cores_worker_beside_the_all_thread_c
 
 def test_a_standalone_full_cpu_profile_is_guarded_as_the_calibrations_are(monkeypatch, tmp_path):
     """``hetspec calibrate --device cpu|cpuN`` (full) times its rows under the contention guard, on the device's
-    threads, its reference the calibrated host's GEMM rate where that is higher than one timed now; ``--quick``
-    and a GPU go unguarded."""
+    threads, its reference a GEMM rate timed now; ``--quick`` and a GPU go unguarded."""
     import argparse
 
     from real.run.contention import Guard
-    from real.validation import commands; from real.validation import trust as machine
+    from real.validation import commands, trust
     from real.validation.profiler import profile_device as pd
 
     seen, probed = [], []
     monkeypatch.setattr(pd, "profile_and_write", lambda *a, guard=None, **k: seen.append(guard) or [])
-    monkeypatch.setattr(machine, "gemm_rate", lambda threads, *a: probed.append(threads) or 5e10)
-    monkeypatch.setattr(machine, "calibrated_gemm_gflops", lambda host, threads: 80.0)
-    monkeypatch.setenv("HETSPEC_PLATFORMS_DIR", str(tmp_path))          # no host.toml: the rate timed now
+    monkeypatch.setattr(trust, "gemm_rate", lambda threads, *a: probed.append(threads) or 5e10)
     torch.set_num_threads(2)
     try:
         for device in ("cpu", "cpu0"):
-            commands._profile_device(argparse.Namespace(device=device, models=None, dtype=None, quick=False, out=None,
-                                                        force=False))
+            commands._profile_device(argparse.Namespace(device=device, models=None, dtype=None, quick=False, out=None))
     finally:
         torch.set_num_threads(1)
     assert all(isinstance(g, Guard) for g in seen) and [g.reference for g in seen] == [5e10, 5e10]
     assert probed == [2, 1] and "timed before the runs" in seen[0].source
-    assert [g.give_up_s for g in seen] == [machine.GUARD_GIVE_UP_S] * 2      # cores that stay slowed stop it
-    monkeypatch.setattr(commands, "_calibrated_host", lambda: object())  # a host whose calibration was faster
-    commands._profile_device(argparse.Namespace(device="cpu", models=None, dtype=None, quick=False, out=None,
-                                                force=True))
-    assert seen[-1].reference == 8e10 and "the calibration's reference probe" in seen[-1].source
-    assert seen[-1].give_up_s is None                                    # --force measures through them
+    assert [g.give_up_s for g in seen] == [trust.GUARD_GIVE_UP_S] * 2      # cores that stay slowed stop it
     for device, quick in (("cpu", True), ("cuda:0", False)):
-        commands._profile_device(argparse.Namespace(device=device, models=None, dtype=None, quick=quick, out=None,
-                                                    force=False))
+        commands._profile_device(argparse.Namespace(device=device, models=None, dtype=None, quick=quick, out=None))
         assert seen[-1] is None
 
 

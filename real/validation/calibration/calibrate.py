@@ -16,12 +16,12 @@ MiB arrays, 2 threads, median of 7) on AMD EPYC, 2025-01-01``. The raw measureme
 GEMM table, bandwidth against working-set size, overhead probe, contention) are written next to
 the platform as ``<name>.calibration.json`` for plots (``notebooks/host_calibration.ipynb``).
 
-On a shared machine (docs/validation.md, "Robustness on a shared machine"): the benchmarks of each
-thread count run in interleaved rounds (:func:`_interleaved_rounds`, medians over the rounds), the
-reference probe (:func:`real.validation.trust.reference_probe`) is timed at the start and the end,
-and a measurement whose probe moved or whose rounds spread too far is measured again and, if it
-never holds still, refused unless ``force`` (:func:`calibrate`). The torch threads and the OpenMP
-wait policy it ran with are recorded (``runtime``; each device's ``cores`` source).
+On a shared machine (docs/validation.md, "Calibration"): the benchmarks of each thread count run in
+short interleaved rounds inside a time budget the code enforces (:mod:`real.validation.calibration.budget`),
+medians over the rounds; the spread of each key quantity over the rounds is reported with the platform
+(:func:`real.validation.trust.spread_problems`). A calibration is written whatever its spread, labelled
+with it; ``strict`` refuses one whose spread is beyond the limit instead. The torch threads and the
+OpenMP wait policy it ran with are recorded (``runtime``; each device's ``cores`` source).
 
 How the measurements enter the roofline (:mod:`hwmodels.roofline`):
 
@@ -96,22 +96,18 @@ from real.validation.calibration.host_facts import (
     raw_path,
     settings_for,
 )
+from real.validation.calibration.budget import DEFAULT_BUDGET_S, QUICK_BUDGET_S, Budget, budgeted_rounds, fits
 from real.validation.calibration.host_hetero import hetero_probes
 from real.validation.calibration.host_platform import build_platform
-from real.validation.trust import (
-    PROBE_MOVE_LIMIT,
-    SPREAD_KEYS,
-    SPREAD_LIMIT,
-    MachineChanged,
-    calibration_problems,
-    change,
-    reference_probe,
-    spread,
-)
+from real.validation.trust import SPREAD_KEYS, SPREAD_LIMIT, MachineChanged, spread, spread_problems
 
-#: Measurements of a calibration that the machine changed under: how many times to measure before
-#: refusing to write it (``hetspec calibrate --attempts``).
-ATTEMPTS = 3
+#: Shares of the budget: the all-thread benchmarks' rounds, the one-thread benchmarks' rounds; what is left
+#: goes to the streaming probes, contention, hand-off and the heterogeneous probes.
+ALL_THREADS_SHARE = 0.4
+ONE_THREAD_SHARE = 0.3
+#: The heterogeneous probes (split step, storage, streaming loop) run only while this share of the budget
+#: is left; otherwise the platform has no hcmp loop costs or storage link, and says so.
+HETERO_SHARE = 0.15
 #: The benchmarks measured in interleaved rounds, in the first round's order (the streaming probe,
 #: which needs a fresh process, runs once after them).
 ROUND_ITEMS = ("gemm_cache", "gemm_dram", "gemm_batched", "triad_dram", "triad_cache", "overhead", "loops")
@@ -146,23 +142,24 @@ def _in_fresh_process(fn, *args):
 
 
 def _interleaved_rounds(threads: int, settings: Settings, dram_ws: int, cache_ws: int, cold_pool: int,
-                        tick) -> dict:
+                        tick, budget: Budget, fraction: float) -> dict:
     """The benchmarks of one thread count (:data:`ROUND_ITEMS`), ``settings.rounds`` times, interleaved
-    (:func:`real.run.repeats.interleaved`: every round visits every benchmark, in an order rotated
-    from round to round, so a slow moment of a shared machine hits them all alike); each round runs a
+    inside ``fraction`` of ``budget`` (:func:`real.validation.calibration.budget.budgeted_rounds`: every round
+    visits every benchmark, in an order rotated from round to round, so a slow moment of a shared machine
+    hits them all alike; the first round always runs, further ones while they fit); each round runs a
     benchmark's repeats split over the rounds (:meth:`Settings.per_round`). Returns the medians over
     the rounds and, per key measurement (:data:`real.validation.trust.SPREAD_KEYS`), the spread
     max / min - 1 over the rounds (the median over a benchmark's points: GEMM shapes, working sets,
     decode loops)."""
     import statistics
 
-    from real.run.repeats import interleaved, median_index
+    from real.run.repeats import median_index
     from real.validation.calibration import microbench as mb
 
     reps = settings.per_round(settings.repeats)
     cache_sizes = [mib * 2**20 for mib in CACHE_PROBE_MIB if mib * 2**20 <= max(cache_ws, 2 * 2**20)]
 
-    def one(item: int, _round: int, _j: int):
+    def one(item: int, _round: int):
         name = ROUND_ITEMS[item]
         if name in ("gemm_cache", "gemm_dram"):     # ticks once per point
             return mb.gemm_rates(settings.m_values, settings.shapes, threads, reps, settings.warmup,
@@ -183,8 +180,8 @@ def _interleaved_rounds(threads: int, settings: Settings, dram_ws: int, cache_ws
         tick()
         return out
 
-    runs = interleaved(len(ROUND_ITEMS), settings.rounds, one)
-    got = {name: [rounds[0] for rounds in runs[i]] for i, name in enumerate(ROUND_ITEMS)}
+    runs = budgeted_rounds(len(ROUND_ITEMS), settings.rounds, one, budget, fraction, f"{threads} thread(s)")
+    got = {name: runs[i] for i, name in enumerate(ROUND_ITEMS)}
     med = statistics.median
 
     def gemm(by_round):
@@ -215,11 +212,11 @@ def _interleaved_rounds(threads: int, settings: Settings, dram_ws: int, cache_ws
 
 
 def _measure_worker(threads: int, settings: Settings, dram_ws: int, cache_ws: int, cold_pool: int,
-                    tick) -> WorkerMeasurement:
+                    tick, budget: Budget, fraction: float) -> WorkerMeasurement:
     from real.validation.calibration import microbench as mb
     from real.validation.calibration import weight_cache
 
-    rounds = _interleaved_rounds(threads, settings, dram_ws, cache_ws, cold_pool, tick)
+    rounds = _interleaved_rounds(threads, settings, dram_ws, cache_ws, cold_pool, tick, budget, fraction)
     warm, cold = rounds["gemm_warm"], rounds["gemm_cold"]
     peak = max(p.flops_per_s for p in warm + cold)
     best = max(warm + cold, key=lambda p: p.flops_per_s)
@@ -254,16 +251,18 @@ def _label(threads: int, all_threads: int) -> str:
     return "1 thread (cpu0, cpu1, ...)" if all_threads > 1 else "1 thread (cpu, cpu0)"
 
 
-def measure(settings: Settings, progress: bool = True, command: str = "hetspec calibrate") -> Calibration:
-    """Run every micro-benchmark (with a progress bar) and return the measurements, with the reference
-    probe (:func:`real.validation.trust.reference_probe`) timed at the start and at the end of each
-    thread count used and the spread of the interleaved rounds in ``robustness``, and the torch
-    threads and OpenMP settings it ran with in ``runtime``."""
+def measure(settings: Settings, progress: bool = True, command: str = "hetspec calibrate",
+            budget: Budget | None = None) -> Calibration:
+    """Run every micro-benchmark inside ``budget`` (with a progress bar) and return the measurements, with the
+    spread of the interleaved rounds and how the budget was spent in ``robustness``, and the torch threads
+    and OpenMP settings it ran with in ``runtime``."""
     import torch
     from tqdm.auto import tqdm
 
     from real.validation.calibration import microbench as mb
 
+    budget = budget or Budget(DEFAULT_BUDGET_S)
+    budget.start()
     t0 = time.perf_counter()
     all_threads = torch.get_num_threads()
     llc, llc_source = llc_bytes()
@@ -273,39 +272,37 @@ def measure(settings: Settings, progress: bool = True, command: str = "hetspec c
     gemm_ticks = 2 * len(settings.m_values) * len(settings.shapes) + len(settings.batched_m_values) * len(
         settings.batched_shapes)
     counts = [all_threads] + ([1] if all_threads != 1 else [])
-    total = len(counts) * (settings.rounds * (gemm_ticks + len(ROUND_ITEMS) - 3) + 1 + 2) + 2
+    total = len(counts) * (settings.rounds * (gemm_ticks + len(ROUND_ITEMS) - 3) + 1) + 2
     runtime = {"torch_threads": all_threads, **openmp_runtime()}
     with tqdm(total=total, desc="calibrate", unit="bench", disable=not progress, file=sys.stderr) as bar:
         def tick() -> None:
             bar.update(1)
 
-        bar.set_postfix_str("reference probe")
-        start = {}
-        for t in counts:
-            start[t] = reference_probe(t, dram_ws)
-            tick()
         bar.set_postfix_str(f"{all_threads} threads")
-        whole = _measure_worker(all_threads, settings, dram_ws, cache_ws, cold_pool, tick)
+        whole = _measure_worker(all_threads, settings, dram_ws, cache_ws, cold_pool, tick, budget, ALL_THREADS_SHARE)
         bar.set_postfix_str("1 thread")
-        single = whole if all_threads == 1 else _measure_worker(1, settings, dram_ws, cache_ws, cold_pool, tick)
+        single = whole if all_threads == 1 else _measure_worker(1, settings, dram_ws, cache_ws, cold_pool, tick,
+                                                                budget, ONE_THREAD_SHARE)
         bar.set_postfix_str("contention")
         workers = 2 if core_count() >= 2 else 1
         together = mb.concurrent_stream(dram_ws, workers, settings.repeats, settings.warmup)
         tick()
         handoff = mb.handoff_latency_s(20 * settings.repeats, 10)
         tick()
-        bar.set_postfix_str("split step, storage, streaming loop")
-        extra = hetero_probes(settings)
-        bar.set_postfix_str("reference probe")
-        end = {}
-        for t in counts:
-            end[t] = reference_probe(t, dram_ws)
-            tick()
+        extra, skipped = {}, None
+        if fits(budget, HETERO_SHARE * budget.seconds):
+            bar.set_postfix_str("split step, storage, streaming loop")
+            extra = hetero_probes(settings)
+        else:
+            skipped = (f"the heterogeneous probes (split step, storage, streaming loop) were skipped: "
+                       f"{max(budget.left(), 0):.0f} s of the budget left")
+        bar.update(max(0, total - bar.n))
     robustness = {
         "rounds": settings.rounds,
-        "reference": {_label(t, all_threads): {"start": start[t], "end": end[t]} for t in counts},
         "spread": {_label(w.threads, all_threads): w.spread for w in ((whole,) if single is whole else (whole, single))},
-        "limits": {"probe_move": PROBE_MOVE_LIMIT, "spread": SPREAD_LIMIT},
+        "budget": {"seconds": budget.seconds, "spent_s": round(budget.spent(), 1),
+                   "stages": [list(s) for s in budget.log], "skipped": skipped},
+        "limits": {"spread": SPREAD_LIMIT},
     }
     return Calibration(
         cpu=cpu_model(), cores=core_count(), date=time.strftime("%Y-%m-%d %H:%M"), settings=settings,
@@ -321,67 +318,63 @@ def default_out() -> Path:
 
 
 def write_calibration(cal: Calibration, out: str | Path) -> tuple[Platform, Path]:
-    """Write the platform file and its raw measurements next to it; returns the reloaded platform."""
+    """Write the platform file and its raw measurements next to it; returns the reloaded platform. A
+    calibration whose rounds spread beyond the limit says so in the platform's descriptions."""
     from hwmodels.loader import load_platform_file
 
     out = Path(out)
     if out.suffix != ".toml":
         raise HetSpecError(f"--out {out}: a platform file ends in .toml")
     platform = build_platform(cal)
-    warning = cal.robustness.get("warning")
-    if warning:    # written with --force: the platform says so wherever it is shown
-        platform = replace(platform, description=f"{platform.description}. {warning}",
-                           devices={n: replace(d, description=f"{d.description}. WARNING: written with --force "
-                                                              "although the machine changed during the calibration "
-                                                              "(the platform's description says what moved)")
-                                    for n, d in platform.devices.items()})
+    label = cal.robustness.get("label")
+    if label:
+        platform = replace(platform, description=f"{platform.description}. {label}")
     write_platform_file(platform, out)
-    raw_path(out).write_text(json.dumps(cal.to_json(), indent=1) + "\n")
+    raw_path(out).write_text(json.dumps({**cal.to_json(), "record": calibration_record(cal)}, indent=1) + "\n")
     return load_platform_file(out), out
 
 
-def calibrate(out: str | Path | None = None, quick: bool = False, progress: bool = True,
-              settings: Settings | None = None, force: bool = False,
-              attempts: int = ATTEMPTS) -> tuple[Platform, Path, Calibration]:
-    """Measure this host and write ``out`` (default: ``host.toml`` in the user platform folder).
+def calibration_record(cal: Calibration) -> dict:
+    """The ``record`` of a calibration's raw measurements: its kind, a few headline figures and one line."""
+    whole = cal.all_threads
+    spreads = [s for w in (cal.robustness.get("spread") or {}).values() for s in w.values() if math.isfinite(s)]
+    largest = max(spreads, default=0.0)
+    figures = {"GEMM peak GFLOP/s": round(whole.peak_flops_per_s / 1e9, 1),
+               "DRAM triad GB/s": round(whole.dram_bw_bytes_per_s / 1e9, 2),
+               "fixed cost per operator us": round(whole.overhead.per_op_s * 1e6, 2),
+               "largest spread %": round(100 * largest, 1), "seconds": round(cal.seconds, 1)}
+    label = cal.robustness.get("label")
+    return {"kind": "calibrate", "headline": figures,
+            "verdict": label or f"calibrated in {cal.seconds:.0f} s, largest spread over the rounds "
+                                f"{100 * largest:.0f} %"}
 
-    A measurement the machine changed under (:func:`real.validation.trust.calibration_problems`:
-    the reference probe moved from start to end, a key measurement spread over its rounds, or the probe
-    read far below the GEMM peak the same calibration measured, the cores slowed throughout) is
-    measured again, up to ``attempts`` times in all; if none holds still, the steadiest is refused
-    (:class:`~real.validation.trust.MachineChanged`, one line saying what moved and by how much)
-    unless ``force``, which writes it with the warning in the platform's descriptions and the raw
-    measurements (``robustness``)."""
+
+def budget_for(quick: bool, seconds: float | None = None) -> Budget:
+    """The time budget of ``hetspec calibrate`` (``--quick``), or ``seconds`` where given."""
+    return Budget(seconds if seconds is not None else QUICK_BUDGET_S if quick else DEFAULT_BUDGET_S)
+
+
+def calibrate(out: str | Path | None = None, quick: bool = False, progress: bool = True,
+              settings: Settings | None = None, strict: bool = False,
+              budget: Budget | None = None) -> tuple[Platform, Path, Calibration]:
+    """Measure this host inside ``budget`` (default :func:`budget_for`) and write ``out`` (default: ``host.toml``
+    in the user platform folder).
+
+    The calibration is written whatever its spread over the rounds, labelled with the quantities that spread
+    beyond :data:`~real.validation.trust.SPREAD_LIMIT` (:func:`~real.validation.trust.spread_problems`);
+    ``strict`` refuses such a calibration instead (:class:`~real.validation.trust.MachineChanged`, exit status 3)."""
     out = Path(out) if out is not None else default_out()
     if out.suffix != ".toml":
         raise HetSpecError(f"--out {out}: a platform file ends in .toml")
-    if attempts < 1:
-        raise HetSpecError(f"--attempts must be >= 1, got {attempts}")
-    command = "hetspec calibrate" + (" --quick" if quick else "") + (" --force" if force else "")
+    command = "hetspec calibrate" + (" --quick" if quick else "") + (" --strict" if strict else "")
     settings = settings or settings_for(quick)
-    best: tuple[Calibration, list[str]] | None = None
-    for attempt in range(1, attempts + 1):
-        cal = measure(settings, progress=progress, command=command)
-        problems = calibration_problems(cal.robustness, gemm_peaks(cal))
-        if best is None or len(problems) <= len(best[1]):
-            best = (cal, problems)
-        if not problems:
-            break
-        if progress and attempt < attempts:
-            print(f"calibrate: attempt {attempt} of {attempts}: the machine changed under it ({problems[0]}"
-                  f"{f' and {len(problems) - 1} more' if len(problems) > 1 else ''}); measuring again",
-                  file=sys.stderr, flush=True)
-    cal, problems = best
-    verdict: dict = {"trusted": not problems, "problems": problems, "attempts": attempt, "warning": None}
-    if problems:
-        what = "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
-        if not force:
-            raise MachineChanged(f"calibration not written: the machine changed under it in {attempt} attempt"
-                                 f"{'s' if attempt > 1 else ''} ({what}); calibrate once `hetspec calibrate "
-                                 "--check` reads the cores quiet, or pass --force to write it with this warning")
-        verdict["warning"] = (f"WARNING: written with --force although the machine changed during the "
-                              f"calibration ({what})")
-    cal = replace(cal, robustness={**cal.robustness, **verdict})
+    cal = measure(settings, progress=progress, command=command, budget=budget or budget_for(quick))
+    problems = spread_problems(cal.robustness)
+    what = "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
+    if problems and strict:
+        raise MachineChanged(f"calibration not written (--strict): {what}")
+    label = f"Measured on a noisy machine: {what}" if problems else None
+    cal = replace(cal, robustness={**cal.robustness, "problems": problems, "label": label})
     platform, path = write_calibration(cal, out)
     return platform, path, cal
 
@@ -460,28 +453,25 @@ def summary_lines(platform: Platform, cal: Calibration) -> list[str]:
 
 
 def robustness_lines(cal: Calibration) -> list[str]:
-    """What the checks saw: the reference probe's start-to-end change and the largest spread over the
-    rounds, per thread count, the threads and OpenMP wait policy, and the warning of a forced write."""
+    """What the calibration saw of the machine: the largest spread over the rounds per thread count, how the
+    budget was spent, the threads and OpenMP wait policy, and the label of a noisy calibration."""
     rob = cal.robustness
     if not rob:
         return []
-    lines = [f"  checks ({rob.get('attempts', 1)} attempt(s), {rob['rounds']} interleaved rounds, "
-             f"{cal.runtime.get('torch_threads')} torch threads, "
+    lines = [f"  spread over the interleaved rounds ({cal.runtime.get('torch_threads')} torch threads, "
              f"{openmp_label(cal.runtime)}):"]
-    for label, probes in rob["reference"].items():
-        a, b = probes["start"], probes["end"]
-        spreads = rob["spread"].get(label, {})
+    for label, spreads in rob.get("spread", {}).items():
         key = max(spreads, key=spreads.get) if spreads else None
-        lines.append(f"    {label}: reference probe start -> end: fixed cost per operator {a['op_us']:.1f} -> "
-                     f"{b['op_us']:.1f} us ({100 * change(b['op_us'], a['op_us']):+.0f} %), DRAM triad "
-                     f"{a['triad_gbps']:.1f} -> {b['triad_gbps']:.1f} GB/s "
-                     f"({100 * change(b['triad_gbps'], a['triad_gbps']):+.0f} %)"
-                     + (f", GEMM {a['gemm_gflops']:.1f} -> {b['gemm_gflops']:.1f} GFLOP/s "
-                        f"({100 * change(b['gemm_gflops'], a['gemm_gflops']):+.0f} %)"
-                        if "gemm_gflops" in a and "gemm_gflops" in b else "")
-                     + (f"; largest spread {100 * spreads[key]:.0f} % ({SPREAD_KEYS[key]})" if key else ""))
-    if rob.get("warning"):
-        lines.append(f"  {rob['warning']}")
+        if key:
+            lines.append(f"    {label}: largest {100 * spreads[key]:.0f} % ({SPREAD_KEYS.get(key, key)})")
+    b = rob.get("budget")
+    if b:
+        parts = "; ".join(f"{stage}: {n} round{'s' if n != 1 else ''} in {s:.0f} s" for stage, n, s in b["stages"])
+        lines.append(f"  budget: {b['spent_s']:.0f} s of {b['seconds']:.0f} s ({parts})")
+        if b.get("skipped"):
+            lines.append(f"  {b['skipped']}")
+    if rob.get("label"):
+        lines.append(f"  {rob['label']} (labelled, not refused; --strict refuses it)")
     return lines
 
 
@@ -505,7 +495,7 @@ def host_calibration(platform_path: str | Path | None = None) -> tuple[Platform,
     if path.exists() and raw_path(path).exists():
         return load_platform_file(path), load_raw(path), str(path)
     tmp = Path(tempfile.mkdtemp(prefix="hetspec-glance-")) / f"{HOST_NAME}.toml"
-    platform, path, _ = calibrate(tmp, progress=False, settings=GLANCE, force=True, attempts=1)
+    platform, path, _ = calibrate(tmp, progress=False, settings=GLANCE, budget=Budget(QUICK_BUDGET_S))
     return platform, load_raw(path), f"{path} (a quick glance: no calibrated host yet, run `hetspec calibrate`)"
 
 

@@ -40,19 +40,17 @@ def profile_cpu_beside(host_path: str | Path, quick: bool, progress: bool = True
         cache = None if cache_gb is None else (
             cache_gb, f"{Path(host_path).name}'s cache_gb of {host_device} ({cache_gb * 1e3:.1f} MB, measured by the "
                       "same calibration)")
-        guard = None if quick else cpu_profile_guard(device_text, host, force)
+        guard = None if quick else cpu_profile_guard(device_text, force)
         lines += profile_and_write(device_text, None, None, quick, out, command, progress, cache, guard)
     return lines
 
 
-def cpu_profile_guard(device_text: str, host=None, force: bool = False):
+def cpu_profile_guard(device_text: str, force: bool = False):
     """The contention guard of a full CPU operator profile (``cpu``: all torch threads; ``cpuN``: one): its rows
-    retaken while a compute-bound probe reads the cores slowed from outside. Its reference: the larger of the
-    GEMM rate ``host`` (a calibrated platform) measured at the end of its calibration and one timed now. It
+    retaken while a compute-bound probe reads the cores slowed from outside, against a GEMM rate timed now. It
     stops the profile when the cores stay slowed (:data:`~real.validation.trust.GUARD_GIVE_UP_S`), unless
     ``force``."""
-    from real.validation.trust import GUARD_GIVE_UP_S, calibrated_gemm_gflops, contention_guard
+    from real.validation.trust import GUARD_GIVE_UP_S, contention_guard
 
     threads = torch.get_num_threads() if device_text == "cpu" else 1
-    calibrated = calibrated_gemm_gflops(host, threads) if host is not None else None
-    return contention_guard(threads, (calibrated or 0) * 1e9, give_up_s=None if force else GUARD_GIVE_UP_S)
+    return contention_guard(threads, give_up_s=None if force else GUARD_GIVE_UP_S)

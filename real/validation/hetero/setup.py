@@ -149,18 +149,18 @@ def fresh_processes(settings: HeteroSettings, pair) -> bool:
 
 def section_guard(settings: HeteroSettings, pair, platform, guard=None):
     """The contention guard of the timed sections (:mod:`real.run.contention`): ``guard``, else one on the
-    process's torch threads with its reference timed now (and the platform's calibrated GEMM rate); None
+    process's torch threads with its reference timed now; None
     where the settings ask for none or a worker is a GPU."""
     import torch
 
-    from real.validation.trust import calibrated_gemm_gflops, contention_guard
+    from real.validation.trust import contention_guard
 
     if not settings.contention_guard or any(str(w).startswith("cuda") for w in pair):
         return None
     if guard is not None:
         return guard
     threads = torch.get_num_threads()
-    return contention_guard(threads, (calibrated_gemm_gflops(platform, threads) or 0) * 1e9)
+    return contention_guard(threads)
 
 
 def split_prompts(models, split: str, n: int, tokens: int) -> list[list[int]]:

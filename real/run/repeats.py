@@ -2,14 +2,15 @@
 
 A shared machine drifts (other processes, clocks, the cache's state): measuring configuration A
 five times and then B five times puts the drift into the difference between A and B. Every
-experiment of HetSpec (``run --compare``, the validation grid, the heterogeneous sweeps) therefore
-measures its items in *rounds*: each repeat visits every item once per round, in an order rotated
-by repeat and round, so a drift hits every item alike; results are reported as medians over
-repeats.
+experiment of HetSpec (``run --compare``, the heterogeneous sweeps) therefore measures its items in
+*rounds*: each repeat visits every item once per round, in an order rotated by repeat and round, so a
+drift hits every item alike; results are reported as medians over repeats.
 
-:func:`interleaved_repeats` can run each repeat in a process of its own, so the median over repeats is
-taken over processes too (:mod:`real.validation.measure`), and can bracket each measurement with the
-contention guard (:mod:`real.run.contention`), which retakes a measurement the cores were slowed under.
+:func:`paired_blocks` (the validation grid, :mod:`real.validation.measure`) times every item in short A/B
+blocks with a baseline instead: two runs back to back slow down together, so their ratio holds while the
+machine's speed moves. :func:`interleaved_repeats` can run each repeat in a process of its own, and can
+bracket each measurement with the contention guard (:mod:`real.run.contention`), which retakes a
+measurement the cores were slowed under (the heterogeneous sweeps).
 """
 
 from __future__ import annotations

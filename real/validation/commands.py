@@ -77,6 +77,7 @@ def handle_calibrate(args: argparse.Namespace) -> int:
     if args.models is not None or args.dtype is not None:
         raise HetSpecError("--models and --dtype go with --device (the operator profile of a torch device)")
     from real.validation.calibration.calibrate import budget_for, calibrate, summary_lines
+    from real.validation.calibration.hetero_probes import hetero_probes
     from real.validation.calibration.host_facts import raw_path, settings_for
 
     budget = budget_for(args.quick, args.budget)
@@ -85,7 +86,7 @@ def handle_calibrate(args: argparse.Namespace) -> int:
             ", then the full operator profiles of cpu and the first core's worker (tens of minutes)"))
     # the full benchmark sizes go with the full run; the budget bounds the rounds of either
     platform, path, cal = calibrate(args.out, quick=args.quick, progress=True, strict=args.strict, budget=budget,
-                                    settings=settings_for(not args.profile))
+                                    settings=settings_for(not args.profile), probes=hetero_probes)
     for line in summary_lines(platform, cal):
         print(line)
     print(f"wrote {path} (measurements: {raw_path(path)})")

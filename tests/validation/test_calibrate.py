@@ -57,9 +57,9 @@ def tiny_calibration(tmp_path_factory):
                 return _real(*args, **kwargs)
 
             mp.setattr(mb, name, slow)
-        mp.setattr(cal_mod, "hetero_probes", lambda settings: pytest.fail("the budget was spent"))
         mp.setattr(cal_mod, "llc_bytes", lambda: (4 * 2**20, "a 4 MiB cache (test)"))  # a small streaming probe
-        platform, path, cal = calibrate(out, progress=False, settings=settings, budget=Budget(40.0, clock=clock))
+        platform, path, cal = calibrate(out, progress=False, settings=settings, budget=Budget(40.0, clock=clock),
+                                        probes=lambda settings: pytest.fail("the budget was spent"))
     return platform, path, cal
 
 
@@ -165,7 +165,8 @@ def test_calibrate_cli_quick_writes_host_and_strict_refuses_a_noisy_one(tiny_cal
     from real.validation.calibration import calibrate as cal_mod
 
     cal = tiny_calibration[2]
-    monkeypatch.setattr(cal_mod, "measure", lambda settings, progress, command, budget: replace(cal, command=command))
+    monkeypatch.setattr(cal_mod, "measure", lambda settings, progress, command, budget, probes:
+                        replace(cal, command=command))
     monkeypatch.setenv("HETSPEC_PLATFORMS_DIR", str(tmp_path))
     out = tmp_path / "host.toml"
     assert main(["calibrate", "--quick", "--out", str(out)]) == 0

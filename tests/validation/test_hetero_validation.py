@@ -190,8 +190,8 @@ def test_dovetail_takes_a_draft_config_path(tiny_demo):
 
 
 def test_added_worker_links_and_barrier_priced_syncs():
+    from real.validation.gpu_target import platform_device
     from real.validation.hetero.setup import (
-        platform_device,
         with_sync_latency,
         with_worker_links,
     )

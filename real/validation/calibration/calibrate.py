@@ -97,7 +97,6 @@ from real.validation.calibration.host_facts import (
     settings_for,
 )
 from real.validation.calibration.budget import DEFAULT_BUDGET_S, QUICK_BUDGET_S, Budget, budgeted_rounds, fits
-from real.validation.calibration.host_hetero import hetero_probes
 from real.validation.calibration.host_platform import build_platform
 from real.validation.trust import SPREAD_KEYS, SPREAD_LIMIT, MachineChanged, spread, spread_problems
 
@@ -252,10 +251,12 @@ def _label(threads: int, all_threads: int) -> str:
 
 
 def measure(settings: Settings, progress: bool = True, command: str = "hetspec calibrate",
-            budget: Budget | None = None) -> Calibration:
+            budget: Budget | None = None, probes=None) -> Calibration:
     """Run every micro-benchmark inside ``budget`` (with a progress bar) and return the measurements, with the
     spread of the interleaved rounds and how the budget was spent in ``robustness``, and the torch threads
-    and OpenMP settings it ran with in ``runtime``."""
+    and OpenMP settings it ran with in ``runtime``. ``probes(settings) -> dict``: further probes kept in the
+    record's ``extra`` (the heterogeneous ones, :mod:`real.validation.calibration.hetero_probes`), run while
+    the budget leaves room for them."""
     import torch
     from tqdm.auto import tqdm
 
@@ -290,9 +291,11 @@ def measure(settings: Settings, progress: bool = True, command: str = "hetspec c
         handoff = mb.handoff_latency_s(20 * settings.repeats, 10)
         tick()
         extra, skipped = {}, None
-        if fits(budget, HETERO_SHARE * budget.seconds):
+        if probes is None:
+            skipped = "no heterogeneous probes (split step, storage, streaming loop) in this calibration"
+        elif fits(budget, HETERO_SHARE * budget.seconds):
             bar.set_postfix_str("split step, storage, streaming loop")
-            extra = hetero_probes(settings)
+            extra = probes(settings)
         else:
             skipped = (f"the heterogeneous probes (split step, storage, streaming loop) were skipped: "
                        f"{max(budget.left(), 0):.0f} s of the budget left")
@@ -356,9 +359,9 @@ def budget_for(quick: bool, seconds: float | None = None) -> Budget:
 
 def calibrate(out: str | Path | None = None, quick: bool = False, progress: bool = True,
               settings: Settings | None = None, strict: bool = False,
-              budget: Budget | None = None) -> tuple[Platform, Path, Calibration]:
+              budget: Budget | None = None, probes=None) -> tuple[Platform, Path, Calibration]:
     """Measure this host inside ``budget`` (default :func:`budget_for`) and write ``out`` (default: ``host.toml``
-    in the user platform folder).
+    in the user platform folder); ``probes``: as :func:`measure` takes them.
 
     The calibration is written whatever its spread over the rounds, labelled with the quantities that spread
     beyond :data:`~real.validation.trust.SPREAD_LIMIT` (:func:`~real.validation.trust.spread_problems`);
@@ -368,7 +371,7 @@ def calibrate(out: str | Path | None = None, quick: bool = False, progress: bool
         raise HetSpecError(f"--out {out}: a platform file ends in .toml")
     command = "hetspec calibrate" + (" --quick" if quick else "") + (" --strict" if strict else "")
     settings = settings or settings_for(quick)
-    cal = measure(settings, progress=progress, command=command, budget=budget or budget_for(quick))
+    cal = measure(settings, progress=progress, command=command, budget=budget or budget_for(quick), probes=probes)
     problems = spread_problems(cal.robustness)
     what = "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
     if problems and strict:

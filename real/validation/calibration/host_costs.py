@@ -10,8 +10,7 @@ outside its pass records (:func:`real.hetero.dovetail.grow_tree`), so its host w
 way. A sample without the measure (an older calibration) falls back to the loop's time beyond the
 model's price of its forwards (the residual), which moves with every price of the probe's passes: the
 dovetail residual came out 1.6-7.3 ms per step on single-thread workers from one calibration to the next
-(the host part of the dovetail rows of the validations of 2026-11-26 after `hetspec calibrate` at 06:41 and
-07:29: 1.65 and 7.26 ms), the loops' time within 3 %."""
+(the host part of the dovetail rows of two validations after two calibrations: 1.65 and 7.26 ms), the loops' time within 3 %."""
 
 from __future__ import annotations
 

@@ -97,29 +97,6 @@ def storage_link(probe, by: str, on: str, device: str = "cpu", stream=None) -> L
                 efficiency=1.0, host_share=share, sources={"bw_gbps": bw_source, **sources})
 
 
-def hetero_probes(settings) -> dict:
-    """The split step's probe (two single-thread workers on the first two cores; none on a one-core machine)
-    and the storage probe, for the calibration's ``extra`` record."""
-    from real.hetero.workers import allowed_cores
-    from real.validation.calibration.split_probe import split_probe
-    from real.validation.calibration.storage_probe import storage_probe
-    from real.validation.calibration.stream_probe import stream_loop_probe
-
-    out = {}
-    cores = allowed_cores()
-    if len(cores) >= 2:
-        out[SPLIT_KEY] = split_probe((f"cpu{cores[0]}", f"cpu{cores[1]}"), settings.overhead_repeats,
-                                     settings.warmup + 1)
-    storage = storage_probe()
-    if storage is not None:
-        out[STORAGE_KEY] = storage
-        stream = stream_loop_probe(f"cpu{cores[0]}", settings.overhead_repeats,
-                                   settings.warmup + 1)
-        if stream is not None:
-            out[STREAM_KEY] = stream
-    return out
-
-
 def add_hetero(cal, loops: dict, links: tuple, workers) -> tuple[dict, tuple]:
     """``loops`` (device -> LoopCosts) with the split step's costs on every single-thread worker, and ``links``
     with the storage link, from the calibration's probes (unchanged where it has none)."""

@@ -11,10 +11,9 @@ link's latency and bandwidth:
   waits for them: each layer's median read over the rounds, averaged over the layers. A forward that
   streams every layer pays the sum of their reads, and on a virtual disk the layers of one file do not
   read alike: on the 2-core development machine the 7 layers the forward waited for read in medians of
-  6.79, 6.29, 6.36, 6.31, 5.02, 4.81 and 3.81 ms (calibration of 2026-11-26 10:43, the storage link's
-  source in ``hetspec platform show host``), and the median over every read of a 4-layer checkpoint took
-  whichever kind was the majority (1.47 GB/s in the calibration of 08:59, where the validation's streamed
-  target then read at 0.88-0.94 GB/s);
+  6.79, 6.29, 6.36, 6.31, 5.02, 4.81 and 3.81 ms in one calibration, and the median over every read of a
+  4-layer checkpoint took whichever kind was the majority (1.47 GB/s in another, where the validation's
+  streamed target then read at 0.88-0.94 GB/s);
 - ``resident_layer_s`` / ``streamed_layer_s``: a layer's compute in a :data:`STREAM_TOKENS`-token forward
   of the same model, every layer resident vs every layer streamed through one staging buffer (the
   layer loop's time minus its waits, per layer): a streamed layer is computed right after the forward
@@ -25,7 +24,7 @@ link's latency and bandwidth:
   worker a read in flight takes away (``1 - alone / beside``). The drafter's ~10 MB of weights stay in the
   last-level cache between its passes and a read streaming through the cache evicts them: on the 2-core
   development machine a drafter-sized pass was 20 % slower beside a read, a pass of the probe's 50 MB
-  target-shaped model (never cache-resident) 7 % (2026-11-26); the calibrations that timed the latter
+  target-shaped model (never cache-resident) 7 %; the calibrations that timed the latter
   wrote a ``host_share`` of 0.00-0.06 where the validation's drafting beside the reads ran 24-47 % slower
   than without them. The reading thread runs on
   the cores the real loader runs on: a streamed target's loader thread is started by the thread that
@@ -34,7 +33,7 @@ link's latency and bandwidth:
   worker. A reader started inside the worker shares its one core and time-slices with the forward: the
   calibrations that did so wrote a ``host_share`` of 0.45-0.46 on the 2-core development machine, and the
   validation's streamed drafting, priced with it, came out up to 53 % slower than resident drafting where
-  the runs measured -4 to +24 % (``reports/validation/hetero.md`` of 2026-11-26 06:14).
+  the runs measured -4 to +24 %.
 
 Rounds interleave every kind of sample, so a slow moment of the machine hits them all alike; values are
 medians. The model has the demo target's layer shape (:data:`STREAM_PROBE_SPEC`), the shape the demo's

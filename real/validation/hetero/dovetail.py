@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from real.run.repeats import median_index
+from real.validation.gpu_target import platform_device
 from real.validation.hetero.setup import (
     HeteroSettings,
     finite_median,
     placements,
-    platform_device,
     split_prompts,
     timed_sweep,
     with_worker_links,

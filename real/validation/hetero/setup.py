@@ -53,7 +53,7 @@ QUICK = HeteroSettings(eval_prompts=4, prompt_tokens=64, max_new_tokens=64, repe
 #: Full: 48 evaluation prompts in 3 interleaved repeats, as the main validation (tokens per step of a dozen
 #: prompts differ from the calibration prompts' by several percent from the prompt sample alone: the hcmp
 #: section's tokens-per-step check); Dovetail's tokens per round from the main validation's 96 calibration
-#: prompts (16 gave 6.28 where the evaluation prompts decoded 5.96 in the run of 2026-11-26 09:55); weight
+#: prompts (16 gave 6.28 where the evaluation prompts decoded 5.96 in one run); weight
 #: streaming, slower per token, decodes 24 (12 gave 4.10 tokens per round against 3.80 from the calibration
 #: prompts in the same run).
 FULL = replace(QUICK, eval_prompts=48, max_new_tokens=96, repeats=3, tau_prompts=96, alspec_prompts=6,
@@ -84,12 +84,6 @@ def placements(pair: tuple[str, str], all_cores: bool = True) -> tuple[tuple[str
     if a.startswith("cuda"):
         return ((a, b), (b, a), (a, a), (b, b))
     return ((a, b), (b, a), (a, a)) + ((("cpu", "cpu"), (a, "cpu"), ("cpu", a)) if all_cores else ())
-
-
-def platform_device(platform, worker: str) -> str | None:
-    """The platform's device for a worker name (``cuda:0`` may be called ``cuda:0``, ``cuda`` or ``gpu``)."""
-    names = [worker] + (["cuda", "gpu"] if worker.startswith("cuda") else [])
-    return next((n for n in names if n in platform.devices), None)
 
 
 def with_worker_links(platform, latency_s: float | None = None):

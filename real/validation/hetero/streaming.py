@@ -31,7 +31,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from real.run.repeats import interleaved, median_index
-from real.validation.hetero.setup import HeteroSettings, finite_median, platform_device, progress_bar, split_prompts
+from real.validation.gpu_target import platform_device
+from real.validation.hetero.setup import HeteroSettings, finite_median, progress_bar, split_prompts
 
 
 def private_checkpoint(folder: Path) -> Path:

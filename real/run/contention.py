@@ -125,8 +125,7 @@ def reading(guard: Guard, record: GuardRecord) -> float:
     raise ContendedTooLong(
         f"the cores read slowed from outside for {how} (the guard's probe at {rate / guard.reference:.0%} of its "
         f"reference {guard.reference / 1e9:.1f} GFLOP/s, {1 - guard.limit:.0%} needed to measure); stopped after "
-        f"{guard.give_up_s / 60:.0f} min rather than wait for ever: run it again once `hetspec calibrate --check` "
-        "reads the cores quiet")
+        f"{guard.give_up_s / 60:.0f} min rather than wait for ever: run it again when the machine is quieter")
 
 
 def wait_quiet(guard: Guard, record: GuardRecord, sleep: Callable[[float], None] = time.sleep) -> bool:

@@ -34,7 +34,7 @@ def register_calibrate(subparsers) -> None:
                    help="platform file to write (default: host.toml in $HETSPEC_PLATFORMS_DIR or the user "
                         "platform folder)")
     p.add_argument("--quick", action="store_true",
-                   help=f"fewer sizes, a {QUICK_BUDGET_S:.0f} s budget and no operator profile (default: a "
+                   help=f"a {QUICK_BUDGET_S:.0f} s budget and no operator profile (default: a "
                         f"{DEFAULT_BUDGET_S:.0f} s budget of micro-benchmarks, then the CPU's quick operator profile)")
     p.add_argument("--budget", type=float, default=None, metavar="SECONDS",
                    help="seconds the micro-benchmarks may take (default: the budget of --quick or of the default run)")

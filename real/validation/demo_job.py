@@ -36,9 +36,9 @@ def banner(step: int, total: int, text: str) -> None:
     say(f"\n=== [{step}/{total}] {text}")
 
 
-def host_platform(recalibrate: bool, device: str):
+def host_platform(recalibrate: bool, device: str, preset: str = "tiny"):
     """The ``host`` platform: reused when fresh, else measured now inside the calibration's time budget, with
-    the CPU's quick operator profile beside it (the second pricing)."""
+    the CPU's quick operator profile of the ``preset`` demo models' shapes beside it (the second pricing)."""
     from hwmodels.loader import get_platform
     from real.validation.calibration.budget import DEFAULT_BUDGET_S
     from real.validation.calibration.calibrate import calibrate, calibration_age_days, default_out, summary_lines
@@ -59,7 +59,7 @@ def host_platform(recalibrate: bool, device: str):
     say(f"wrote {path}")
     from real.validation.calibration.cpu_profiles import profile_cpu_beside
 
-    for line in profile_cpu_beside(path, quick=True):     # validate's second pricing
+    for line in profile_cpu_beside(path, quick=True, models=[f"demo:{preset}"]):     # validate's second pricing
         say(line)
     platform.device(device)
     return platform
@@ -163,7 +163,7 @@ def run_demo(preset: str | None = None, recalibrate: bool = False, out: str | Pa
     run_device = default_device_name(device)                  # where the validation decodes
     gpu = is_cuda_name(run_device)
     device = "cpu" if gpu else run_device                     # the platform device the predictions use
-    platform = host_platform(recalibrate, device)
+    platform = host_platform(recalibrate, device, preset)
     threads = platform.device(device).cores
     if gpu:
         target = gpu_platform(run_device, dtype, graphs)

@@ -74,3 +74,29 @@ def test_the_demo_prints_every_methods_best_configuration_and_the_verdict(tiny_d
     saved = json.loads((tmp_path / "demo" / "results.json").read_text())
     assert saved["record"]["kind"] == "demo" and done["record"] == saved["record"]
     assert "noise band" in saved["record"]["verdict"]
+
+
+def test_the_demo_calibrates_inside_the_budget_and_profiles_only_its_preset(monkeypatch, tmp_path, capsys):
+    """No fresh host: the demo calibrates (no heterogeneous probes, the default budget) and profiles the CPU for
+    the shapes of the preset it runs, not every demo preset's."""
+    from real.validation import demo_job
+    from real.validation.calibration import calibrate as cal_mod
+    from real.validation.calibration import cpu_profiles
+
+    monkeypatch.setenv("HETSPEC_PLATFORMS_DIR", str(tmp_path))
+    seen = {}
+
+    def fake_calibrate(path, progress=True, **kw):
+        from hwmodels.loader import load_platform_file
+
+        seen["calibrate"] = kw
+        folder = host_platform_folder(tmp_path / "made")
+        return load_platform_file(f"{folder}/host.toml"), path, None
+
+    monkeypatch.setattr(cal_mod, "calibrate", fake_calibrate)
+    monkeypatch.setattr(cal_mod, "summary_lines", lambda platform, cal: ["summary"])
+    monkeypatch.setattr(cpu_profiles, "profile_cpu_beside", lambda path, quick, models=None: seen.update(
+        quick=quick, models=models) or [])
+    platform = demo_job.host_platform(False, "cpu", "tiny")
+    assert platform.device("cpu") and seen["calibrate"] == {} and seen["quick"] and seen["models"] == ["demo:tiny"]
+    assert "at most 75 s of micro-benchmarks" in capsys.readouterr().err

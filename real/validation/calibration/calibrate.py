@@ -370,7 +370,7 @@ def calibrate(out: str | Path | None = None, quick: bool = False, progress: bool
     if out.suffix != ".toml":
         raise HetSpecError(f"--out {out}: a platform file ends in .toml")
     command = "hetspec calibrate" + (" --quick" if quick else "") + (" --strict" if strict else "")
-    settings = settings or settings_for(quick)
+    settings = settings or settings_for(True)      # the full benchmark sizes are --profile's
     cal = measure(settings, progress=progress, command=command, budget=budget or budget_for(quick), probes=probes)
     problems = spread_problems(cal.robustness)
     what = "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")

@@ -15,12 +15,13 @@ from real.validation.profiler.profile_device import profile_and_write
 
 
 def profile_cpu_beside(host_path: str | Path, quick: bool, progress: bool = True,
-                       one_thread: bool = False, force: bool = False) -> list[str]:
+                       one_thread: bool = False, force: bool = False, models=None) -> list[str]:
     """The CPU's operator profile written beside a freshly calibrated ``host.toml`` (``profiled-cpu``), with
     the calibration's threads and OpenMP settings: what ``hetspec validate`` prices the grid with next to
     the roofline (:mod:`real.validation.backends`). ``one_thread``, on a machine of several cores: also the
     single-thread worker on the first core this process may use (``profiled-cpuN``), what ``hetspec validate
-    --device cpuN`` prices with. ``force``: its guard waits and retakes for as long as the cores stay slowed,
+    --device cpuN`` prices with. ``models``: the model names whose shapes it covers (default: both demo presets'
+    :func:`~real.validation.profiler.profile_device.default_models`). ``force``: its guard waits and retakes for as long as the cores stay slowed,
     where it would otherwise stop after :data:`~real.validation.trust.GUARD_GIVE_UP_S`."""
     from hwmodels.loader import load_platform_file
     from real.hetero.workers import allowed_cores
@@ -41,7 +42,7 @@ def profile_cpu_beside(host_path: str | Path, quick: bool, progress: bool = True
             cache_gb, f"{Path(host_path).name}'s cache_gb of {host_device} ({cache_gb * 1e3:.1f} MB, measured by the "
                       "same calibration)")
         guard = None if quick else cpu_profile_guard(device_text, force)
-        lines += profile_and_write(device_text, None, None, quick, out, command, progress, cache, guard)
+        lines += profile_and_write(device_text, models, None, quick, out, command, progress, cache, guard)
     return lines
 
 

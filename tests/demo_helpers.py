@@ -47,17 +47,3 @@ def host_platform_folder(tmp_path) -> str:
     folder = tmp_path / "platforms"
     write_platform_file(plat, folder / "host.toml")
     return str(folder)
-
-
-def steady_machine(monkeypatch, folder) -> None:
-    """The reference probe reads the ``host`` platform in ``folder`` as it was calibrated (the real probe times
-    this machine, which a test's made-up platform does not describe): a validation on it runs its grid instead of
-    stopping before it."""
-    from pathlib import Path
-
-    from hwmodels.loader import load_platform_file
-
-    dev = load_platform_file(Path(folder) / "host.toml").device("cpu")
-    monkeypatch.setattr("real.validation.machine.reference_probe", lambda threads, nbytes: {
-        "threads": threads, "op_us": dev.bare_cache_overhead_s * 1e6, "triad_gbps": dev.mem_bw_gbps,
-        "triad_bytes": nbytes, "gemm_gflops": 100.0, "seconds": 0.0})

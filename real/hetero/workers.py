@@ -2,7 +2,7 @@
 
 A :class:`Worker` is a CUDA device where one exists, or a CPU worker: a Python thread with its own
 torch intra-op thread count, pinned to cores where the OS allows. Worker names match the devices
-of the ``host`` platform written by ``hetspec calibrate`` (:mod:`real.validation.calibrate`), so a measured
+of the ``host`` platform written by ``hetspec calibrate`` (:mod:`real.validation.calibration.calibrate`), so a measured
 run and a simulated one name the same units:
 
 - ``cpuN``: one thread with one intra-op thread, pinned to core N (Linux);

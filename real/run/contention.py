@@ -1,8 +1,7 @@
 """The contention guard: a timed measurement taken while the cores were slowed from outside is retaken.
 
 On a shared virtual machine the cores' compute speed drops for a minute or two at a time while the
-memory bandwidth holds, with nothing else of ours running (docs/validation.md, "Contention from outside";
-``python -m real.validation.contention_trace`` shows it). A decode run that falls in such a stretch
+memory bandwidth holds, with nothing else of ours running. A decode run that falls in such a stretch
 measures the neighbour, not the decoder: wide verification trees lose up to a quarter of their speed,
 autoregressive steps nothing.
 
@@ -32,9 +31,8 @@ from hwmodels.errors import UntrustedMeasurement
 T = TypeVar("T")
 
 #: The share of the guard's last ``give_up_s`` the probe may read slow, broken by quiet readings, before the
-#: run stops: on 2026-11-28 at 19:14 a calibration's guarded profile, its probe quiet now and then, measured
-#: 174 of 5,066 rows in 23 minutes without 15 minutes of unbroken slow readings (docs/validation.md,
-#: "Contention from outside").
+#: run stops: a slowdown broken by a quiet reading now and then lets a batch through and no more (a guarded
+#: profile has measured 174 of 5,066 rows in 23 minutes that way, without 15 minutes of unbroken slow readings).
 MOSTLY_SLOW = 0.9
 
 
@@ -127,8 +125,7 @@ def reading(guard: Guard, record: GuardRecord) -> float:
     raise ContendedTooLong(
         f"the cores read slowed from outside for {how} (the guard's probe at {rate / guard.reference:.0%} of its "
         f"reference {guard.reference / 1e9:.1f} GFLOP/s, {1 - guard.limit:.0%} needed to measure); stopped after "
-        f"{guard.give_up_s / 60:.0f} min rather than wait for ever: run it again once `hetspec calibrate --check` "
-        "reads the cores quiet")
+        f"{guard.give_up_s / 60:.0f} min rather than wait for ever: run it again when the machine is quieter")
 
 
 def wait_quiet(guard: Guard, record: GuardRecord, sleep: Callable[[float], None] = time.sleep) -> bool:

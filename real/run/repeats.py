@@ -2,14 +2,15 @@
 
 A shared machine drifts (other processes, clocks, the cache's state): measuring configuration A
 five times and then B five times puts the drift into the difference between A and B. Every
-experiment of HetSpec (``run --compare``, the validation grid, the heterogeneous sweeps) therefore
-measures its items in *rounds*: each repeat visits every item once per round, in an order rotated
-by repeat and round, so a drift hits every item alike; results are reported as medians over
-repeats.
+experiment of HetSpec (``run --compare``, the heterogeneous sweeps) therefore measures its items in
+*rounds*: each repeat visits every item once per round, in an order rotated by repeat and round, so a
+drift hits every item alike; results are reported as medians over repeats.
 
-:func:`interleaved_repeats` can run each repeat in a process of its own, so the median over repeats is
-taken over processes too (:mod:`real.validation.measure`), and can bracket each measurement with the
-contention guard (:mod:`real.run.contention`), which retakes a measurement the cores were slowed under.
+:func:`paired_blocks` (the validation grid, :mod:`real.validation.measure`) times every item in short A/B
+blocks with a baseline instead: two runs back to back slow down together, so their ratio holds while the
+machine's speed moves. :func:`interleaved_repeats` can run each repeat in a process of its own, and can
+bracket each measurement with the contention guard (:mod:`real.run.contention`), which retakes a
+measurement the cores were slowed under (the heterogeneous sweeps).
 """
 
 from __future__ import annotations
@@ -47,6 +48,47 @@ def interleaved(n: int, repeats: int, measure: Callable[[int, int, int], T], rou
                 if tick is not None:
                     tick()
     return out
+
+
+def paired_blocks(n: int, baseline: int, repeats: int, measure: Callable[[int, bool], T],
+                  tick: Callable[[], None] | None = None) -> tuple[list[list[T]], list[list[T]]]:
+    """Every item but ``baseline`` timed ``repeats`` times in a short A/B block with ``baseline``.
+
+    A block is two measurements back to back in this process: the baseline and the item, in an order that
+    alternates from block to block (so a drift within a block favours neither). In repeat ``r`` the items are
+    visited in :func:`rotation` order from ``r``. ``measure(item, first)`` takes one measurement; ``first``
+    says this item has not been measured before (a warm-up is due). Returns ``(own, paired)``: ``own[i]`` the
+    item's measurements, ``paired[i]`` the baseline's of the same blocks (aligned); the baseline's own row
+    holds every baseline measurement of the run, in order, and ``paired[baseline]`` the same list. ``tick``
+    after every block.
+    """
+    _check_counts(n, repeats, 1)
+    if not 0 <= baseline < n:
+        raise HetSpecError(f"paired blocks: baseline {baseline} is not one of the {n} items")
+    own: list[list[T]] = [[] for _ in range(n)]
+    paired: list[list[T]] = [[] for _ in range(n)]
+    others = [i for i in range(n) if i != baseline]
+    seen: set[int] = set()
+    block = 0
+    for rep in range(repeats):
+        for k in rotation(len(others), rep) if others else []:
+            i = others[k]
+            got = {}
+            for j in ((baseline, i) if block % 2 == 0 else (i, baseline)):
+                got[j] = measure(j, j not in seen)
+                seen.add(j)
+            own[i].append(got[i])
+            paired[i].append(got[baseline])
+            own[baseline].append(got[baseline])
+            block += 1
+            if tick is not None:
+                tick()
+    if not others:                     # the baseline alone: its own repeats
+        for _ in range(repeats):
+            own[baseline].append(measure(baseline, baseline not in seen))
+            seen.add(baseline)
+    paired[baseline] = list(own[baseline])
+    return own, paired
 
 
 def _check_counts(n: int, repeats: int, rounds: int) -> None:

@@ -31,7 +31,7 @@ def profiled_variant(host, device: str, folder: Path | None = None) -> ProfiledV
     it was measured with."""
     from hwmodels.loader import load_platform_file, user_platform_dir
     from real.hetero.workers import CPU_RE
-    from real.validation.machine import shown_path
+    from real.validation.trust import shown_path
 
     if device != "cpu" and not CPU_RE.fullmatch(device):
         return ProfiledVariant(None, f"the operator profiles time the host's CPU (cpu, cpuN), not {device}", {})

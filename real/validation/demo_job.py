@@ -4,14 +4,16 @@
    a minute on two cores; ``small`` takes 15-30 minutes, so the demo does not start it unasked:
    ``--preset small`` asks on a terminal, ``--train`` trains without asking).
 2. **Calibrate** this host (``hetspec calibrate``), unless a host platform younger than
-   :data:`real.validation.host_facts.FRESH_DAYS` days already exists (``--recalibrate`` forces it).
+   :data:`real.validation.calibration.host_facts.FRESH_DAYS` days already exists (``--recalibrate`` forces it).
 3. **Predict** the best configuration of every decode method for the demo models on ``host``
    (the optimizer's full search, with the acceptance profile measured on calibration prompts).
-4. **Validate** quickly (``hetspec validate --quick``) into the user's report folder
-   (``$HETSPEC_REPORTS_DIR/demo``, default ``~/.local/share/hetspec/reports/demo``) or ``--out``,
-   and print where the report is.
+4. **Validate** quickly (``hetspec validate --quick``: every configuration in A/B blocks with ``ar``) into
+   the user's report folder (``$HETSPEC_REPORTS_DIR/demo``, default ``~/.local/share/hetspec/reports/demo``)
+   or ``--out``, and print every method's best configuration and the paired verdict of both pricings.
 
-Every stage is announced with a banner and shows a progress bar while it works.
+Every stage is announced with a banner and shows a progress bar while it works. The demo always answers:
+however noisy the machine, the verdict's headline says how far the noise let it judge; only bad input, a
+broken cache or a crash end it otherwise.
 """
 
 from __future__ import annotations
@@ -34,36 +36,30 @@ def banner(step: int, total: int, text: str) -> None:
     say(f"\n=== [{step}/{total}] {text}")
 
 
-def host_platform(recalibrate: bool, device: str):
-    """The ``host`` platform: reused when fresh, else measured now."""
+def host_platform(recalibrate: bool, device: str, preset: str = "tiny"):
+    """The ``host`` platform: reused when fresh, else measured now inside the calibration's time budget, with
+    the CPU's quick operator profile of the ``preset`` demo models' shapes beside it (the second pricing)."""
     from hwmodels.loader import get_platform
-    from real.validation.calibrate import (
-        calibrate,
-        calibration_age_days,
-        default_out,
-        summary_lines,
-    )
-    from real.validation.host_facts import FRESH_DAYS
+    from real.validation.calibration.budget import DEFAULT_BUDGET_S
+    from real.validation.calibration.calibrate import calibrate, calibration_age_days, default_out, summary_lines
+    from real.validation.calibration.host_facts import FRESH_DAYS
 
     path = default_out()
     age = calibration_age_days(path)
     if age is not None and age < FRESH_DAYS and not recalibrate:
         say(f"reusing {path} (calibrated {age:.1f} days ago; --recalibrate to measure again)")
         return get_platform(str(path))
-    say("measuring this machine (about 1-2 minutes)..." if age is None else
-        f"{path} is {age:.0f} days old: measuring again..." if not recalibrate else "measuring again (--recalibrate)...")
-    from real.validation.machine import MachineChanged
-
-    try:
-        platform, path, cal = calibrate(path, progress=True)
-    except MachineChanged as exc:
-        raise MachineChanged(f"{exc} (`hetspec calibrate --force` writes it; `hetspec demo` then reuses it)") from None
+    why = ("no host platform yet" if age is None else f"{path} is {age:.0f} days old" if not recalibrate
+           else "--recalibrate")
+    say(f"{why}: measuring this machine: at most {DEFAULT_BUDGET_S:.0f} s of micro-benchmarks, then the CPU's "
+        "quick operator profile (a progress bar each)")
+    platform, path, cal = calibrate(path, progress=True)
     for line in summary_lines(platform, cal):
         say(line)
     say(f"wrote {path}")
-    from real.validation.cpu_profiles import profile_cpu_beside
+    from real.validation.calibration.cpu_profiles import profile_cpu_beside
 
-    for line in profile_cpu_beside(path, quick=False):     # validate's second pricing
+    for line in profile_cpu_beside(path, quick=True, models=[f"demo:{preset}"]):     # validate's second pricing
         say(line)
     platform.device(device)
     return platform
@@ -116,7 +112,7 @@ def gpu_platform(device: str, dtype: str | None, graphs: str):
     exists yet, the GPU is profiled now (``hetspec calibrate --device D --quick``) into the user platform folder."""
     from hwmodels.loader import user_platform_dir
     from real.validation.gpu_target import profiled_platform_name, validation_target
-    from real.validation.profile_device import (
+    from real.validation.profiler.profile_device import (
         QUICK,
         default_models,
         profile_device,
@@ -141,8 +137,9 @@ def gpu_platform(device: str, dtype: str | None, graphs: str):
 
 
 def run_demo(preset: str | None = None, recalibrate: bool = False, out: str | Path | None = None,
-             device: str | None = "cpu", validate_settings=None, dtype: str | None = None, graphs: str = "auto") -> dict:
-    """The whole demo; returns the predictions and the validation's acceptance check. ``out``: the
+             device: str | None = "cpu", validate_settings=None, dtype: str | None = None, graphs: str = "auto",
+             grid=None) -> dict:
+    """The whole demo; returns the predictions, the validation's run record and where its report is. ``out``: the
     report folder (default :func:`real.validation.validate.default_out` ``("demo")``, outside the repository).
     ``device``: as ``hetspec validate --device`` (None: ``cuda:0`` where CUDA exists, else ``cpu``); on a
     GPU the host is calibrated as always, and the predictions and the validation use the GPU's platform."""
@@ -150,8 +147,9 @@ def run_demo(preset: str | None = None, recalibrate: bool = False, out: str | Pa
     from real.run.session import load_models
     from real.train.corpus import prompts as corpus_prompts
     from real.validation.gpu_target import default_device_name, is_cuda_name
-    from real.validation.microbench import torch_threads
-    from real.validation.validate import QUICK, acceptance_check, default_out, validate
+    from real.validation.calibration.microbench import torch_threads
+    from real.validation.validate import QUICK, default_out, validate
+    from real.validation.verdict import verdict_lines
 
     out = Path(out) if out is not None else default_out("demo")
     total = 5
@@ -165,7 +163,7 @@ def run_demo(preset: str | None = None, recalibrate: bool = False, out: str | Pa
     run_device = default_device_name(device)                  # where the validation decodes
     gpu = is_cuda_name(run_device)
     device = "cpu" if gpu else run_device                     # the platform device the predictions use
-    platform = host_platform(recalibrate, device)
+    platform = host_platform(recalibrate, device, preset)
     threads = platform.device(device).cores
     if gpu:
         target = gpu_platform(run_device, dtype, graphs)
@@ -185,16 +183,18 @@ def run_demo(preset: str | None = None, recalibrate: bool = False, out: str | Pa
     rows = predict_best(models, platform, device, profile, settings.prompt_tokens + settings.max_new_tokens // 2)
     print(prediction_table(rows))
 
-    banner(5, total, "validate: predicted vs measured (hetspec validate --quick)")
+    banner(5, total, "validate: predicted vs measured, every configuration in A/B blocks with ar")
     doc = validate(out, preset=preset, device=run_device, progress=True, settings=settings, dtype=dtype, graphs=graphs,
+                   quick=True, kind="demo", grid=grid,
                    command=f"hetspec validate --quick --preset {preset} --out {out}"
                            + (f" --device {run_device}" if run_device != "cpu" else "")
                            + (f" --dtype {dtype}" if dtype else "") + (f" --graphs {graphs}" if graphs != "auto" else ""))
-    check = acceptance_check(doc)
     print(f"\nreport: {Path(out) / 'report.md'} (plots and results.json next to it)")
-    if not check["trusted"]:
-        print(f"  {check['headline']}")
-    for method, m in (check["methods"] if check["trusted"] else {}).items():
-        print(f"  {method:<10} measured best {m['measured_best']}, predicted best {m['predicted_best']}, "
-              f"regret {100 * (m['regret'] or 0):.1f} %, step error {100 * (m['median_step_error'] or 0):.1f} %")
-    return {"preset": preset, "predictions": rows, "check": check, "report": str(Path(out) / "report.md")}
+    print("\nbest configuration per method, predicted / measured (paired speedup over ar):")
+    for m in doc["verdicts"][0]["methods"]:
+        if m["method"] != "ar":
+            print(f"  {m['method']:<11} predicted best {m['predicted_best']} ({m['predicted_best_speedup']:.2f}x "
+                  f"predicted), measured best {m['measured_best']} ({m['measured_best_speedup']:.2f}x measured)")
+    for line in verdict_lines(doc["verdicts"]):
+        print(line)
+    return {"preset": preset, "predictions": rows, "record": doc["record"], "report": str(Path(out) / "report.md")}

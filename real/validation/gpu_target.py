@@ -66,11 +66,16 @@ def check_placement(device: str | None, dtype: str | None = None, graphs: str = 
     return None
 
 
+def platform_device(platform, worker: str) -> str | None:
+    """The platform's device for a worker name (``cuda:0`` may be called ``cuda:0``, ``cuda`` or ``gpu``)."""
+    names = [worker] + (["cuda", "gpu"] if worker.startswith("cuda") else [])
+    return next((n for n in names if n in platform.devices), None)
+
+
 def validation_target(platform: str, device: str | None, dtype: str | None = None,
                       graphs: str = "auto") -> ValidationTarget:
     """The platform and device of a validation on ``device`` (see the module's description)."""
-    from real.validation.hetero_setup import platform_device
-    from real.validation.machine import load_host
+    from real.validation.trust import load_host
 
     device = default_device_name(device)
     placement = check_placement(device, dtype, graphs)
@@ -119,7 +124,7 @@ def profile_dtype(dev) -> str | None:
 
 
 def _host_or_none():
-    from real.validation.machine import load_host
+    from real.validation.trust import load_host
 
     try:
         return load_host("host")

@@ -1,4 +1,5 @@
-"""Prediction-vs-measurement metrics of ``hetspec validate`` (pure functions, no torch).
+"""Prediction-vs-measurement metrics (pure functions, no torch): relative errors and regret, which the
+heterogeneous section judges its sweeps by; the main grid's paired verdict is :mod:`real.validation.verdict`.
 
 Per configuration: the relative error of the predicted step time and tokens/s against the
 measured medians, ``|pred - meas| / meas``. Per method: the median of those errors over the
@@ -18,17 +19,6 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
-
-#: The validation's targets: per speculative method, on ``hetspec validate --quick``.
-STEP_ERROR_TARGET = 0.15
-TPS_ERROR_TARGET = 0.15
-REGRET_TARGET = 0.10
-#: The stricter targets of a full run (``hetspec validate`` without ``--quick``) on an idle machine, checked
-#: for both backends (the calibrated roofline and the measured operator profile).
-FULL_STEP_ERROR_TARGET = 0.05
-FULL_TPS_ERROR_TARGET = 0.05
-FULL_REGRET_TARGET = 0.02
 
 #: How the acceptance check's regret is measured (:func:`paired_regret`) and what the
 #: column beside it is.
@@ -48,12 +38,6 @@ def regret_definition(paired: bool, caveat: str = "") -> str:
     if not paired:
         return MEDIANS_REGRET
     return f"{REGRET_DEFINITION}; {caveat}" if caveat else REGRET_DEFINITION
-
-
-def within_full_targets(step_error: float, tps_error: float, regret: float) -> bool:
-    """Within the full run's targets (:data:`FULL_STEP_ERROR_TARGET` and the two beside it); NaN is not."""
-    return (step_error <= FULL_STEP_ERROR_TARGET and tps_error <= FULL_TPS_ERROR_TARGET
-            and regret <= FULL_REGRET_TARGET)
 
 
 def relative_error(predicted: float, measured: float) -> float:
@@ -111,65 +95,3 @@ def paired_regret(predicted_tps: Sequence[float],
         if c_loss > loss:
             best, loss = c, c_loss
     return loss, p_best, best
-
-
-@dataclass(frozen=True)
-class MethodSummary:
-    method: str
-    points: int
-    median_step_error: float
-    median_tps_error: float
-    predicted_best: str
-    measured_best: str
-    regret: float
-    median_tokens_per_step_error: float
-    regret_of_medians: float            # 1 - median tps of the predicted best / highest median tps
-    fastest_by_median: str              # the point with the highest median tokens/s
-    paired: bool                        # regret from repeat-aligned timings (paired_regret)
-
-    @property
-    def passes(self) -> bool:
-        return (self.median_step_error <= STEP_ERROR_TARGET and self.median_tps_error <= TPS_ERROR_TARGET
-                and self.regret <= REGRET_TARGET)
-
-    @property
-    def passes_full(self) -> bool:
-        return within_full_targets(self.median_step_error, self.median_tps_error, self.regret)
-
-    def to_json(self) -> dict:
-        return {"method": self.method, "points": self.points, "median_step_error": self.median_step_error,
-                "median_tokens_per_s_error": self.median_tps_error,
-                "median_tokens_per_step_error": self.median_tokens_per_step_error,
-                "predicted_best": self.predicted_best, "measured_best": self.measured_best, "regret": self.regret,
-                "regret_paired": self.paired, "regret_of_medians": self.regret_of_medians,
-                "fastest_by_median": self.fastest_by_median,
-                "targets": {"step_error": STEP_ERROR_TARGET, "tokens_per_s_error": TPS_ERROR_TARGET,
-                            "regret": REGRET_TARGET},
-                "passes": self.passes,
-                "full_targets": {"step_error": FULL_STEP_ERROR_TARGET, "tokens_per_s_error": FULL_TPS_ERROR_TARGET,
-                                 "regret": FULL_REGRET_TARGET},
-                "passes_full": self.passes_full}
-
-
-def summarize_method(method: str, labels: Sequence[str], pred_step: Sequence[float], meas_step: Sequence[float],
-                     pred_tps: Sequence[float], meas_tps: Sequence[float], pred_tokens: Sequence[float],
-                     meas_tokens: Sequence[float],
-                     meas_tps_samples: Sequence[Sequence[float]] | None = None) -> MethodSummary:
-    """Median errors, best points and regret of one method's grid (all sequences aligned). With
-    ``meas_tps_samples`` (per point, its tokens/s in each repeat), the regret is :func:`paired_regret`;
-    :func:`regret` of the medians is kept beside it."""
-    step_err = [relative_error(p, m) for p, m in zip(pred_step, meas_step)]
-    tps_err = [relative_error(p, m) for p, m in zip(pred_tps, meas_tps)]
-    tok_err = [relative_error(p, m) for p, m in zip(pred_tokens, meas_tokens)]
-    r_medians, p_best, fastest = regret(list(pred_tps), list(meas_tps))
-    r, m_best = r_medians, fastest
-    if meas_tps_samples is not None:
-        r, _, m_best = paired_regret(list(pred_tps), meas_tps_samples)
-
-    def med(xs):
-        xs = [x for x in xs if math.isfinite(x)]
-        return statistics.median(xs) if xs else float("nan")
-    return MethodSummary(method=method, points=len(labels), median_step_error=med(step_err),
-                         median_tps_error=med(tps_err), predicted_best=labels[p_best], measured_best=labels[m_best],
-                         regret=r, median_tokens_per_step_error=med(tok_err), regret_of_medians=r_medians,
-                         fastest_by_median=labels[fastest], paired=meas_tps_samples is not None)

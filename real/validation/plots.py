@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from real.validation.grid import KNOB_OF, SPECULATIVE_METHODS
-from real.validation.metrics import STEP_ERROR_TARGET
+from real.validation.verdict import QUICK_TARGETS
 from sim.plots import GRID_ALPHA, finish_axes, new_figure, save_figure
 
 KNOB_AXIS = {"chain": "draft tokens per step γ", "draft-tree": "tree budget M (tokens per round)",
@@ -100,8 +100,8 @@ def plot_errors(rows, path: Path, subtitle: str) -> Path:
             xs = [i + (j - 0.5) * 0.3] * len(vals)
             ax.plot(xs, vals, marker="o", linestyle="none", color=color, alpha=0.7,
                     label=label if i == 0 else None)
-    ax.axhspan(-100 * STEP_ERROR_TARGET, 100 * STEP_ERROR_TARGET, color="tab:green", alpha=0.12,
-               label=f"±{100 * STEP_ERROR_TARGET:.0f} % (target for the medians)")
+    ax.axhspan(-100 * QUICK_TARGETS.absolute_error, 100 * QUICK_TARGETS.absolute_error, color="tab:green", alpha=0.12,
+               label=f"±{100 * QUICK_TARGETS.absolute_error:.0f} % (target for the medians)")
     ax.axhline(0, color="black", linewidth=0.8)
     ax.set_xticks(range(len(methods)))
     ax.set_xticklabels(methods)

@@ -10,18 +10,7 @@ import json
 import math
 from pathlib import Path
 
-from real.run.contention import guard_line
-from real.validation.machine import drift_moved, slowed_cores
-from real.validation.metrics import (
-    FULL_REGRET_TARGET,
-    FULL_STEP_ERROR_TARGET,
-    FULL_TPS_ERROR_TARGET,
-    REGRET_TARGET,
-    STEP_ERROR_TARGET,
-    TPS_ERROR_TARGET,
-    regret_definition,
-    within_full_targets,
-)
+from real.validation.verdict import headline, pct, verdict_table
 
 PLOTS = {"step_latency": "step_latency.png", "tokens_per_s": "tokens_per_s.png", "errors": "errors.png",
          "random_weight": "random_weight_timing.png"}
@@ -76,51 +65,6 @@ def diagnosis(doc: dict, method: dict) -> list[str]:
     return lines
 
 
-def slowed_words(slowed: dict) -> str:
-    """A calibration measured on slowed cores (``probe_gflops``, ``peak_gflops``), one sentence."""
-    return (f"the calibration was {slowed_cores(slowed['probe_gflops'], slowed['peak_gflops'])}: its "
-            "numbers mix quiet and slowed stretches, so the predictions inherit them; recalibrate on quiet cores "
-            "(`hetspec calibrate --check` says when)")
-
-
-def machine_state(doc: dict) -> str:
-    """The reference probe before (and after) the grid against the calibration, one sentence."""
-    def probe(d: dict, when: str) -> str:
-        text = (f"{when}: fixed cost per operator {d['now_us']:.2f} us vs {d['calibrated_us']:.2f} us at calibration "
-                f"({_spct(d['change'])})")
-        if "triad_now_gbps" in d:
-            text += (f", DRAM triad {d['triad_now_gbps']:.1f} vs {d['triad_calibrated_gbps']:.1f} GB/s "
-                     f"({_spct(d['triad_change'])})")
-        if "gemm_change" in d:
-            text += (f", GEMM rate {d['gemm_now_gflops']:.1f} vs {d['gemm_calibrated_gflops']:.1f} GFLOP/s "
-                     f"({_spct(d['gemm_change'])})")
-        return text
-
-    before, after = doc["drift"], doc.get("drift_after")
-    if before is None:   # a GPU run priced on a platform without the host's CPU: nothing to re-time
-        return (f"- Machine state: no reference probe (the grid ran on {doc['platform'].get('placement')}, priced on "
-                f"{doc['platform']['name']}, which describes no host CPU to re-time).")
-    def wait(d: dict) -> str:
-        settled = d.get("settled") or {}
-        return (f" (taken once the contention guard's probe read the cores quiet: {settled['waited_s']:.0f} s waited, "
-                f"{settled['retakes']} retaken{', the last still slowed' if settled.get('contended') else ''})"
-                if settled.get("waited_s") or settled.get("retakes") else "")
-
-    def again(d: dict) -> str:
-        earlier = d.get("earlier") or []
-        return (f" (read {len(earlier) + 1} times, the earlier reading{'s' if len(earlier) > 1 else ''} moved: "
-                f"{'; then '.join(earlier)})" if earlier else "")
-
-    parts = ([probe(before, "before the grid") + wait(before) + again(before)]
-             + ([probe(after, "after it") + wait(after)] if after else []))
-    moved = any(drift_moved(d) for d in (before, after) if d)
-    policy = before.get("omp_wait_policy")
-    return ("- Machine state, the calibration's reference probe re-timed " + "; ".join(parts)
-            + (f"; OpenMP: {policy}" if policy else "")
-            + (" — **the machine's state changed since calibration (load, clocks): every prediction inherits it; "
-               "recalibrate and validate on a quiet machine.**" if moved else "."))
-
-
 def training_words(summary: dict) -> str:
     """Which training of the demo models was validated: the same recipe (fingerprint) trained on another
     device or precision gives other weights."""
@@ -138,68 +82,62 @@ def training_words(summary: dict) -> str:
     return "; ".join(words) + "."
 
 
-def profiled_section(doc: dict, untrusted: bool) -> list[str]:
-    """The grid priced twice from the same measurements: the CPU's measured operator profile (the
-    ``profiled`` backend) beside the calibrated roofline, per method; or why there is no second pricing."""
-    prof = doc.get("profiled")
-    if not prof:
-        return []
-    title = ["", "### Operator timing: measured profile beside the roofline" + (" — not a validation" if untrusted
-                                                                                  else ""), ""]
-    if "methods" not in prof:
-        return title + [f"Priced by the roofline only: {prof['reason']}."]
-    src = prof["source"]
-    quick = doc["settings"].get("label") == "quick"
-    full_targets = (f"A full run (`hetspec validate` without `--quick`) on an idle machine is held to stricter "
-                    f"targets per speculative method: median |step-latency error| <= {100 * FULL_STEP_ERROR_TARGET:.0f} "
-                    f"%, median |tokens/s error| <= {100 * FULL_TPS_ERROR_TARGET:.0f} %, regret <= "
-                    f"{100 * FULL_REGRET_TARGET:.0f} %.")
-    lines = title + [
-        f"The same measurements, predicted twice: by the calibrated roofline of `{doc['platform']['name']}` (above) "
-        f"and with every operator timed by the CPU's measured profile `{src['profile']}` ({src['description']}; "
-        f"{src['mode']} mode), the host's decode-loop costs and cache kept. Nothing here is fitted to the "
-        "validation: both come from their own calibration runs."
-        + (f" **Two calibration runs:** {src['older_than_host']}." if src.get("older_than_host") else ""), "",
-        f"{full_targets} The last column checks them for both backends"
-        + (" (this run is quick: it is not held to them)." if quick else "."), "",
-        "| method | backend | median step error | median tokens/s error | predicted best | regret "
-        "| regret of the medians | within the full run's targets |",
-        "|---|---|---:|---:|---|---:|---:|---|"]
-    profiled = {m["method"]: m for m in prof["methods"]}
-    for m in doc["methods"]:
-        for backend, row in (("roofline", m), ("profiled", profiled.get(m["method"]))):
-            if row is None:
+def verdict_section(doc: dict) -> list[str]:
+    """The paired verdict of every pricing: its headline and one row per speculative method."""
+    v0 = doc["verdicts"][0]
+    t = v0["targets"]
+    lines = ["## Verdict: predicted speedups over ar against the paired measurements", "",
+             f"Every configuration was timed in {doc['settings']['repeats']} A/B blocks with `ar`, back to back in "
+             "one process; a configuration's measured speedup is the median over its blocks of its tokens/s over "
+             "the paired `ar` run's. Per speculative method: the median error of the predicted speedup over `ar` "
+             f"(target {pct(t['speedup_error'], False)}) and the regret of the predicted best configuration "
+             f"(1 - measured speedup of the predicted best / the highest measured speedup; target "
+             f"{pct(t['regret'], False)}). Absolute step-latency and tokens/s errors are judged against "
+             f"{pct(t['absolute_error'], False)} only where the run's noise band (P90 - P10 over the median of "
+             f"every `ar` step time the blocks took: {pct(v0['noise_band'], False)}) is narrower than that.", ""]
+    for v in doc["verdicts"]:
+        lines += [f"**{headline(v)}**", ""]
+    lines += ["| pricing | method | configs | speedup error | regret | predicted best | measured best "
+              "| step error | tokens/s error | meets the paired targets |",
+              "|---|---|---:|---:|---:|---|---|---:|---:|---|"]
+    for v in doc["verdicts"]:
+        judged = v["absolute"]["judged"]
+        for m in v["methods"]:
+            if m["method"] == "ar":
                 continue
-            ok = within_full_targets(row["median_step_error"], row["median_tokens_per_s_error"], row["regret"])
-            verdict = ("(baseline)" if m["method"] == "ar" else "not judged" if untrusted
-                       else "yes" if ok else "**no**")
-            lines.append(f"| {m['method']} | {backend} | {_pct(row['median_step_error'])} | "
-                         f"{_pct(row['median_tokens_per_s_error'])} | {row['predicted_best']} | "
-                         f"{_pct(row['regret'])} | {_pct(row.get('regret_of_medians'))} | {verdict} |")
+            abs_words = (pct(m["median_step_error"]), pct(m["median_tokens_per_s_error"])) if judged else \
+                (f"not judged ({pct(m['median_step_error'])})", f"not judged ({pct(m['median_tokens_per_s_error'])})")
+            ok = "not judged" if not v["paired"]["judged"] else "yes" if m["meets_paired"] else "**no**"
+            lines.append(f"| {v['pricing']} | {m['method']} | {m['points']} | {pct(m['median_speedup_error'])} | "
+                         f"{pct(m['regret'])} | {m['predicted_best']} | {m['measured_best']} | {abs_words[0]} | "
+                         f"{abs_words[1]} | {ok} |")
+    missing = sorted({r["method"] for r in doc["points"] if r["missing"]})
+    for method in missing:
+        why = next(r["missing"] for r in doc["points"] if r["method"] == method)
+        lines.append(f"| roofline | {method} | - | no prediction: {why} | | | | | | **no** |")
+    prof = doc.get("profiled") or {}
+    if "source" in prof:
+        src = prof["source"]
+        lines += ["", f"The profiled pricing times every operator by the CPU's measured profile `{src['profile']}` "
+                      f"({src['description']}; {src['mode']} mode), the host's decode-loop costs kept. Nothing is "
+                      "fitted to the validation: both pricings come from their own calibration runs."
+                  + (f" **Two calibration runs:** {src['older_than_host']}." if src.get("older_than_host") else "")]
+    elif prof.get("reason"):
+        lines += ["", f"Priced by the roofline only: {prof['reason']}."]
     return lines
 
 
-def markdown(doc: dict) -> str:
+def markdown(doc: dict, extra: list[str] | None = None) -> str:
     plat, st = doc["platform"], doc["settings"]
     target, draft = doc["models"]["target"], doc["models"]["draft"]
-    trust = doc.get("trust") or {"trusted": True, "headline": None}
-    untrusted = not trust["trusted"]
-    not_a_validation = " — not a validation" if untrusted else ""
     lines = [
         "# HetSpec validation: predicted vs measured decode speed on this machine",
         "",
         f"Generated by `{doc['command']}` on {doc['date']} in {doc['seconds']:.0f} s. "
         f"Regenerate with the same command; do not edit by hand.",
         "",
-    ]
-    if untrusted:
-        headline = trust["headline"]
-        advice = ("Calibrate again on a quiet machine (`hetspec calibrate`) and run the same command again."
-                  if doc["drift"] is not None else
-                  "The phase-by-phase table shows which part of a step the prediction misses.")
-        lines += [f"**{headline[0].upper()}{headline[1:]}.** The numbers below were measured, but they do not "
-                  f"judge the model: they are labelled as such and no target is checked. {advice}", ""]
-    lines += [
+        f"**{doc['record']['verdict']}**",
+        "",
         "## Setup",
         "",
         f"- Platform `{plat['name']}` ({plat['description']}), device `{plat['device']}` with {plat['threads']} "
@@ -212,75 +150,45 @@ def markdown(doc: dict) -> str:
         f"- Acceptance profile measured on {st['calibration_prompts']} **calibration** prompts "
         f"({doc['acceptance'].get('positions')} positions); real runs on {st['eval_prompts']} held-out "
         f"**evaluation** prompts of {st['prompt_tokens']} tokens, {st['max_new_tokens']} new tokens each, greedy, "
-        f"{st['repeats']} interleaved repeats"
-        + (", each in a process of its own (the models handed over, a warm-up per point)" if doc.get("fresh_processes")
-           else "") + ", medians. Predictions priced at a KV context of "
-        f"{doc['context_priced']} tokens (the middle of the decoded stretch).",
+        f"every configuration in {st['repeats']} A/B blocks with `ar`, medians. Predictions priced at a KV "
+        f"context of {doc['context_priced']} tokens (the middle of the decoded stretch).",
         f"- Predicted: the simulator's closed form (`sim.strategies`) on `{plat['name']}:{plat['device']}` for the "
         "exact configuration run (same Medusa trees, the draft model's own shape, the heads the real path "
-        "computes). Tokens per step: the profile's tables replayed on the calibration prompts (draft-tree: "
-        "the real decoder's rounds on them, by tree budget: its passes, tokens verified and emitted).",
-        machine_state(doc),
-        *([f"- Calibration: {slowed_words(doc['calibration_slowed'])}"] if doc.get("calibration_slowed") else []),
-        *([f"- {guard_line(doc['contention'])}"] if doc.get("contention") else []),
+        "computes), priced from the calibration alone.",
         "",
-        f"## Acceptance check{not_a_validation}",
-        "",
-        f"Targets per speculative method: median |step-latency error| <= {100 * STEP_ERROR_TARGET:.0f} %, median "
-        f"|tokens/s error| <= {100 * TPS_ERROR_TARGET:.0f} %, regret <= {100 * REGRET_TARGET:.0f} % "
-        f"({regret_definition(all(m.get('regret_paired') for m in doc['methods']))}).",
-        "",
-        "| method | configs | median step error | median tokens/s error | median tokens/step error | predicted best "
-        "| measured best | regret | regret of the medians | meets targets |",
-        "|---|---:|---:|---:|---:|---|---|---:|---:|---|",
+        *verdict_section(doc),
     ]
-    for m in doc["methods"]:
-        ok = "yes" if m["passes"] else "**no**"
-        if m["method"] == "ar":
-            ok = "(baseline)"
-        elif untrusted:
-            ok = "not judged"
-        lines.append(f"| {m['method']} | {m['points']} | {_pct(m['median_step_error'])} | "
-                     f"{_pct(m['median_tokens_per_s_error'])} | {_pct(m['median_tokens_per_step_error'])} | "
-                     f"{m['predicted_best']} | {m['measured_best']} | {_pct(m['regret'])} | "
-                     f"{_pct(m.get('regret_of_medians'))} | {ok} |")
-    missing = sorted({r["method"] for r in doc["points"] if r["missing"]})
-    for method in missing:
-        why = next(r["missing"] for r in doc["points"] if r["method"] == method)
-        lines.append(f"| {method} | - | no prediction: {why} | | | | | | | **no** |")
-    lines += profiled_section(doc, untrusted)
-    misses = [m for m in doc["methods"] if m["method"] != "ar" and not m["passes"] and not untrusted]
-    if misses:
+    roofline = doc["verdicts"][0]
+    misses = [m for m in roofline["methods"] if m["method"] != "ar" and not m["meets_paired"]]
+    if misses and roofline["paired"]["judged"]:
         lines += ["", "### Where the model misses", ""]
         for m in misses:
-            parts = []
-            if m["median_step_error"] > STEP_ERROR_TARGET:
-                parts.append(f"step latency by {_pct(m['median_step_error'])}")
-            if m["median_tokens_per_s_error"] > TPS_ERROR_TARGET:
-                parts.append(f"tokens/s by {_pct(m['median_tokens_per_s_error'])}")
-            if m["regret"] > REGRET_TARGET:
-                parts.append(f"regret {_pct(m['regret'])}")
-            lines.append(f"- **{m['method']}** misses: {', '.join(parts)}. Phase by phase (medians over its grid):")
+            lines.append(f"- **{m['method']}**: speedup error {pct(m['median_speedup_error'])}, regret "
+                         f"{pct(m['regret'])}. Phase by phase (medians over its grid):")
             lines += diagnosis(doc, m)
     lines += ["", "## Plots", "",
               f"![step latency]({PLOTS['step_latency']})", "",
               f"![tokens/s]({PLOTS['tokens_per_s']})", "",
               f"![errors]({PLOTS['errors']})", ""]
-    lines += [f"## Every configuration{not_a_validation}", "",
-              "Step latency in ms per decode step (measured: median, min-max over repeats); tokens/step measured vs "
+    lines += ["## Every configuration", "",
+              "Step latency in ms per decode step (measured: median, min-max over blocks); speedup over ar predicted "
+              "/ measured (median of the paired ratios); tokens/step measured vs "
               "predicted from the replayed tables (in brackets: from independent per-head accuracies / Omega(γ, α), "
               "what a profile without replay gives).", "",
-              "| config | pred step ms | meas step ms | error | pred tok/step | meas tok/step | pred tok/s | "
-              "meas tok/s | error |",
-              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+              "| config | speedup pred / meas | pred step ms | meas step ms | error | pred tok/step | meas tok/step "
+              "| pred tok/s | meas tok/s | error |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    speedups = {label: s for m in roofline["methods"] for label, s in m["speedups"].items()}
     for r in doc["points"]:
         if r["missing"]:
-            lines.append(f"| {r['label']} | - | {_f(r['meas_step_ms'], 3)} | - | - | {_f(r['meas_tokens_per_step'])} "
+            lines.append(f"| {r['label']} | - | - | {_f(r['meas_step_ms'], 3)} | - | - | {_f(r['meas_tokens_per_step'])} "
                          f"| - | {_f(r['meas_tokens_per_s'], 1)} | - |")
             continue
         indep = r["pred_tokens_per_step_independent"]
         tok = _f(r["pred_tokens_per_step"]) + (f" ({_f(indep)})" if indep is not None else "")
-        lines.append(f"| {r['label']} | {_f(r['pred_step_ms'], 3)} | {_f(r['meas_step_ms'], 3)} "
+        s = speedups.get(r["label"], {})
+        lines.append(f"| {r['label']} | {_f(s.get('predicted'))} / {_f(s.get('measured'))} | {_f(r['pred_step_ms'], 3)} "
+                     f"| {_f(r['meas_step_ms'], 3)} "
                      f"({_f(r['meas_step_ms_min'], 3)}-{_f(r['meas_step_ms_max'], 3)}) | {_spct(r['step_error_signed'])} "
                      f"| {tok} | {_f(r['meas_tokens_per_step'])} | {_f(r['pred_tokens_per_s'], 1)} | "
                      f"{_f(r['meas_tokens_per_s'], 1)} | {_spct(r['tps_error_signed'])} |")
@@ -303,7 +211,7 @@ def markdown(doc: dict) -> str:
                      f"{_f(r.get('pred_verified_per_step'))} / {r['meas_verified_per_step']:.2f} | "
                      f"{_f(r.get('pred_draft_passes_per_step'))} / {r['meas_draft_passes_per_step']:.2f} |")
     if doc["random_weight"]:
-        lines += ["", f"## Random-weight timing runs{not_a_validation}", "",
+        lines += ["", "## Random-weight timing runs", "",
                   "One forward step of q new tokens (a chain mask, as in verification) over a KV cache of "
                   f"{doc['random_weight'][0]['context']} tokens, for Llama-shaped models with **random weights** "
                   "(timing only; shapes of public checkpoints, nothing downloaded), large enough that their fp32 "
@@ -313,15 +221,13 @@ def markdown(doc: dict) -> str:
         for r in doc["random_weight"]:
             lines.append(f"| {r['model']} (random-weight timing run) | {r['weight_mb']:.0f} | {r['tokens']} | "
                          f"{r['pred_ms']:.2f} | {r['meas_ms']:.2f} | {_spct(r['error_signed'])} |")
-    if doc.get("hetero"):   # the heterogeneous section (real/validation/hetero.py)
-        from real.validation.hetero_report import markdown as hetero_markdown
-
-        lines += [""] + hetero_markdown(doc["hetero"])
+    if extra:   # a further section's own markdown (the heterogeneous section of --hetero)
+        lines += [""] + list(extra)
     lines += ["", "## Host platform as priced", "", "```json", json.dumps(plat["device_fields"], indent=1), "```", ""]
     return "\n".join(lines)
 
 
-def write_report(doc: dict, out: Path) -> Path:
+def write_report(doc: dict, out: Path, extra: list[str] | None = None) -> Path:
     """``results.json``, the plots and ``report.md`` in ``out``; returns the report's path."""
     from real.validation import plots
 
@@ -331,18 +237,16 @@ def write_report(doc: dict, out: Path) -> Path:
     with writing(out / "results.json", "results file"):
         (out / "results.json").write_text(json.dumps(clean_json(doc), indent=1) + "\n")
     subtitle = f"{doc['preset']} preset, {doc['platform']['name']}:{doc['platform']['device']}"
-    if not (doc.get("trust") or {"trusted": True})["trusted"]:
-        subtitle += " - not a validation: the machine changed"    # the plots show the errors too
     rows = [r for r in doc["points"]]
     plots.plot_step_latency(rows, out / PLOTS["step_latency"], subtitle)
     plots.plot_tokens_per_s(rows, out / PLOTS["tokens_per_s"], subtitle,
-                            {m["method"]: m["measured_best"] for m in doc["methods"] if m.get("regret_paired")})
+                            {m["method"]: m["measured_best"] for m in doc["verdicts"][0]["methods"]})
     plots.plot_errors(rows, out / PLOTS["errors"], subtitle)
     if doc["random_weight"]:
         plots.plot_random_weight(doc["random_weight"], out / PLOTS["random_weight"], doc["platform"]["name"])
     path = out / "report.md"
     with writing(path, "report"):
-        path.write_text(markdown(doc))
+        path.write_text(markdown(doc, extra))
     return path
 
 

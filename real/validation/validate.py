@@ -2,21 +2,20 @@
 
 Stages (each announced, each with a progress bar):
 
-1. the demo models of a preset (trained first if not cached);
-2. the ``host`` platform written by ``hetspec calibrate`` (a device of it: ``cpu`` = all torch
-   threads, or one single-thread worker ``cpuN``);
+1. the ``host`` platform written by ``hetspec calibrate`` (a device of it: ``cpu`` = all torch
+   threads, or one single-thread worker ``cpuN``; or a GPU, :mod:`real.validation.gpu_target`);
+2. the demo models of a preset (trained first if not cached);
 3. the acceptance profile, measured on **calibration** prompts (:mod:`real.run.acceptance`);
 4. predictions of the grid (:mod:`real.validation.grid`) by the simulator's closed form
-   (:mod:`real.validation.predict`);
-5. real runs of the same grid on held-out **evaluation** prompts, interleaved repeats, medians
-   (:mod:`real.validation.measure`);
-6. one forward step of random-weight Llama-shaped models large enough to be memory-bound here,
-   for several token counts, predicted vs measured (:mod:`real.model.random_models`);
+   (:mod:`real.validation.predict`), priced from the calibration alone, by the roofline and, where the
+   CPU's operator profile exists, by it too (:mod:`real.validation.backends`);
+5. real runs of the same grid on held-out **evaluation** prompts, each configuration in A/B blocks with
+   ``ar`` (:mod:`real.validation.measure`);
+6. one forward step of random-weight Llama-shaped models, for several token counts, predicted vs measured
+   (:mod:`real.model.random_models`), where the settings ask for them;
 
-then ``results.json``, the PNG plots (:mod:`real.validation.plots`) and ``report.md``
-(:mod:`real.validation.report`) in the output folder. Per method: median absolute step-latency
-and tokens/s errors, predicted and measured best configuration, and the regret of the predicted
-best (:mod:`real.validation.metrics`).
+then ``results.json`` (with its ``record``), the PNG plots and ``report.md`` in the output folder. The
+verdict is on the paired speedups over ``ar`` (:mod:`real.validation.verdict`).
 """
 
 from __future__ import annotations
@@ -25,6 +24,7 @@ import json
 import math
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -32,18 +32,7 @@ from hwmodels.errors import HetSpecError
 from real.train.demo import choose_preset
 from real.validation.backends import profiled_variant
 from real.validation.gpu_target import validation_target
-from real.validation.machine import (
-    calibrated_gemm_gflops,
-    contention_guard,
-    drift_after_grid,
-    drift_before_grid,
-    drift_moved,
-    refuse_changed_before_grid,
-    shown_path,
-    slowed_calibration,
-    triad_bytes_of,
-    validation_verdict,
-)
+from real.validation.trust import shown_path
 
 #: Where user runs write their reports unless ``--out`` says otherwise: ``$HETSPEC_REPORTS_DIR``,
 #: else ``platformdirs.user_data_dir("hetspec")/reports`` (``~/.local/share/hetspec/reports`` on
@@ -61,18 +50,12 @@ def default_out(kind: str = "validation") -> Path:
     return (Path(root) if root else Path(user_data_dir("hetspec")) / "reports") / kind
 
 
-def remove_stale_outputs(out: Path, hetero: bool, random_weight: bool) -> list[str]:
-    """Delete what an earlier run left in ``out`` that this one did not write (the heterogeneous
-    section's files without ``--hetero``, the random-weight plot without random-weight rows), so
-    the folder never mixes two runs; returns the names removed."""
-    from real.validation.hetero_report import PLOTS as HETERO_PLOTS
-    from real.validation.hetero_setup import JSON_FILE, MARKDOWN_FILE
-    from real.validation.report import PLOTS
-
-    stale = [] if hetero else [MARKDOWN_FILE, JSON_FILE, *HETERO_PLOTS.values()]
-    stale += [] if random_weight else [PLOTS["random_weight"]]
+def remove_stale_outputs(out: Path, names) -> list[str]:
+    """Delete the files ``names`` an earlier run left in ``out`` that this one did not write (the
+    heterogeneous section's without ``--hetero``, the random-weight plot without random-weight rows), so the
+    folder never mixes two runs; returns the names removed."""
     removed = []
-    for name in stale:
+    for name in names:
         if (Path(out) / name).is_file():
             (Path(out) / name).unlink()
             removed.append(name)
@@ -84,31 +67,25 @@ class Settings:
     """How much validation decodes and times."""
 
     calibration_prompts: int     # calibration prompts the acceptance profile is measured on
-    eval_prompts: int            # evaluation prompts every grid point decodes, per repeat
+    eval_prompts: int            # evaluation prompts every A/B block decodes
     prompt_tokens: int
     max_new_tokens: int
-    repeats: int                 # interleaved repeats of the whole grid
+    repeats: int                 # A/B blocks per configuration
     random_models: tuple[str, ...]
     random_tokens: tuple[int, ...]
     random_repeats: int
     random_context: int
     label: str = "full"
-    fresh_processes: bool = True  # on a CPU, each repeat in a process of its own (real.validation.measure)
-    contention_guard: bool = False  # on a CPU, retake a run the cores were slowed under (real.run.contention)
 
 
-#: Quick: the acceptance run (under 10 minutes on the 2-core reference machine with the
-#: small preset). Full: more prompts, tokens and repeats, every token count of the random models.
-#: Tokens per step vary from prompt to prompt (sd 0.76 of 3.55 for Medusa's 16-token tree on the small demo
-#: models' 12 evaluation prompts: the hcmp section's tokens-per-step check, committed run of 2026-11-25), so
-#: the prompt samples bound how close a prediction can come: 12 prompts carry a standard error of 6 %, 48
-#: under 3 %. The full run measures acceptance on 96 calibration prompts (one per calibration file, then a
-#: second round) and decodes 48 evaluation prompts in 3 interleaved repeats.
+#: Quick: the demo's validation, in a few minutes on 2 cores with the tiny preset. Full: more prompts,
+#: tokens and blocks, every token count of the random models. Tokens per step vary from prompt to prompt
+#: (sd 0.76 of 3.55 for Medusa's 16-token tree on 12 evaluation prompts of the small demo models), so the
+#: prompt samples bound how close a prediction can come: 12 prompts carry a standard error of 6 %, 48 under 3 %.
 QUICK = Settings(calibration_prompts=48, eval_prompts=6, prompt_tokens=64, max_new_tokens=64, repeats=3,
-                 random_models=("random-smollm-135m", "random-smollm-360m"), random_tokens=(1, 4, 16, 64),
-                 random_repeats=3, random_context=128, label="quick")
+                 random_models=(), random_tokens=(1, 4, 16, 64), random_repeats=3, random_context=128,
+                 label="quick")
 FULL = Settings(calibration_prompts=96, eval_prompts=48, prompt_tokens=64, max_new_tokens=96, repeats=3,
-                contention_guard=True,
                 random_models=("random-smollm-135m", "random-smollm-360m"), random_tokens=(1, 2, 4, 8, 16, 32, 64),
                 random_repeats=5, random_context=256, label="full")
 
@@ -147,6 +124,8 @@ def _row(point, pred, meas) -> dict:
         "pred_draft_passes_per_step": pred.draft_passes_per_step,
         "meas_step_ms_samples": [s * 1e3 for s in meas.step_samples],
         "meas_tokens_per_s_samples": list(meas.tps_samples),
+        "ar_step_ms_samples": [s * 1e3 for s in meas.ar_step_samples],
+        "ar_tokens_per_s_samples": list(meas.ar_tps_samples),
     }
 
 
@@ -159,26 +138,14 @@ def point_rows(points, preds, meas, preds_profiled=None) -> list[dict]:
     return rows
 
 
-def method_summaries(rows: list[dict], pricing: str | None = None) -> list[dict]:
-    """Per method: median errors and regret of the roofline pricing, or of ``rows[i][pricing]`` (``profiled``)."""
-    from real.validation.grid import SPECULATIVE_METHODS
-    from real.validation.metrics import summarize_method
+def verdicts_of(rows: list[dict], quick: bool) -> list[dict]:
+    """The paired verdict of every pricing the rows carry: the roofline, and the measured profile where priced."""
+    from real.validation.verdict import targets_for, verdict
 
-    if pricing is not None:
-        rows = [{**r[pricing], "method": r["method"], "label": r["label"],
-                 "meas_tokens_per_s_samples": r.get("meas_tokens_per_s_samples")} for r in rows if pricing in r]
-    out = []
-    for method in ("ar",) + SPECULATIVE_METHODS:
-        pts = [r for r in rows if r["method"] == method and not r["missing"]]
-        if not pts:
-            continue
-        samples = [r.get("meas_tokens_per_s_samples") for r in pts]   # paired regret where every point has them
-        s = summarize_method(method, [r["label"] for r in pts], [r["pred_step_ms"] for r in pts],
-                             [r["meas_step_ms"] for r in pts], [r["pred_tokens_per_s"] for r in pts],
-                             [r["meas_tokens_per_s"] for r in pts], [r["pred_tokens_per_step"] for r in pts],
-                             [r["meas_tokens_per_step"] for r in pts],
-                             samples if all(samples) else None)
-        out.append(s.to_json())
+    targets = targets_for(quick)
+    out = [verdict(rows, targets)]
+    if any("profiled" in r for r in rows):
+        out.append(verdict(rows, targets, "profiled"))
     return out
 
 
@@ -188,7 +155,7 @@ def _random_weight(settings: Settings, platform, device: str, threads: int, prog
 
     from real.model.random_models import random_spec, random_transformer, time_steps
     from real.validation.gpu_target import priced_as_run
-    from real.validation.microbench import torch_threads
+    from real.validation.calibration.microbench import torch_threads
     from sim.closed_form import step_seconds
 
     if placement is not None:     # the steps are timed as eager forwards: priced in eager mode where profiled so
@@ -233,33 +200,30 @@ def draft_in_dtype(config_path: str, dtype: str, out: Path) -> str:
 
 def validate(out: str | Path | None = None, preset: str | None = None, quick: bool = False, device: str | None = "cpu",
              platform: str = "host", progress: bool = True, command: str = "hetspec validate",
-             settings: Settings | None = None, grid=None, hetero: bool = False, hetero_settings=None,
-             dtype: str | None = None, graphs: str = "auto", force: bool = False) -> dict:
+             settings: Settings | None = None, grid=None, dtype: str | None = None, graphs: str = "auto",
+             section: Callable | None = None, kind: str = "validate") -> dict:
     """Run the whole validation; write ``results.json``, the plots and ``report.md`` into ``out``.
 
     ``device``: a device of the calibrated host (``cpu``, ``cpuN``) or a GPU (``cuda:N``, decoded there
     in ``dtype`` with CUDA graphs per ``graphs``, priced on the platform's device for it); None: ``cuda:0``
     where CUDA exists, else ``cpu`` (:mod:`real.validation.gpu_target`).
-
     ``grid``: the :class:`~real.validation.grid.GridPoint` s to run (default: the whole grid).
-    ``force``: run the grid even when the reference probe before it reads the machine changed since the
-    calibration (the report then says it is not a validation); without it such a run stops there
-    (:class:`~real.validation.machine.ChangedBeforeGrid`, exit status 3), having written nothing.
+    ``section``: a further section run after the grid, ``section(models, host, ctx, out) -> (dict, markdown
+    lines)``, its dict kept under ``doc["hetero"]`` and its lines in the report (the heterogeneous section). ``kind``: the run record's kind.
     Returns the results document (what ``results.json`` holds).
     """
     import torch
     from tqdm.auto import tqdm
 
     from real.run.acceptance import measure_profile
-    from real.run.contention import guard_line, guard_summary
     from real.run.session import load_models
     from real.train.corpus import prompts as corpus_prompts
+    from real.validation.calibration.microbench import torch_threads
     from real.validation.grid import default_grid, draft_tree_widths, medusa_tree, real_config
-    from real.validation.hetero_setup import settings_for as default_hetero
     from real.validation.measure import measure_grid
-    from real.validation.microbench import torch_threads
     from real.validation.predict import PredictionContext, predict_point
-    from real.validation.report import slowed_words, write_report
+    from real.validation.report import write_report
+    from real.validation.verdict import headline, record
 
     t_start = time.perf_counter()
     settings = settings or settings_for(quick)
@@ -275,28 +239,6 @@ def validate(out: str | Path | None = None, preset: str | None = None, quick: bo
     if progress:
         print(f"{host.name}: {host.description}\ndevice {device}: {dev.description} ({threads} torch threads)",
               file=sys.stderr)
-
-    triad_bytes = triad_bytes_of(host) if placement is None else None
-    gemm_then = calibrated_gemm_gflops(host, threads) if placement is None else None
-    slowed = calibration_slowed(host, threads) if placement is None else None
-    if progress and slowed:
-        print(f"warning: {slowed_words(slowed)}", file=sys.stderr)
-    hetero_settings = (hetero_settings or default_hetero(quick)) if hetero else None
-    cpu_guard = (contention_guard(threads, (gemm_then or 0) * 1e9, None)
-                 if placement is None and (settings.contention_guard or (hetero and hetero_settings.contention_guard))
-                 else None)
-    # the reference probe before the grid (on a GPU run: of the host's CPU, when the platform describes it), with
-    # the cores quiet where the runs are guarded; a machine changed since the calibration stops here (unless force)
-    def read_again(moved: str, pause_s: float) -> None:
-        if progress:
-            print(f"reference probe before the grid: {moved}: read again in {pause_s:.0f} s", file=sys.stderr)
-
-    drift = (drift_before_grid(target.drift_device, threads, triad_bytes, gemm_then, cpu_guard, on_moved=read_again)
-             if target.drift_device is not None else None)
-    if progress and drift is not None:
-        print(drift_line(drift, "before the grid"), file=sys.stderr)
-    if not force:
-        refuse_changed_before_grid(drift)
 
     preset, why = choose_preset(preset)
     banner(f"[2/6] demo models: preset {preset} ({why})", progress)
@@ -334,42 +276,35 @@ def validate(out: str | Path | None = None, preset: str | None = None, quick: bo
         if preds_profiled and variant.source.get("older_than_host"):
             print(f"warning: {variant.source['older_than_host']}", file=sys.stderr)
 
-    banner(f"[5/6] real runs: {len(grid)} configurations x {settings.repeats} repeats on "
+    blocks = (len(grid) - 1) * settings.repeats
+    banner(f"[5/6] real runs: {len(grid)} configurations, each in {settings.repeats} A/B blocks with ar, on "
            f"{settings.eval_prompts} evaluation prompts x {settings.max_new_tokens} tokens", progress)
     evaluation = [list(p) for p in corpus_prompts(models.tokenizer, "evaluation", settings.eval_prompts,
                                                   settings.prompt_tokens, seed=0)]
     configs = [real_config(p, profile.medusa_accuracy, trees.get(p)) for p in grid]
-    fresh = settings.fresh_processes and placement is None       # a GPU run measures in this process
-    guard = cpu_guard if settings.contention_guard else None
-    guard_log: list = []
-    with tqdm(total=len(grid) * settings.repeats, desc="real runs", unit="run", disable=not progress,
+    with tqdm(total=blocks, desc="A/B blocks", unit="block", disable=not progress,
               file=sys.stderr) as bar, torch_threads(threads):
         meas = measure_grid(models, grid, configs, evaluation, settings.max_new_tokens, settings.repeats,
-                            worker=device, tick=bar.update, fresh_processes=fresh, threads=threads, guard=guard,
-                            log=guard_log)
-    contention = guard_summary(guard, guard_log)
-    if progress and contention:
-        print(guard_line(contention), file=sys.stderr)
+                            worker=device, tick=bar.update)
 
-    banner(f"[6/6] random-weight timing runs: {', '.join(settings.random_models) or 'none'}", progress)
-    random_rows = _random_weight(settings, host, device, threads, progress, placement) if settings.random_models else []
+    random_rows = []
+    if settings.random_models:
+        banner(f"[6/6] random-weight timing runs: {', '.join(settings.random_models)}", progress)
+        random_rows = _random_weight(settings, host, device, threads, progress, placement)
 
     rows = point_rows(grid, preds, meas, preds_profiled)
+    verdicts = verdicts_of(rows, quick or settings.label != "full")
     doc = {
-        "format": "hetspec-validation/1",
+        "format": "hetspec-validation/2",
         "command": command,
         "date": time.strftime("%Y-%m-%d %H:%M"),
-        "seconds": round(time.perf_counter() - t_start, 1),
         "preset": preset, "preset_reason": why,
         "platform": {"name": host.name, "description": host.description, "path": shown_path(host.path), "device": device,
                      "threads": threads, "device_fields": _device_json(dev),
                      "placement": placement.describe() if placement is not None else None},
         "settings": asdict(settings),
         "context_priced": ctx.context,
-        "fresh_processes": fresh,
-        "contention": contention,
-        "drift": drift,
-        "calibration_slowed": slowed,
+        "protocol": "paired: every configuration in A/B blocks with ar, in this process",
         "models": {"target": models.target.spec.to_dict(), "draft": models.draft.spec.to_dict(),
                    "medusa_heads": models.heads.n_heads, "summary": {k: models.summary.get(k) for k in (
                        "fingerprint", "trained_at", "device", "bf16_autocast", "torch", "target_eval_perplexity",
@@ -380,53 +315,23 @@ def validate(out: str | Path | None = None, preset: str | None = None, quick: bo
                        "medusa_top1": [row[0] for row in profile.medusa_accuracy] if profile.medusa_accuracy else None,
                        "positions": profile.meta.get("positions")},
         "points": rows,
-        "methods": method_summaries(rows),
-        "profiled": ({"source": variant.source, "methods": method_summaries(rows, "profiled")}
-                     if preds_profiled else {"reason": variant.reason if variant is not None else
-                                             "GPU run: priced on the GPU platform's own device"}),
+        "verdicts": verdicts,
+        "profiled": ({"source": variant.source} if preds_profiled else
+                     {"reason": variant.reason if variant is not None else
+                      "GPU run: priced on the GPU platform's own device"}),
         "random_weight": random_rows,
     }
-    if hetero:   # hcmp ratio sweep, dovetail placements, alspec, streaming (real/validation/hetero.py)
-        from real.validation.hetero import validate_hetero
-
-        doc["hetero"] = validate_hetero(models, host, ctx, out, hetero_settings, progress, guard=cpu_guard)
-    # and after everything measured, with the cores quiet as before it where the runs are guarded
-    after = (drift_after_grid(target.drift_device, threads, triad_bytes, gemm_then, cpu_guard)
-             if drift is not None else None)
-    doc["drift_after"] = after
-    doc["trust"] = validation_verdict(drift, after, rows, random_rows)
-    if progress and after is not None:
-        print(drift_line(after, "after the grid"), file=sys.stderr)
-        if not doc["trust"]["trusted"]:
-            print(doc["trust"]["headline"], file=sys.stderr)
+    extra = None
+    if section is not None:
+        doc["hetero"], extra = section(models, host, ctx, out)
+    doc["seconds"] = round(time.perf_counter() - t_start, 1)
+    doc["record"] = record(kind, verdicts)
+    if progress:
+        for v in verdicts:
+            print(headline(v), file=sys.stderr)
     profile.save(out / "acceptance-profile.json")     # with the report: a run stopped midway leaves the folder be
-    write_report(doc, out)
-    removed = remove_stale_outputs(out, hetero, bool(random_rows))
-    if removed and progress:
-        print(f"removed {', '.join(removed)} from {out}: an earlier run's, not this one's"
-              + ("" if hetero else " (the heterogeneous section runs with --hetero)"), file=sys.stderr)
+    write_report(doc, out, extra)
     return doc
-
-
-def calibration_slowed(host, threads: int) -> dict | None:
-    """The calibration ``host`` rests on, when it was measured on slowed cores on ``threads`` threads
-    (:func:`real.validation.machine.slowed_calibration`): its reference probe's and its GEMM peak's GFLOP/s;
-    None otherwise."""
-    from real.validation.host_facts import raw_record
-
-    slowed = slowed_calibration(raw_record(host), threads)
-    return {"probe_gflops": round(slowed[0] / 1e9, 1), "peak_gflops": round(slowed[1] / 1e9, 1)} if slowed else None
-
-
-def drift_line(drift: dict, when: str) -> str:
-    """The reference probe against the calibration, one line."""
-    moved = drift_moved(drift)
-    gemm = (f", GEMM {drift['gemm_now_gflops']:.1f} vs {drift['gemm_calibrated_gflops']:.1f} GFLOP/s "
-            f"({100 * drift['gemm_change']:+.0f} %)" if "gemm_change" in drift else "")
-    return (f"reference probe {when}: fixed cost per operator {drift['now_us']:.2f} us vs {drift['calibrated_us']:.2f} "
-            f"us at calibration ({100 * drift['change']:+.0f} %), DRAM triad {drift['triad_now_gbps']:.1f} vs "
-            f"{drift['triad_calibrated_gbps']:.1f} GB/s ({100 * drift['triad_change']:+.0f} %){gemm}"
-            + ("  <- the machine's state changed: recalibrate on a quiet machine" if moved else ""))
 
 
 def _device_json(dev) -> dict:
@@ -440,19 +345,26 @@ def _device_json(dev) -> dict:
 
 
 def acceptance_check(doc: dict) -> dict:
-    """The ``--json`` answer: per speculative method, the three numbers the validation sets targets for."""
-    out = {"preset": doc["preset"], "device": doc["platform"]["device"], "command": doc["command"], "methods": {}}
-    for m in doc["methods"]:
-        if m["method"] == "ar":
-            continue
-        out["methods"][m["method"]] = {
-            "median_step_error": _round(m["median_step_error"]), "median_tokens_per_s_error":
-                _round(m["median_tokens_per_s_error"]), "regret": _round(m["regret"]),
-            "regret_of_medians": _round(m.get("regret_of_medians")),
-            "predicted_best": m["predicted_best"], "measured_best": m["measured_best"], "passes": m["passes"]}
-    trust = doc.get("trust") or {"trusted": True, "headline": None}
-    out["trusted"], out["headline"] = trust["trusted"], trust["headline"]
-    out["all_pass"] = bool(out["methods"]) and all(v["passes"] for v in out["methods"].values()) and trust["trusted"]
+    """The ``--json`` answer: per pricing and speculative method, the paired figures and the absolute ones, and
+    the run's headline."""
+    from real.validation.verdict import headline
+
+    out = {"preset": doc["preset"], "device": doc["platform"]["device"], "command": doc["command"],
+           "record": doc["record"], "pricings": {}}
+    for v in doc["verdicts"]:
+        methods = {}
+        for m in v["methods"]:
+            if m["method"] == "ar":
+                continue
+            methods[m["method"]] = {
+                "median_speedup_error": _round(m["median_speedup_error"]), "regret": _round(m["regret"]),
+                "predicted_best": m["predicted_best"], "measured_best": m["measured_best"],
+                "median_step_error": _round(m["median_step_error"]),
+                "median_tokens_per_s_error": _round(m["median_tokens_per_s_error"]),
+                "meets_paired": m["meets_paired"], "meets_absolute": m["meets_absolute"]}
+        out["pricings"][v["pricing"]] = {"methods": methods, "noise_band": _round(v["noise_band"]),
+                                         "absolute_judged": v["absolute"]["judged"],
+                                         "paired_judged": v["paired"]["judged"], "headline": headline(v)}
     return out
 
 

@@ -6,7 +6,12 @@
 - outside ``sim``, ``real.validation`` and the CLI, nothing prices with the simulator (strategies,
   closed form, engine, optimizer, step timing): the real path shares only the vocabulary (trees,
   model specs, traces, acceptance profiles, method knobs);
-- no import cycle anywhere (every import counts, also those inside functions).
+- no import cycle anywhere (every import counts, also those inside functions);
+- ``real.validation`` is organised by job: ``calibration`` (the micro-benchmarks and probes of ``hetspec
+  calibrate``), ``profiler`` (the operator profiler), ``hetero`` (the heterogeneous section), ``trust`` (one
+  module of machine-state trust) and the validation proper beside them; the calibration and the profiler
+  never import the heterogeneous section or the validation run;
+- how much of the code ``hetspec demo`` reaches, measured on the same import graph.
 """
 
 from __future__ import annotations
@@ -138,7 +143,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_project_keeps_its_layering():
     graph = import_graph(REPO)
-    assert {"hwmodels.platform", "sim.tree", "real.validation.calibrate", "hetspec.cli"} <= set(graph)
+    assert {"hwmodels.platform", "sim.tree", "real.validation.calibration.calibrate", "hetspec.cli"} <= set(graph)
     assert violations(graph) == []
 
 
@@ -206,3 +211,62 @@ def test_an_import_cycle_is_found(tmp_path):
     assert cycles(import_graph(root)) == [["real.model.transformer", "real.validation.predict"]]
     (root / "sim/tree.py").write_text("from sim.closed_form import y\n")
     assert ["sim.closed_form", "sim.tree"] in cycles(import_graph(root))
+
+
+# ---------------------------------------------------------------------------- real.validation by job
+#: The modules of ``real.validation`` outside its sub-packages: the validation proper and its commands.
+VALIDATION_PROPER = {"backends", "commands", "demo_job", "gpu_target", "grid", "measure", "metrics", "plots",
+                     "predict", "report", "trust", "validate", "verdict"}
+VALIDATION_JOBS = ("calibration", "profiler", "hetero")
+#: The validation run, which the calibration and the profiler never import.
+VALIDATION_RUN = ("real.validation.validate", "real.validation.measure", "real.validation.verdict",
+                  "real.validation.report", "real.validation.plots", "real.validation.demo_job",
+                  "real.validation.commands", "real.validation.hetero")
+#: The share of the non-test modules ``hetspec demo`` statically reaches: its training, calibration, operator
+#: profile, pricing and decoding together. The aim is at most half; this bound holds the ground gained.
+DEMO_REACH_LIMIT = 0.67
+
+
+def reach(graph: dict[str, set[str]], start: str) -> set[str]:
+    """Every module of ours ``start`` imports, directly or not (a module's packages count as imported)."""
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        m = todo.pop()
+        if m in seen or m not in graph:
+            continue
+        seen.add(m)
+        todo += [t for t in graph[m] if t in graph]
+        parts = m.split(".")
+        todo += [".".join(parts[:i]) for i in range(1, len(parts))]
+    return seen
+
+
+def test_the_validation_is_organised_by_job():
+    root = REPO / "real" / "validation"
+    assert {p.stem for p in root.glob("*.py")} - {"__init__"} == VALIDATION_PROPER
+    assert all((root / job / "__init__.py").is_file() for job in VALIDATION_JOBS)
+    graph = import_graph(REPO)
+    wrong = sorted(f"{m} imports {t}" for m, ts in graph.items() for t in ts
+                   if any(_within(m, f"real.validation.{job}") for job in ("calibration", "profiler"))
+                   and any(_within(t, run) for run in VALIDATION_RUN))
+    assert wrong == []
+    # the machine-state trust is one module: nothing else of the validation probes the machine's drift
+    assert not any(m.startswith(("real.validation.machine", "real.validation.quiet_check")) for m in graph)
+
+
+def test_the_demo_reaches_a_bounded_share_of_the_code():
+    graph = import_graph(REPO)
+    reached = reach(graph, "real.validation.demo_job")
+    share = len(reached) / len(graph)
+    assert "real.validation.validate" in reached and "real.validation.calibration.calibrate" in reached
+    # what the demo does not run, it does not import: the heterogeneous section and its probes
+    assert not any(_within(m, "real.validation.hetero") or m == "real.validation.calibration.hetero_probes"
+                   for m in reached)
+    assert share <= DEMO_REACH_LIMIT, f"hetspec demo reaches {len(reached)} of {len(graph)} modules ({share:.0%})"
+
+
+def test_reach_follows_imports_and_packages(tmp_path):
+    root = _tree(tmp_path, {"real/a.py": "import real.b\n", "real/b.py": "from real.c import x\n",
+                            "real/c.py": "x = 1\n", "real/d.py": "x = 2\n"})
+    assert reach(import_graph(root), "real.a") == {"real", "real.a", "real.b", "real.c"}

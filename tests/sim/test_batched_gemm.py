@@ -149,7 +149,7 @@ def test_batched_curves_round_trip_through_the_platform_file(tmp_path):
 
 
 def test_the_probe_times_one_batched_matmul_over_stacked_heads():
-    from real.validation.microbench import gemm_rates
+    from real.validation.calibration.microbench import gemm_rates
 
     points = gemm_rates((1, 2), ((32, 64),), threads=1, repeats=1, warmup=0, heads=4)
     assert [(p.m, p.k, p.n) for p in points] == [(1, 32, 64), (2, 32, 64)]
@@ -159,10 +159,10 @@ def test_the_probe_times_one_batched_matmul_over_stacked_heads():
 
 
 def test_the_host_platform_carries_the_batched_fit():
-    from real.validation.gemm_rows import fit_rows
-    from real.validation.host_facts import QUICK, WorkerMeasurement
-    from real.validation.host_platform import _with_batched
-    from real.validation.microbench import GemmPoint
+    from real.validation.calibration.gemm_rows import fit_rows
+    from real.validation.calibration.host_facts import QUICK, WorkerMeasurement
+    from real.validation.calibration.host_platform import _with_batched
+    from real.validation.calibration.microbench import GemmPoint
 
     shapes = ((256, 16384), (512, 16384))
     points = [GemmPoint(m, k, n, 2.0 * m * k * n / rate + n * row_s, 0.0)

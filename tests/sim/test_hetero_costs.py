@@ -286,8 +286,8 @@ def test_hcmp_engine_equals_the_closed_form_with_the_calibrated_costs():
 
 
 def test_split_probe_becomes_the_workers_loop_costs():
-    from real.validation.host_hetero import split_loop_costs
-    from real.validation.split_probe import SplitProbe
+    from real.validation.calibration.host_hetero import split_loop_costs
+    from real.validation.calibration.split_probe import SplitProbe
 
     probe = SplitProbe(layers=(1, 5), tokens=16, context=64, hidden=64, heads=3, unsplit_s=(1e-3, 1.4e-3),
                        side_s=((0.9e-3, 1.3e-3), (0.9e-3, 1.3e-3)), pair_s=(1.5e-3, 2.3e-3), full_s=(2e-3, 3.2e-3),
@@ -310,8 +310,8 @@ def test_hcmp_costs_round_trip_through_a_platform_file(tmp_path):
 
 # ---------------------------------------------------------------------- the storage probe's link
 def test_storage_probe_becomes_the_storage_link():
-    from real.validation.host_hetero import storage_link
-    from real.validation.storage_probe import StorageProbe, fit_latency_bandwidth
+    from real.validation.calibration.host_hetero import storage_link
+    from real.validation.calibration.storage_probe import StorageProbe, fit_latency_bandwidth
 
     sizes = (16384, 262144, 1048576, 4194304)
     cold = tuple(40e-6 + s / 1e9 for s in sizes)

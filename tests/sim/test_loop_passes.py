@@ -1,6 +1,6 @@
 """A draft's passes measured inside the decode loop (a profile's ``draft_pass_*`` rows): how the simulator prices
 them (sim.strategies.loop_passes), how the profile reads them, and the probe that measures them
-(real.validation.draft_loop)."""
+(real.validation.profiler.draft_loop)."""
 
 from __future__ import annotations
 
@@ -152,7 +152,7 @@ def test_the_probe_times_every_pass_of_rounds_that_accept_all_or_nothing(tmp_pat
     by a whole round a round, every draft rejected by one token."""
     from real.decode.common import DecodeModels
     from real.model.transformer import Transformer
-    from real.validation.draft_loop import (PASSES, PROMPT_TOKENS, ROUNDS, demo_pairs, draft_pass_rows, pass_medians,
+    from real.validation.profiler.draft_loop import (PASSES, PROMPT_TOKENS, ROUNDS, demo_pairs, draft_pass_rows, pass_medians,
                                             time_loop_passes)
 
     torch.set_num_threads(1)
@@ -178,7 +178,7 @@ def test_the_probe_times_every_pass_of_rounds_that_accept_all_or_nothing(tmp_pat
 
 def test_the_passes_before_and_after_the_rows_are_pooled():
     """Rounds timed before the operator rows and after them: the medians of both together, per op and draft."""
-    from real.validation.draft_loop import PASSES, bracketed_passes
+    from real.validation.profiler.draft_loop import PASSES, bracketed_passes
 
     def passes(first: float, second: float) -> list[float]:
         return [first, second] + [0.1] * (PASSES - 2)

@@ -100,7 +100,7 @@ def test_host_share_round_trips_and_is_checked(tmp_path):
 
 
 def _probe(**kw):
-    from real.validation.stream_probe import StreamLoopProbe
+    from real.validation.calibration.stream_probe import StreamLoopProbe
 
     fields = dict(worker="cpu0", layers=4, tokens=16, layer_bytes=6_000_000, layer_load_s=8e-3, reads_per_layer=9,
                   resident_layer_s=2.0e-3, streamed_layer_s=2.4e-3, alone_s=6e-3, beside_s=10e-3, rounds=5)
@@ -108,8 +108,8 @@ def _probe(**kw):
 
 
 def test_the_stream_probe_becomes_the_link_and_the_workers_cost():
-    from real.validation.host_hetero import storage_link, stream_loop_costs
-    from real.validation.storage_probe import StorageProbe
+    from real.validation.calibration.host_hetero import storage_link, stream_loop_costs
+    from real.validation.calibration.storage_probe import StorageProbe
 
     probe = _probe()
     assert probe.resume_s == pytest.approx(0.4e-3) and probe.host_share == pytest.approx(0.4)
@@ -134,7 +134,7 @@ def test_a_layers_read_is_the_mean_of_each_layers_median():
     """A forward streaming every layer pays the sum of their reads: layers that read fast and layers that read
     slow (a virtual disk's blocks) count by their share, however many reads each had; a one-off hiccup does
     not. The median over every read would give the majority kind (6 ms here)."""
-    from real.validation.stream_probe import layer_read_s
+    from real.validation.calibration.stream_probe import layer_read_s
 
     reads = {1: [6e-3, 6.1e-3, 5.9e-3], 2: [6e-3, 60e-3, 6e-3], 3: [4e-3, 4e-3, 4e-3]}
     assert layer_read_s(reads) == pytest.approx((6e-3 + 6e-3 + 4e-3) / 3)
@@ -143,7 +143,7 @@ def test_a_layers_read_is_the_mean_of_each_layers_median():
 
 @pytest.mark.skipif(not hasattr(os, "posix_fadvise"), reason="needs posix_fadvise")
 def test_the_stream_probe_runs_the_real_loader(tmp_path):
-    from real.validation.stream_probe import STREAM_PROBE_SPEC, stream_loop_probe
+    from real.validation.calibration.stream_probe import STREAM_PROBE_SPEC, stream_loop_probe
 
     probe = stream_loop_probe("cpu", rounds=1, warmup=0, folder=tmp_path)
     spec = STREAM_PROBE_SPEC
@@ -163,7 +163,7 @@ def test_the_probe_reads_beside_the_worker_where_the_real_loader_runs(tmp_path, 
     beside the pinned one-token forward must do the same (inside the worker it would share its one core)."""
     import real.hetero.streaming as streaming
     from real.hetero.workers import allowed_cores
-    from real.validation.stream_probe import stream_loop_probe
+    from real.validation.calibration.stream_probe import stream_loop_probe
 
     seen = []
     real_read = streaming.read_layer_tensors
@@ -183,7 +183,7 @@ def test_the_probe_times_a_drafter_sized_model_beside_the_reads(tmp_path, monkey
     times a model of the demo draft's shape beside the reads, not its own 50 MB target (never cache-resident)."""
     if not hasattr(os, "posix_fadvise"):
         pytest.skip("needs posix_fadvise")
-    import real.validation.stream_probe as sp
+    import real.validation.calibration.stream_probe as sp
     from real.train.demo import DEMO_PRESETS
 
     draft = DEMO_PRESETS["small"].draft
@@ -205,10 +205,10 @@ def test_the_probe_times_a_drafter_sized_model_beside_the_reads(tmp_path, monkey
 def test_the_validation_reprobes_the_link_before_its_streaming_section(monkeypatch):
     """The disk drifts within minutes: the streaming section prices with the calibration's probes re-run now,
     the link keeping its name and ends, only the streaming worker's stream_layer replaced."""
-    import real.validation.storage_probe as storage_mod
-    import real.validation.stream_probe as stream_mod
-    from real.validation.hetero_streaming import reprobed_platform
-    from real.validation.storage_probe import StorageProbe
+    import real.validation.calibration.storage_probe as storage_mod
+    import real.validation.calibration.stream_probe as stream_mod
+    from real.validation.hetero.streaming import reprobed_platform
+    from real.validation.calibration.storage_probe import StorageProbe
 
     plat = host(loop_costs={"stream_layer": 5.0, "draft_tree_step": 7.0}, storage=(1.5, 40.0))
     tensors = StorageProbe(folder="/x", sizes=(16384, 4194304), cold_s=(60e-6, 4.2e-3), warm_s=(1e-5, 1e-3),
@@ -229,18 +229,9 @@ def test_the_validation_reprobes_the_link_before_its_streaming_section(monkeypat
     assert reprobed_platform(plat, "cpu0", "cpu0", 7) is None
 
 
-def test_the_rewarm_trace_gives_each_pass_its_share_of_the_gap_and_refuses_bad_input(capsys):
-    from real.validation.rewarm_trace import gap_shares, main
-    from real.validation.stream_step_probe import rewarm_series
+def test_the_rewarm_series_evicts_before_each_round_of_passes():
+    from real.validation.calibration.stream_step_probe import rewarm_series
 
-    assert gap_shares([1.2, 0.8, 0.5, 0.4], warm=0.4) == pytest.approx([0.5, 0.125, 0.0])
     calls = []
     series = rewarm_series(lambda: calls.append("evict"), lambda: calls.append("pass"), rounds=2, passes=3)
     assert len(series) == 3 and calls == ["evict", "pass", "pass", "pass"] * 2
-    for bad in (["--tokens", "x"], ["--tokens", "0"], ["--passes", "1"], ["--tokens", "100000"], ["--preset", "huge"]):
-        assert main(bad) == 2
-        err = capsys.readouterr().err
-        assert err.startswith("error: ") and err.count("\n") == 1
-    assert main(["--preset", "tiny", "--tokens", "1,4", "--passes", "2", "--rounds", "1", "--threads", "1"]) == 0
-    out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith("tiny-draft") and [line.split()[0] for line in out[1:]] == ["1-token", "4-token"]

@@ -26,19 +26,54 @@ from sim.step_timing import price_step
 from tests.cli_runner import run_cli
 
 
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 @pytest.fixture(scope="module")
 def tiny_calibration(tmp_path_factory):
-    """``calibrate`` with tiny sizes (two token counts, two small weight shapes, a 16 MiB stream working set:
-    seconds on 2 cores) into a temporary platform folder."""
-    from real.validation.calibrate import Settings, calibrate
+    """``calibrate`` with tiny sizes (two token counts, two small weight shapes, a 16 MiB stream working set)
+    into a temporary platform folder, inside a 40 s budget on a fake clock that every benchmark call moves by
+    5 s: one round per thread count, the heterogeneous probes skipped (the bound tested without timing)."""
+    from real.validation.calibration import calibrate as cal_mod
+    from real.validation.calibration import microbench as mb
+    from real.validation.calibration.budget import Budget
+    from real.validation.calibration.calibrate import Settings, calibrate
 
     settings = Settings(m_values=(1, 8), shapes=((64, 64), (128, 256)), repeats=2, warmup=1,
                         dram_working_set_bytes=16 * 2**20, cold_pool_bytes=16 * 2**20, overhead_repeats=2,
                         loop_repeats=1, loop_new_tokens=24, label="test", batched_m_values=(1, 4),
                         batched_shapes=((64, 256), (128, 256)))
     out = tmp_path_factory.mktemp("platforms") / "host.toml"
-    platform, path, cal = calibrate(out, progress=False, settings=settings, force=True, attempts=1)  # any load
+    clock = FakeClock()
+    with pytest.MonkeyPatch.context() as mp:
+        for name in ("gemm_rates", "stream_bandwidth", "dispatch_overhead_s", "layer_overhead", "decode_loop_samples"):
+            def slow(*args, _real=getattr(mb, name), **kwargs):
+                clock.now += 5.0
+                return _real(*args, **kwargs)
+
+            mp.setattr(mb, name, slow)
+        mp.setattr(cal_mod, "llc_bytes", lambda: (4 * 2**20, "a 4 MiB cache (test)"))  # a small streaming probe
+        platform, path, cal = calibrate(out, progress=False, settings=settings, budget=Budget(40.0, clock=clock),
+                                        probes=lambda settings: pytest.fail("the budget was spent"))
     return platform, path, cal
+
+
+def test_the_calibration_keeps_to_its_budget_on_a_fake_clock(tiny_calibration):
+    from real.validation.calibration.calibrate import load_raw, robustness_lines
+
+    _, path, cal = tiny_calibration
+    stages = cal.robustness["budget"]["stages"]
+    assert len(stages) == (2 if cal.all_threads.threads > 1 else 1)
+    assert [taken for _, taken, _ in stages] == [1] * len(stages)        # the budget cut the other rounds
+    assert "heterogeneous probes" in cal.robustness["budget"]["skipped"]
+    assert any("skipped" in line for line in robustness_lines(cal))
+    record = load_raw(path)["record"]
+    assert record["kind"] == "calibrate" and record["headline"]["GEMM peak GFLOP/s"] > 0
 
 
 def _numbers(doc, where=""):
@@ -97,7 +132,7 @@ def test_calibration_writes_a_loadable_host_with_sources(tiny_calibration):
     w0 = loaded.device("cpu0")
     assert w0.cores == 1 and "1 thread" in w0.sources["mem_bw_gbps"]
     # raw measurements next to the platform
-    from real.validation.calibrate import load_raw
+    from real.validation.calibration.calibrate import load_raw
 
     raw = load_raw(path)
     assert raw["cores"] == cal.cores and raw["all_threads"]["gemm_warm"]
@@ -121,19 +156,35 @@ def test_missing_host_hints_at_calibrate(tmp_path, monkeypatch):
         get_platform("host")
 
 
-def test_calibrate_cli_quick_writes_host(tmp_path):
+def test_calibrate_cli_quick_writes_host_and_strict_refuses_a_noisy_one(tiny_calibration, tmp_path, monkeypatch,
+                                                                       capsys):
+    """``hetspec calibrate --quick`` in-process, its measurement the module's tiny one: it writes the host and no
+    operator profile; a calibration whose rounds spread too far is written labelled, and refused with --strict
+    (exit status 3)."""
+    from hetspec.cli import main
+    from real.validation.calibration import calibrate as cal_mod
+
+    cal = tiny_calibration[2]
+    monkeypatch.setattr(cal_mod, "measure", lambda settings, progress, command, budget, probes:
+                        replace(cal, command=command))
+    monkeypatch.setenv("HETSPEC_PLATFORMS_DIR", str(tmp_path))
     out = tmp_path / "host.toml"
-    proc = run_cli("calibrate", "--quick", "--out", str(out), "--force", "--attempts", "1",   # whatever else runs
-                   env={"HETSPEC_PLATFORMS_DIR": str(tmp_path)})
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "GEMM peak" in proc.stdout and f"wrote {out}" in proc.stdout
-    assert "calibrate" in proc.stderr          # the progress bar
-    # the CPU's operator profile beside the host, for validate's second pricing
-    assert f"wrote {tmp_path / 'profiled-cpu.csv'} and {tmp_path / 'profiled-cpu.toml'}" in proc.stdout
-    assert get_platform(str(tmp_path / "profiled-cpu.toml")).device("cpu").timing.profiled
-    proc = run_cli("platform", "show", "host", env={"HETSPEC_PLATFORMS_DIR": str(tmp_path)})
-    assert proc.returncode == 0, proc.stderr
-    assert "hetspec calibrate --quick" in proc.stdout
+    assert main(["calibrate", "--quick", "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "GEMM peak" in captured.out and f"wrote {out}" in captured.out
+    assert "at most 35 s" in captured.err                  # the progress line states the budget
+    assert not (tmp_path / "profiled-cpu.toml").exists()   # --quick writes no operator profile
+    assert "hetspec calibrate --quick" in load_platform_file(out).device("cpu").sources["mem_bw_gbps"]
+    noisy = ["1 thread: DRAM triad bandwidth spread 140 % over its rounds (limit 100 %)"]
+    monkeypatch.setattr(cal_mod, "spread_problems", lambda robustness: noisy)
+    out.unlink()
+    assert main(["calibrate", "--quick", "--strict", "--out", str(out)]) == 3
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("hetspec: error: calibration not written (--strict)") and "140 %" in err
+    assert not out.exists()
+    assert main(["calibrate", "--quick", "--out", str(out)]) == 0     # without --strict: written, labelled
+    capsys.readouterr()
+    assert "noisy machine" in load_platform_file(out).description and "140 %" in load_platform_file(out).description
 
 
 def test_calibrate_cli_bad_out_is_one_line(tmp_path):
@@ -322,9 +373,9 @@ def test_dovetail_host_costs_are_the_loop_time_beyond_the_priced_passes():
     """A dovetail probe sample without its time outside the forwards (an older calibration): the loop is
     priced as its drafter passes (the accepted tokens, then top-k per level) plus the verification; what
     is left is fitted per round and per drafter pass."""
-    from real.validation.host_costs import _model_price, fit_host_costs
-    from real.validation.host_facts import QUICK
-    from real.validation.microbench import (
+    from real.validation.calibration.host_costs import _model_price, fit_host_costs
+    from real.validation.calibration.host_facts import QUICK
+    from real.validation.calibration.microbench import (
         LOOP_NEW_TOKENS,
         LOOP_PROMPT_TOKENS,
         LoopSample,
@@ -357,9 +408,9 @@ def test_host_costs_are_the_probe_loops_time_outside_their_forwards():
     """chain, draft-tree and medusa fit their host costs on what the validation measures as host work
     (the loop's time outside its traced forwards), not on the step time beyond the model's price of the
     forwards: a probe whose passes cost more than the bare price must not put that excess in host."""
-    from real.validation.host_costs import fit_host_costs
-    from real.validation.host_facts import QUICK
-    from real.validation.microbench import LoopSample
+    from real.validation.calibration.host_costs import fit_host_costs
+    from real.validation.calibration.host_facts import QUICK
+    from real.validation.calibration.microbench import LoopSample
 
     dev = _cached_cpu(0.032).device("cpu")
     samples = [LoopSample("chain", g, step_s=0.05 * (g + 1), passes=float(g), nodes=g + 1.0, heads=0,
@@ -491,7 +542,7 @@ def test_rewarm_gap_share_by_pass():
 
 
 def test_the_rewarming_fit_recovers_a_geometric_refill():
-    from real.validation.stream_step_probe import StreamingProbe, fit_rewarm_keep
+    from real.validation.calibration.stream_step_probe import StreamingProbe, fit_rewarm_keep
 
     assert fit_rewarm_keep([0.7 ** j for j in range(1, 8)]) == pytest.approx(0.7, abs=1e-4)
     assert fit_rewarm_keep([0.0, 0.0]) == 0.0 and fit_rewarm_keep([1.0, 1.0]) == 1.0
@@ -509,7 +560,7 @@ def test_the_rewarming_fit_recovers_a_geometric_refill():
 def test_the_streaming_probe_runs_in_a_process_of_its_own():
     import os
 
-    from real.validation.calibrate import _in_fresh_process
+    from real.validation.calibration.calibrate import _in_fresh_process
 
     assert _in_fresh_process(os.getpid) != os.getpid()
     assert _in_fresh_process(max, 3, 7) == 7
@@ -523,7 +574,7 @@ def test_the_probe_draft_predicts_the_probe_target_so_draft_trees_grow():
     from real.decode import decoder
     from real.decode.common import Clock
     from real.decode.draft_tree import DraftTreeConfig
-    from real.validation.microbench import loop_prompt, probe_models
+    from real.validation.calibration.microbench import loop_prompt, probe_models
 
     models = probe_models()
     assert models.draft.spec.n_layers < models.target.spec.n_layers
@@ -535,7 +586,7 @@ def test_the_probe_draft_predicts_the_probe_target_so_draft_trees_grow():
     assert run.draft_passes / run.steps > 3          # trees grow past one pass a round
     # what the dovetail residual prices is what the loops run: the loop probe's own shapes, a demo
     # target's width (the forward-cost probe stays narrow)
-    from real.validation.microbench import LOOP_SHAPE, probe_specs
+    from real.validation.calibration.microbench import LOOP_SHAPE, probe_specs
 
     target, draft = probe_specs(LOOP_SHAPE)
     assert (target, draft) == (models.target.spec, models.draft.spec)
@@ -547,7 +598,7 @@ def test_calibrated_host_prices_every_dtype_it_runs(tiny_calibration):
     """bf16 / fp16 GEMMs are timed as torch runs them on this CPU and written as measured peaks with
     their sources, so an fp16 or bf16 model predicts on host; a measurement without them (an older
     calibration) marks them derived from fp32 instead of leaving them out."""
-    from real.validation.host_platform import build_platform
+    from real.validation.calibration.host_platform import build_platform
 
     _, path, cal = tiny_calibration
     loaded = load_platform_file(path)

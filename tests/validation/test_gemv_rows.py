@@ -12,9 +12,9 @@ from hwmodels.errors import PresetError
 from hwmodels.loader import load_platform_file, write_platform_file
 from hwmodels.platform import Device, MemoryDomain, Platform
 from hwmodels.roofline import roofline_time
-from real.validation.gemm_rows import fit_rows, row_curve, row_free
-from real.validation.microbench import GemmPoint
-from real.validation.stream_step_probe import StreamingProbe
+from real.validation.calibration.gemm_rows import fit_rows, row_curve, row_free
+from real.validation.calibration.microbench import GemmPoint
+from real.validation.calibration.stream_step_probe import StreamingProbe
 from sim.closed_form import roofline_arrays, step_seconds
 from sim.engine import run_plans
 from sim.model_spec import ModelSpec
@@ -158,8 +158,8 @@ def test_multi_token_passes_can_only_shrink_the_weight_cache():
 def test_the_weight_curve_counts_the_bytes_the_working_set_counts():
     # a curve set of a model's shape is that model's working set, norms included: a draft measured as held
     # by the cache is priced as held (one repeat, no warm-up: only the byte counts are checked)
-    from real.validation.stream_step_probe import REWARM_DRAFT
-    from real.validation.weight_cache import weight_cache_curve
+    from real.validation.calibration.stream_step_probe import REWARM_DRAFT
+    from real.validation.calibration.weight_cache import weight_cache_curve
     from sim.step_graph import weight_working_set
 
     sizes = [n for n, _ in weight_cache_curve(1, 0)]
@@ -171,9 +171,9 @@ def test_the_weight_curve_counts_the_bytes_the_working_set_counts():
 def test_the_resident_loop_cost_is_the_draft_pass_beyond_its_gemms_per_operator():
     # the cache-resident draft-sized model's pass in a loop of its own minus its GEMMs alone, over the
     # pass's step-graph launches, as the streaming probe's DRAM cost is derived
-    from real.validation.host_platform import resident_loop_overhead
-    from real.validation.host_facts import FULL
-    from real.validation.stream_step_probe import REWARM_DRAFT
+    from real.validation.calibration.host_platform import resident_loop_overhead
+    from real.validation.calibration.host_facts import FULL
+    from real.validation.calibration.stream_step_probe import REWARM_DRAFT
     from sim.step_graph import build_step_graph
 
     spec = ModelSpec(name="d", dtype="fp32", max_position=256, **REWARM_DRAFT)

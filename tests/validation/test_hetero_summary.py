@@ -6,8 +6,8 @@ import statistics
 
 import pytest
 
-from real.validation.hetero_report import summary_lines
-from real.validation.hetero_summary import hetero_summary, repeat_tokens_per_s
+from real.validation.hetero.report import summary_lines
+from real.validation.hetero.summary import hetero_summary, repeat_tokens_per_s
 
 
 def _placement(label: str, pred_ms: float, steps_ms: list[float], tokens: float = 2.0) -> dict:
@@ -32,7 +32,7 @@ def test_a_repeat_wide_drift_is_no_regret_when_the_predicted_best_wins_inside_ev
 def test_both_reports_state_their_regret_by_one_definition():
     """The acceptance check and the heterogeneous check word their regret by ``metrics.regret_definition``:
     paired within repeats (the heterogeneous one adds ALSpec's caveat), else the ratio of the medians."""
-    from real.validation.hetero_report import regret_definition as hetero_definition
+    from real.validation.hetero.report import regret_definition as hetero_definition
     from real.validation.metrics import MEDIANS_REGRET, REGRET_DEFINITION, regret_definition
 
     assert regret_definition(True) == REGRET_DEFINITION and regret_definition(False, "x") == MEDIANS_REGRET

@@ -9,7 +9,6 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from demo_helpers import steady_machine
 from hwmodels.platform import Device, Link, LoopCosts, MemoryDomain, Platform
 from real.hetero.workers import allowed_cores
 from real.run.contention import Guard
@@ -40,7 +39,7 @@ def host_like(host_costs=None) -> Platform:
 
 
 def _mini_settings():
-    from real.validation.hetero_setup import QUICK
+    from real.validation.hetero.setup import QUICK
 
     return replace(QUICK, eval_prompts=1, prompt_tokens=32, max_new_tokens=12, repeats=1, ratios=(0.0, 0.5, 1.0),
                    hcmp_width=6, dovetail_width=6, dovetail_depth=2, dovetail_top_k=3, tau_prompts=1,
@@ -60,7 +59,7 @@ def test_the_section_end_to_end(tiny_demo, tmp_path):
 
     from real.run.acceptance import measure_profile
     from real.train.corpus import prompts as corpus_prompts
-    from real.validation.hetero import validate_hetero
+    from real.validation.hetero.section import validate_hetero
     from real.validation.predict import PredictionContext
 
     settings = _mini_settings()
@@ -120,7 +119,7 @@ def test_the_section_end_to_end(tiny_demo, tmp_path):
 
 
 def test_a_gpu_worker_measures_in_this_process():
-    from real.validation.hetero_setup import fresh_processes
+    from real.validation.hetero.setup import fresh_processes
 
     settings = _mini_settings()
     assert fresh_processes(settings, ("cpu0", "cpu1")) and not fresh_processes(settings, ("cuda:0", "cpu"))
@@ -128,7 +127,7 @@ def test_a_gpu_worker_measures_in_this_process():
 
 
 def test_the_sections_guard_cpu_workers_only_and_when_asked():
-    from real.validation.hetero_setup import section_guard
+    from real.validation.hetero.setup import section_guard
 
     guard, on = Guard(probe=steady_probe, reference=1.0), replace(_mini_settings(), contention_guard=True)
     assert section_guard(on, ("cpu0", "cpu1"), None, guard) is guard
@@ -191,8 +190,8 @@ def test_dovetail_takes_a_draft_config_path(tiny_demo):
 
 
 def test_added_worker_links_and_barrier_priced_syncs():
-    from real.validation.hetero_setup import (
-        platform_device,
+    from real.validation.gpu_target import platform_device
+    from real.validation.hetero.setup import (
         with_sync_latency,
         with_worker_links,
     )
@@ -215,12 +214,18 @@ def test_validate_with_the_hetero_section(tiny_demo, tmp_path, monkeypatch):
     _, platform = _pair_and_platform()
     write_platform_file(platform, tmp_path / "platforms" / "host.toml")
     monkeypatch.setenv("HETSPEC_PLATFORMS_DIR", str(tmp_path / "platforms"))
-    steady_machine(monkeypatch, tmp_path / "platforms")
     settings = replace(QUICK, calibration_prompts=2, eval_prompts=1, prompt_tokens=32, max_new_tokens=12, repeats=1,
                        random_models=())
     out = tmp_path / "report"
+    from real.validation.hetero.report import markdown
+    from real.validation.hetero.section import validate_hetero
+
+    def section(models, host, ctx, folder):
+        doc = validate_hetero(models, host, ctx, folder, _mini_settings(), False)
+        return doc, markdown(doc)
+
     validate(out, preset="tiny", progress=False, settings=settings, grid=(GridPoint("ar"),), command="test",
-             hetero=True, hetero_settings=_mini_settings())
+             section=section)
     report = (out / "report.md").read_text()
     assert "## Heterogeneous execution" in report and "hcmp: partition ratio sweep" in report
     saved = json.loads((out / "results.json").read_text())
@@ -231,8 +236,8 @@ def test_validate_with_the_hetero_section(tiny_demo, tmp_path, monkeypatch):
 def test_the_section_samples_prompts_as_the_main_validation():
     """--hetero-only measures acceptance on as many calibration prompts, and every section decodes as many
     evaluation prompts, as the main validation: one prompt protocol for both reports."""
-    from real.validation import hetero_setup, validate
-
+    from real.validation import validate
+    from real.validation.hetero import setup as hetero_setup
     for quick in (True, False):
         main, section = validate.settings_for(quick), hetero_setup.settings_for(quick)
         assert section.calibration_prompts == main.calibration_prompts
@@ -245,10 +250,10 @@ def test_the_streaming_section_predicts_with_the_link_probed_before_it(tiny_demo
     now; the calibration's link still prices every budget beside it, in the JSON and in hetero.md."""
     import torch
 
-    import real.validation.hetero_streaming as hs
+    import real.validation.hetero.streaming as hs
     from real.run.acceptance import measure_profile
     from real.train.corpus import prompts as corpus_prompts
-    from real.validation.hetero_report import streaming_lines
+    from real.validation.hetero.report import streaming_lines
     from real.validation.predict import PredictionContext
 
     pair, platform = _pair_and_platform()

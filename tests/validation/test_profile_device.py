@@ -19,7 +19,7 @@ SPEC = ModelSpec(name="probe", n_layers=1, hidden=64, intermediate=128, n_heads=
 
 @pytest.fixture(scope="module")
 def tiny_profile(tmp_path_factory):
-    from real.validation.profile_device import ProfileSettings, profile_device, write_device_profile
+    from real.validation.profiler.profile_device import ProfileSettings, profile_device, write_device_profile
 
     settings = ProfileSettings(tokens=(1, 2, 8), attention_q=(1, 4), attention_keys=(8, 16), repeats=3, calls=5,
                                graph_copies=2)
@@ -31,7 +31,7 @@ def tiny_profile(tmp_path_factory):
 
 def test_a_profile_says_where_its_time_went(tiny_profile):
     """The parts of a profile's measurement, timed in order, add up to its whole time; the summary prints them."""
-    from real.validation.profile_summary import summary_lines
+    from real.validation.profiler.profile_summary import summary_lines
 
     prof, csv_path, toml_path = tiny_profile
     assert list(prof.phase_seconds) == ["launch costs", "whole forwards", "operator rows", "launch inside a forward",
@@ -44,7 +44,7 @@ def test_a_profile_says_where_its_time_went(tiny_profile):
 
 def test_a_guarded_profile_retakes_the_rows_measured_while_the_probe_read_slow():
     from real.run.contention import Guard
-    from real.validation.profile_device import ProfileSettings, contention_note, profile_device
+    from real.validation.profiler.profile_device import ProfileSettings, contention_note, profile_device
 
     readings = iter([1.0, 0.5] + [1.0] * 10000)     # the first batch's closing probe reads slow
     settings = ProfileSettings(tokens=(1, 2), attention_q=(1,), attention_keys=(8,), repeats=1, calls=2,
@@ -65,8 +65,8 @@ def test_the_bare_dispatch_is_its_fastest_sample(monkeypatch):
     fastest sample stands, not its median, which would leave a small linear's kernel time at zero. It takes the
     full profile's samples whatever the settings: one slow sample of two calls, subtracted from every row, once left
     every linear row of the tiny model at zero, and the profile could not be written."""
-    from real.validation import call_timing
-    from real.validation import profile_device as pd
+    from real.validation.profiler import call_timing
+    from real.validation.profiler import profile_device as pd
 
     calls = []
 
@@ -144,7 +144,7 @@ def test_a_model_larger_than_the_cache_is_priced_by_the_streamed_rows(tiny_profi
 
 def test_the_eager_launch_is_the_launch_inside_the_real_forward(tiny_profile):
     from hwmodels.loader import load_platform_file
-    from real.validation.microbench import PROBE_CONTEXT
+    from real.validation.calibration.microbench import PROBE_CONTEXT
     from sim.step_graph import build_step_graph
     from sim.step_timing import price_step
 
@@ -169,7 +169,7 @@ def test_the_eager_launch_is_the_launch_inside_the_real_forward(tiny_profile):
 
 def test_the_forward_rest_rows_price_each_profiled_forward_at_its_measured_time(tiny_profile):
     from hwmodels.loader import load_platform_file
-    from real.validation.forward_launch import REST_CONTEXT, forward_rest_rows
+    from real.validation.profiler.forward_launch import REST_CONTEXT, forward_rest_rows
     from sim.step_graph import build_step_graph, forward_key
     from sim.step_timing import price_step
 
@@ -195,7 +195,7 @@ def test_the_forward_rest_rows_price_each_profiled_forward_at_its_measured_time(
 
 
 def test_every_timed_forward_sample_follows_untimed_calls_of_the_same_forward(monkeypatch):
-    from real.validation import forward_launch
+    from real.validation.profiler import forward_launch
 
     calls: list[int] = []      # token count of every forward run, timed or not
     timed: list[tuple[int, int]] = []
@@ -225,7 +225,7 @@ def test_every_timed_forward_sample_follows_untimed_calls_of_the_same_forward(mo
 
 
 def test_the_warm_up_lasts_its_calls_and_its_time():
-    from real.validation.forward_launch import warm_up
+    from real.validation.profiler.forward_launch import warm_up
 
     def clocked(step_s):
         now, calls = [0.0], []
@@ -242,7 +242,7 @@ def test_the_warm_up_lasts_its_calls_and_its_time():
 
 
 def test_forwards_timed_before_and_after_the_rows_are_pooled():
-    from real.validation.forward_launch import bracketed_forwards
+    from real.validation.profiler.forward_launch import bracketed_forwards
 
     before, after = [(1, [1.0, 2.0, 9.0]), (2, [4.0])], [(1, [3.0, 3.5]), (2, [6.0, 5.0])]
     assert bracketed_forwards(before, after) == [(1, 3.0), (2, 5.0)]
@@ -251,7 +251,7 @@ def test_forwards_timed_before_and_after_the_rows_are_pooled():
 
 def test_a_launch_inside_the_forward_is_never_below_the_bare_dispatch(tiny_profile):
     from hwmodels.loader import load_platform_file
-    from real.validation.forward_launch import eager_launch_in_forward
+    from real.validation.profiler.forward_launch import eager_launch_in_forward
 
     prof, _, toml_path = tiny_profile
     dev = load_platform_file(toml_path).device("cpu")
@@ -265,7 +265,7 @@ def test_a_launch_inside_the_forward_is_never_below_the_bare_dispatch(tiny_profi
 
 
 def test_a_streamed_linear_reads_the_next_weight_every_call():
-    from real.validation.profile_device import op_callable, weight_ring
+    from real.validation.profiler.profile_device import op_callable, weight_ring
 
     ring = weight_ring("64x32", torch.device("cpu"), torch.float32, cache_bytes=64 * 32 * 4 * 2)
     assert len(ring) == 8     # four caches' worth of 8 KiB weights
@@ -277,7 +277,7 @@ def test_a_streamed_linear_reads_the_next_weight_every_call():
 
 
 def test_bad_devices_are_one_line():
-    from real.validation.call_timing import parse_device
+    from real.validation.profiler.call_timing import parse_device
 
     with pytest.raises(HetSpecError, match="give cpu, cpuN, cuda or cuda:N"):
         parse_device("tpu")
@@ -294,9 +294,9 @@ def test_cli_errors_are_one_line_exit_2():
         "hetspec: error: --models and --dtype go with --device (the operator profile of a torch device)")
     proc = run_cli("calibrate", "--device", "tpu:0")
     assert proc.returncode == 2 and "give cpu, cpuN, cuda or cuda:N" in proc.stderr and "Traceback" not in proc.stderr
-    proc = run_cli("calibrate", "--device", "cpu", "--attempts", "2")     # a profile retakes its rows instead
+    proc = run_cli("calibrate", "--device", "cpu", "--strict")     # a profile has no spread to refuse on
     assert proc.returncode == 2 and proc.stderr.strip().startswith(
-        "hetspec: error: --attempts goes with the host calibration (without --device)")
+        "hetspec: error: --budget, --strict and --profile go with the host calibration (without --device)")
 
 
 def test_a_single_thread_worker_is_profiled_pinned_to_its_core_on_one_thread(tmp_path, monkeypatch):
@@ -306,7 +306,7 @@ def test_a_single_thread_worker_is_profiled_pinned_to_its_core_on_one_thread(tmp
 
     from hwmodels.loader import load_platform_file
     from real.hetero.workers import allowed_cores, can_pin
-    from real.validation import profile_device as pd
+    from real.validation.profiler import profile_device as pd
 
     worker = f"cpu{allowed_cores()[0]}"
     seen = []
@@ -333,7 +333,7 @@ def test_a_single_thread_worker_is_profiled_pinned_to_its_core_on_one_thread(tmp
     assert f"({worker})" in platform.description and platform.device("cpu").timing.profiled
     assert "1 torch threads" in (tmp_path / "w.csv").read_text()
     # the demo draft's passes inside both decode loops, both kinds of round, on the worker too
-    from real.validation.draft_loop import PASSES, demo_pairs
+    from real.validation.profiler.draft_loop import PASSES, demo_pairs
     from sim.step_graph import forward_key
 
     profile = platform.device("cpu").timing.profile
@@ -352,8 +352,8 @@ def test_the_calibration_profiles_the_first_cores_worker_beside_the_all_thread_c
     from demo_helpers import host_platform_folder
     from hwmodels.loader import load_platform_file
     from real.hetero.workers import allowed_cores
-    from real.validation import profile_device as pd
-    from real.validation.cpu_profiles import profile_cpu_beside
+    from real.validation.profiler import profile_device as pd
+    from real.validation.calibration.cpu_profiles import profile_cpu_beside
 
     monkeypatch.setattr(pd, "QUICK", pd.ProfileSettings(tokens=(1, 2, 8), attention_q=(1, 4), attention_keys=(8, 16),
                                                         repeats=1, calls=2, graph_copies=2))
@@ -381,37 +381,27 @@ def test_the_calibration_profiles_the_first_cores_worker_beside_the_all_thread_c
 
 def test_a_standalone_full_cpu_profile_is_guarded_as_the_calibrations_are(monkeypatch, tmp_path):
     """``hetspec calibrate --device cpu|cpuN`` (full) times its rows under the contention guard, on the device's
-    threads, its reference the calibrated host's GEMM rate where that is higher than one timed now; ``--quick``
-    and a GPU go unguarded."""
+    threads, its reference a GEMM rate timed now; ``--quick`` and a GPU go unguarded."""
     import argparse
 
     from real.run.contention import Guard
-    from real.validation import commands, machine
-    from real.validation import profile_device as pd
+    from real.validation import commands, trust
+    from real.validation.profiler import profile_device as pd
 
     seen, probed = [], []
     monkeypatch.setattr(pd, "profile_and_write", lambda *a, guard=None, **k: seen.append(guard) or [])
-    monkeypatch.setattr(machine, "gemm_rate", lambda threads, *a: probed.append(threads) or 5e10)
-    monkeypatch.setattr(machine, "calibrated_gemm_gflops", lambda host, threads: 80.0)
-    monkeypatch.setenv("HETSPEC_PLATFORMS_DIR", str(tmp_path))          # no host.toml: the rate timed now
+    monkeypatch.setattr(trust, "gemm_rate", lambda threads, *a: probed.append(threads) or 5e10)
     torch.set_num_threads(2)
     try:
         for device in ("cpu", "cpu0"):
-            commands._profile_device(argparse.Namespace(device=device, models=None, dtype=None, quick=False, out=None,
-                                                        force=False))
+            commands._profile_device(argparse.Namespace(device=device, models=None, dtype=None, quick=False, out=None))
     finally:
         torch.set_num_threads(1)
     assert all(isinstance(g, Guard) for g in seen) and [g.reference for g in seen] == [5e10, 5e10]
     assert probed == [2, 1] and "timed before the runs" in seen[0].source
-    assert [g.give_up_s for g in seen] == [machine.GUARD_GIVE_UP_S] * 2      # cores that stay slowed stop it
-    monkeypatch.setattr(commands, "_calibrated_host", lambda: object())  # a host whose calibration was faster
-    commands._profile_device(argparse.Namespace(device="cpu", models=None, dtype=None, quick=False, out=None,
-                                                force=True))
-    assert seen[-1].reference == 8e10 and "the calibration's reference probe" in seen[-1].source
-    assert seen[-1].give_up_s is None                                    # --force measures through them
+    assert [g.give_up_s for g in seen] == [trust.GUARD_GIVE_UP_S] * 2      # cores that stay slowed stop it
     for device, quick in (("cpu", True), ("cuda:0", False)):
-        commands._profile_device(argparse.Namespace(device=device, models=None, dtype=None, quick=quick, out=None,
-                                                    force=False))
+        commands._profile_device(argparse.Namespace(device=device, models=None, dtype=None, quick=quick, out=None))
         assert seen[-1] is None
 
 
@@ -426,7 +416,7 @@ def test_a_platform_file_that_cannot_be_written_fails_before_measuring(tmp_path,
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_profile_has_graph_and_eager_launch_costs(tmp_path):
-    from real.validation.profile_device import ProfileSettings, profile_device
+    from real.validation.profiler.profile_device import ProfileSettings, profile_device
 
     settings = ProfileSettings(tokens=(1, 8), attention_q=(1,), attention_keys=(16,), repeats=1, calls=2,
                                graph_copies=4)
@@ -444,10 +434,10 @@ def test_a_profile_with_decode_loops_writes_their_cost_beyond_the_priced_forward
     from dataclasses import replace
 
     from hwmodels.loader import load_platform_file
-    from real.validation.host_costs import _model_price
-    from real.validation.microbench import LOOP_NEW_TOKENS, LOOP_PROMPT_TOKENS, LoopSample
-    from real.validation.profile_device import write_device_profile
-    from real.validation.profile_summary import summary_lines
+    from real.validation.calibration.host_costs import _model_price
+    from real.validation.calibration.microbench import LOOP_NEW_TOKENS, LOOP_PROMPT_TOKENS, LoopSample
+    from real.validation.profiler.profile_device import write_device_profile
+    from real.validation.profiler.profile_summary import summary_lines
 
     prof, _, toml_path = tiny_profile
     assert not load_platform_file(toml_path).loop_costs            # a CPU profile: the host's loops price it
@@ -473,9 +463,9 @@ def test_decode_loops_of_a_low_precision_profile_are_priced_in_its_dtype(tiny_pr
     from dataclasses import replace
 
     from hwmodels.loader import load_platform_file
-    from real.validation.host_costs import _model_price
-    from real.validation.microbench import LOOP_NEW_TOKENS, LOOP_PROMPT_TOKENS, LoopSample
-    from real.validation.profile_device import write_device_profile
+    from real.validation.calibration.host_costs import _model_price
+    from real.validation.calibration.microbench import LOOP_NEW_TOKENS, LOOP_PROMPT_TOKENS, LoopSample
+    from real.validation.profiler.profile_device import write_device_profile
 
     low = copy.copy(tiny_profile[0])
     low.dtype = "bf16"
@@ -498,7 +488,7 @@ def test_decode_loops_of_a_low_precision_profile_are_priced_in_its_dtype(tiny_pr
 def test_the_probe_decode_loops_run_where_a_placement_puts_them():
     """On a CPU placement the loops keep their time outside the traced forwards; the knobs asked for are timed."""
     from real.model.placement import Placement
-    from real.validation.microbench import decode_loop_samples
+    from real.validation.calibration.microbench import decode_loop_samples
 
     samples = decode_loop_samples(1, 1, Placement("cpu", "fp32", graphs=False), configs={"ar": (0,), "medusa": (1, 8)})
     assert [(s.method, s.knob) for s in samples] == [("ar", 0), ("medusa", 1), ("medusa", 8)]
@@ -508,8 +498,8 @@ def test_the_probe_decode_loops_run_where_a_placement_puts_them():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_decode_loops_are_timed_with_graphs_and_fitted_as_the_residual():
-    from real.validation.device_loops import device_loops
-    from real.validation.profile_device import DeviceProfile
+    from real.validation.profiler.device_loops import device_loops
+    from real.validation.profiler.profile_device import DeviceProfile
 
     prof = DeviceProfile(device="cuda:0", name="gpu", dtype="fp16")
     samples = device_loops(prof, 1, progress=False)
@@ -524,8 +514,8 @@ class _FakeCuda:
 def test_on_cuda_a_call_inside_a_graph_adds_nothing_and_the_replay_is_kept_apart(monkeypatch):
     """Kernel time per copy inside a graph of copies (the gap to the next kernel in it); the replay of a one-call
     graph beyond that is the graph's own cost, once per replay, not a launch per operator."""
-    from real.validation import call_timing as ot
-    from real.validation.profile_device import ProfileSettings
+    from real.validation.profiler import call_timing as ot
+    from real.validation.profiler.profile_device import ProfileSettings
 
     monkeypatch.setattr(ot, "sync_device", lambda device: None)
     monkeypatch.setattr(ot, "wall_per_call", lambda fn, device, calls: 30e-6)       # an eager call: 30 us
@@ -540,7 +530,7 @@ def test_on_cuda_a_call_inside_a_graph_adds_nothing_and_the_replay_is_kept_apart
 def test_a_profile_in_another_dtype_prices_its_forwards_in_that_dtype(tmp_path):
     """A bf16 profile's device has only a bf16 peak: its forward_rest rows and launch are priced in bf16."""
     from hwmodels.profile import read_profile
-    from real.validation.profile_device import ProfileSettings, profile_device, write_device_profile
+    from real.validation.profiler.profile_device import ProfileSettings, profile_device, write_device_profile
 
     settings = ProfileSettings(tokens=(1, 2), attention_q=(1, 2), attention_keys=(64,), repeats=1, calls=2)
     prof = profile_device("cpu", [SPEC], settings, dtype="bf16", progress=False)
@@ -549,23 +539,9 @@ def test_a_profile_in_another_dtype_prices_its_forwards_in_that_dtype(tmp_path):
     assert profile.dtype == "bf16" and ("forward_rest", "L1H64I128h4kv2d16V256") in profile.tables
 
 
-def test_the_recovery_trace_prints_each_call_and_refuses_bad_input(capsys):
-    from real.validation.forward_recovery import main
-
-    assert main(["--model", "demo:tiny", "--after", "8", "--calls", "3", "--rounds", "2", "--threads", "1"]) == 0
-    out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith("tiny-draft: 1-token forward") and len(out) == 4
-    assert all(len(line.split()) == 3 for line in out[1:3])
-    assert main(["--calls", "0"]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("error: ") and err.count("\n") == 1
-    assert main(["--model", "demo:tiny", "--after", "100000"]) == 2
-    assert "positions" in capsys.readouterr().err
-
-
 def test_guarded_forwards_are_taken_again_after_a_slow_probe_and_keep_their_order():
     from real.run.contention import Guard
-    from real.validation import forward_launch
+    from real.validation.profiler import forward_launch
 
     readings = iter([1.0, 0.4] + [1.0] * 1000)      # the probe after the first batch reads slow
     guard = Guard(probe=lambda: next(readings), reference=1.0, pause_s=0.0, source="test")

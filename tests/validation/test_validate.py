@@ -1,4 +1,4 @@
-"""``hetspec validate``: the metrics, a tiny end-to-end run on the tiny demo models, and clear errors."""
+"""``hetspec validate``: the metrics, a tiny end-to-end paired run on the tiny demo models, and clear errors."""
 
 from __future__ import annotations
 
@@ -8,18 +8,10 @@ from dataclasses import replace
 
 import pytest
 
-from demo_helpers import host_platform_folder, steady_machine
+from demo_helpers import host_platform_folder
 from hwmodels.errors import HetSpecError
-from real.run.contention import Guard
 from real.validation.grid import GridPoint, default_grid
-from real.validation.metrics import (
-    paired_regret,
-    regret,
-    relative_error,
-    signed_error,
-    summarize_method,
-    within_full_targets,
-)
+from real.validation.metrics import paired_regret, regret, relative_error, signed_error
 from tests.cli_runner import run_cli
 
 
@@ -69,30 +61,6 @@ def test_relative_errors():
     assert math.isnan(relative_error(1.0, 0.0)) and math.isnan(relative_error(float("nan"), 1.0))
 
 
-def test_method_summary_medians_and_targets():
-    s = summarize_method("m", ["a", "b", "c"], [1.1, 2.0, 3.3], [1.0, 2.0, 3.0], [10.0, 30.0, 20.0],
-                         [12.0, 15.0, 20.0], [1.0, 2.0, 3.0], [1.0, 2.0, 3.0])
-    assert s.median_step_error == pytest.approx(0.1)
-    assert s.median_tps_error == pytest.approx(2.0 / 12.0)       # errors 2/12, 15/15, 0/20
-    assert (s.predicted_best, s.measured_best) == ("b", "c") and s.regret == pytest.approx(0.25)
-    assert not s.passes                                          # regret 25 % > 10 %
-    good = summarize_method("m", ["a", "b"], [1.0, 2.0], [1.0, 2.1], [5.0, 4.0], [5.2, 4.1], [1, 1], [1, 1])
-    assert good.passes and not good.paired
-    # the full run's stricter targets: 5 % step and tokens/s errors (here 2.4 % and 3.1 %), 2 % regret
-    assert good.passes_full and good.to_json()["passes_full"] and not s.passes_full
-    assert within_full_targets(0.05, 0.05, 0.02) and not within_full_targets(0.05, 0.05, 0.021)
-    assert not within_full_targets(0.051, 0.0, 0.0) and not within_full_targets(float("nan"), 0.0, 0.0)
-    # with each point's repeats: the paired regret decides, the regret of the medians stays beside it
-    paired = summarize_method("m", ["a", "b", "c"], [1.1, 2.0, 3.3], [1.0, 2.0, 3.0], [10.0, 30.0, 20.0],
-                              [12.0, 15.0, 20.0], [1.0, 2.0, 3.0], [1.0, 2.0, 3.0],
-                              [[12.0, 11.0, 13.0], [15.0, 19.0, 14.0], [20.0, 19.5, 14.5]])
-    assert paired.paired and (paired.predicted_best, paired.measured_best) == ("b", "c")
-    assert paired.regret == pytest.approx(1 - 14.0 / 14.5)      # repeats: 25 %, 2.6 %, 3.4 % -> median 3.4 %
-    assert paired.regret_of_medians == pytest.approx(0.25) and paired.fastest_by_median == "c"
-    assert not paired.passes and paired.regret < 0.10            # the tokens/s error (2/12) misses, not regret
-    assert paired.to_json()["regret_of_medians"] == pytest.approx(0.25) and paired.to_json()["regret_paired"]
-
-
 def test_grid_is_the_documented_grid():
     grid = default_grid()
     assert [p.value for p in grid if p.method == "chain"] == list(range(1, 9))
@@ -105,51 +73,30 @@ def test_grid_is_the_documented_grid():
 
 
 # ---------------------------------------------------------------------------- end to end
-def steady_probe() -> float:
-    """A contention probe that always reads 1 FLOP/s (module level: pickled into the measuring processes)."""
-    return 1.0
-
-
-def test_the_full_validation_guards_its_runs_and_the_quick_one_does_not():
-    from real.validation.hetero_setup import FULL as HETERO_FULL
-    from real.validation.hetero_setup import QUICK as HETERO_QUICK
-    from real.validation.validate import FULL, QUICK
-
-    assert FULL.contention_guard and HETERO_FULL.contention_guard
-    assert not QUICK.contention_guard and not HETERO_QUICK.contention_guard
-
-
-
-
 @pytest.mark.slow
 def test_validate_end_to_end_on_tiny(tiny_demo, tmp_path, monkeypatch):
     from real.validation.validate import QUICK, acceptance_check, validate
 
     folder = host_platform_folder(tmp_path)
     monkeypatch.setenv("HETSPEC_PLATFORMS_DIR", folder)
-    steady_machine(monkeypatch, folder)
     write_cpu_profile(tiny_demo, folder)      # what `hetspec calibrate --device cpu` adds
     settings = replace(QUICK, calibration_prompts=3, eval_prompts=1, prompt_tokens=16, max_new_tokens=12,
-                       repeats=2, random_models=(), contention_guard=True)
-    # the contention guard with a probe that always reads its reference (the real one times a GEMM)
-    monkeypatch.setattr("real.validation.validate.contention_guard",
-                        lambda threads, calibrated, now: Guard(probe=steady_probe, reference=1.0, source="test"))
+                       repeats=2, random_models=())
     grid = (GridPoint("ar"), GridPoint("chain", 2), GridPoint("medusa", 4))
     out = tmp_path / "report"
-    out.mkdir()
-    stale = ("hetero.md", "hetero.json", "hetero_ratio.png", "random_weight_timing.png")
-    for name in stale:                    # an earlier run's (with --hetero and random-weight models)
-        (out / name).write_text("stale")
-    doc = validate(out, preset="tiny", progress=False, settings=settings, grid=grid, command="test")
+    doc = validate(out, preset="tiny", progress=False, settings=settings, grid=grid, command="test", quick=True)
     for name in ("report.md", "results.json", "step_latency.png", "tokens_per_s.png", "errors.png",
                  "acceptance-profile.json"):
         assert (out / name).stat().st_size > 0, name
-    assert not any((out / name).exists() for name in stale)          # this run did not write them
     saved = json.loads((out / "results.json").read_text())
     assert saved["preset"] == "tiny" and len(saved["points"]) == 3
+    rows = {r["label"]: r for r in saved["points"]}
     for row in saved["points"]:
         assert row["pred_step_ms"] > 0 and row["meas_step_ms"] > 0 and row["meas_tokens_per_s"] > 0
-        assert len(row["meas_step_ms_samples"]) == 2
+    for row in (rows["chain γ=2"], rows["medusa w=4"]):
+        # each configuration in 2 A/B blocks with ar: its timings and the paired ar's, aligned
+        assert len(row["meas_step_ms_samples"]) == 2 and len(row["ar_tokens_per_s_samples"]) == 2
+    assert len(rows["ar"]["meas_step_ms_samples"]) == 4          # ar ran in every block: 2 points x 2 blocks
     # what the prediction counts per step beside what the run counted: chain gamma = 2 drafts 2 passes but in
     # a generation's last rounds (the profile's replayed rounds of 12-token generations) and verifies one token
     # more, medusa w = 4 drafts none and verifies its 4-token tree
@@ -158,95 +105,57 @@ def test_validate_end_to_end_on_tiny(tiny_demo, tmp_path, monkeypatch):
     passes = sum(k * w for k, w in rounds)
     assert 1.0 < passes < 2.0 and counts["chain γ=2"] == pytest.approx((passes, passes + 1.0))
     assert counts["ar"] == (0.0, 1.0) and counts["medusa w=4"] == (0.0, 4.0)
-    methods = {m["method"]: m for m in saved["methods"]}
-    assert set(methods) == {"ar", "chain", "medusa"}
-    for m in methods.values():
-        for key in ("median_step_error", "median_tokens_per_s_error", "predicted_best", "measured_best", "regret"):
-            assert key in m
-        assert 0.0 <= m["regret"] < 1.0 and m["regret_paired"] and 0.0 <= m["regret_of_medians"] < 1.0
-    for row in saved["points"]:          # the paired regret's inputs: each repeat's tokens/s, aligned by repeat
-        assert len(row["meas_tokens_per_s_samples"]) == 2 and min(row["meas_tokens_per_s_samples"]) > 0
+    # the paired verdict of both pricings, and the record the reports index reads
+    assert [v["pricing"] for v in saved["verdicts"]] == ["roofline", "profiled"]
+    for v in saved["verdicts"]:
+        methods = {m["method"]: m for m in v["methods"]}
+        assert set(methods) == {"ar", "chain", "medusa"}
+        for m in (methods["chain"], methods["medusa"]):
+            assert m["median_speedup_error"] >= 0 and 0.0 <= m["regret"] < 1.0
+            assert m["predicted_best"] == m["measured_best"]        # one configuration each
+        assert v["noise_band"] >= 0 and isinstance(v["absolute"]["judged"], bool)
+    record = saved["record"]
+    assert record["kind"] == "validate" and "chain speedup error %" in record["headline"]
+    assert "profiled medusa regret %" in record["headline"] and "noise band %" in record["headline"]
+    assert record["verdict"].startswith("roofline: chain speedup error")
     report = (out / "report.md").read_text()
-    assert "the two timed in the same repeat, median over repeats" in report
-    assert "| measured best | regret | regret of the medians | meets targets |" in report
-    assert report.splitlines()[2].startswith("Generated by `test`")
-    assert "Acceptance check" in report and "medusa w=4" in report and "![step latency](step_latency.png)" in report
-    assert saved["fresh_processes"] is True and "2 interleaved repeats, each in a process of its own" in report
-    assert saved["contention"]["measurements"] == 6 and saved["contention"]["retaken"] == 0
-    assert "Contention guard" in report and "all 6 measurements taken with the probe above the floor" in report
+    assert report.splitlines()[2].startswith("Generated by `test`") and record["verdict"] in report
+    assert "## Verdict: predicted speedups over ar against the paired measurements" in report
+    assert "| roofline | chain |" in report and "| profiled | chain |" in report
+    assert "every configuration in 2 A/B blocks with `ar`" in report and "![step latency](step_latency.png)" in report
     assert "| draft passes/step pred / meas |" in report
-    assert next(line for line in report.splitlines() if line.startswith("| chain γ=2 |") and "/" in line).endswith(
-        f"| {passes + 1:.2f} / {saved['points'][1]['meas_verified_per_step']:.2f} | {passes:.2f} / "
-        f"{saved['points'][1]['meas_draft_passes_per_step']:.2f} |")
+    assert [line for line in report.splitlines() if line.startswith("| chain γ=2 |")][-1].endswith(   # phases
+        f"| {passes + 1:.2f} / {rows['chain γ=2']['meas_verified_per_step']:.2f} | {passes:.2f} / "
+        f"{rows['chain γ=2']['meas_draft_passes_per_step']:.2f} |")
     check = acceptance_check(doc)
-    assert set(check["methods"]) == {"chain", "medusa"} and isinstance(check["all_pass"], bool)
+    assert set(check["pricings"]) == {"roofline", "profiled"}
+    assert set(check["pricings"]["roofline"]["methods"]) == {"chain", "medusa"}
     # the same measurements priced by the CPU's operator profile, beside the roofline
     assert saved["profiled"]["source"]["profile"].endswith("profiled-cpu.csv")
-    assert {m["method"] for m in saved["profiled"]["methods"]} == {"ar", "chain", "medusa"}
     for row in saved["points"]:
         priced = row["profiled"]
         assert priced["pred_step_ms"] > 0 and priced["meas_step_ms"] == row["meas_step_ms"]
         assert priced["pred_step_ms"] != row["pred_step_ms"]          # another timing of the operators
-    assert "### Operator timing: measured profile beside the roofline" in report
-    assert "| chain | roofline |" in report and "| chain | profiled |" in report
-    assert "| regret of the medians | within the full run's targets |" in report
-    assert "this run is quick: it is not held to them" in report
     # the profile was written after the host, as `hetspec calibrate` writes them: one calibration run
     assert "older_than_host" not in saved["profiled"]["source"] and "Two calibration runs" not in report
     summary = saved["models"]["summary"]                 # which training of the models was validated
     assert summary["device"] == "cpu" and f"recipe fingerprint {summary['fingerprint']}" in report
 
 
-@pytest.mark.slow
-@pytest.mark.slow
-def test_a_validation_the_guard_stops_leaves_its_folder_as_it_was(tiny_demo, tmp_path, monkeypatch):
-    from real.run.contention import ContendedTooLong
-    from real.validation.validate import QUICK, validate
-
-    folder = host_platform_folder(tmp_path)
-    monkeypatch.setenv("HETSPEC_PLATFORMS_DIR", folder)
-    steady_machine(monkeypatch, folder)
-    settings = replace(QUICK, calibration_prompts=2, eval_prompts=1, prompt_tokens=16, max_new_tokens=8,
-                       repeats=1, random_models=())
-
-    def stopped(*args, **kwargs):
-        raise ContendedTooLong("the cores read slowed from outside for 15 min without a break")
-
-    monkeypatch.setattr("real.validation.measure.measure_grid", stopped)
-    out = tmp_path / "report"
-    out.mkdir()
-    (out / "report.md").write_text("an earlier run's")
-    with pytest.raises(ContendedTooLong) as err:
-        validate(out, preset="tiny", progress=False, settings=settings, grid=(GridPoint("ar"),), command="test")
-    assert err.value.exit_code == 3
-    assert [f.name for f in out.iterdir()] == ["report.md"] and (out / "report.md").read_text() == "an earlier run's"
-
-
-def test_grid_repeats_in_fresh_processes_decode_as_in_this_one(tiny_demo):
-    """Each repeat in a process of its own decodes exactly what this process decodes (greedy), ticks once per
-    point, and keeps each repeat's samples."""
-    from real.decode.chain import ChainConfig
+def test_every_configuration_is_timed_in_blocks_with_ar(tiny_demo):
+    """The grid's runs: each configuration beside an ar run of the same block, decoding what it decodes alone."""
     from real.validation.measure import measure_grid
 
     prompts = [[5, 6, 7, 8, 9, 10], [11, 12, 13, 14]]
-    points = (GridPoint("ar"), GridPoint("chain", 2))
+    points = (GridPoint("chain", 2), GridPoint("ar"))
     configs = [real_config_of(p) for p in points]
-    assert isinstance(configs[1], ChainConfig)
     ticks = []
-    fresh = measure_grid(tiny_demo, points, configs, prompts, 10, 2, tick=lambda: ticks.append(1),
-                         fresh_processes=True, threads=1)
-    here = measure_grid(tiny_demo, points, configs, prompts, 10, 1)
-    assert len(ticks) == 4
-    for a, b in zip(fresh, here):
-        assert a.tokens_per_step == b.tokens_per_step and len(a.step_samples) == 2 and a.step_s > 0
-
-
-def test_a_failing_repeat_in_its_own_process_is_one_line(tiny_demo):
-    from real.validation.measure import measure_grid
-
-    with pytest.raises(HetSpecError, match=r"^repeat 1, in its own process: \w+Error") as err:
-        measure_grid(tiny_demo, (GridPoint("chain", 2),), ["not a config"], [[5, 6, 7]], 4, 1, fresh_processes=True)
-    assert "\n" not in str(err.value)
+    chain, ar = measure_grid(tiny_demo, points, configs, prompts, 10, 3, tick=lambda: ticks.append(1))
+    assert len(ticks) == 3 and len(chain.step_samples) == len(chain.ar_step_samples) == 3
+    assert ar.step_samples == ar.ar_step_samples and len(ar.step_samples) == 3
+    assert chain.tokens_per_step > 1.0 and ar.tokens_per_step == 1.0
+    with pytest.raises(HetSpecError, match="needs its ar point"):
+        measure_grid(tiny_demo, points[:1], configs[:1], prompts, 4, 1)
 
 
 def real_config_of(point):
@@ -259,7 +168,7 @@ def write_cpu_profile(models, folder, name: str = "profiled-cpu") -> None:
     """A small operator profile of the demo models' shapes as ``name`` (default ``profiled-cpu``) in ``folder``."""
     from pathlib import Path
 
-    from real.validation.profile_device import ProfileSettings, profile_device, write_device_profile
+    from real.validation.profiler.profile_device import ProfileSettings, profile_device, write_device_profile
 
     settings = ProfileSettings(tokens=(1, 2, 4, 8, 16), attention_q=(1, 4, 16), attention_keys=(16, 64), repeats=1,
                                calls=2, graph_copies=2)
@@ -309,7 +218,7 @@ def test_a_profile_older_than_its_host_is_flagged_as_another_calibration_run(tmp
 
     from hwmodels.loader import load_platform_file
     from real.validation.backends import profiled_variant
-    from real.validation.report import profiled_section
+    from real.validation.report import verdict_section
 
     host = load_platform_file(f"{host_platform_folder(tmp_path)}/host.toml")
     folder = tmp_path / "profiles"
@@ -322,9 +231,11 @@ def test_a_profile_older_than_its_host_is_flagged_as_another_calibration_run(tmp
     assert variant.platform is not None                      # still priced by it ...
     note = variant.source["older_than_host"]                 # ... and said to be older
     assert "is older than the host platform" in note and "`hetspec calibrate --device cpu0`" in note
-    doc = {"profiled": {"source": variant.source, "methods": []}, "settings": {"label": "full"},
-           "platform": {"name": "host"}, "methods": []}
-    section = "\n".join(profiled_section(doc, untrusted=False))
+    from real.validation.verdict import QUICK_TARGETS, verdict
+
+    doc = {"profiled": {"source": variant.source}, "settings": {"repeats": 3}, "points": [],
+           "verdicts": [verdict([], QUICK_TARGETS)]}
+    section = "\n".join(verdict_section(doc))
     assert f"**Two calibration runs:** {note}." in section
 
 
@@ -370,7 +281,7 @@ def test_validate_unknown_device_is_one_line(tmp_path):
 
 
 def test_reports_show_no_absolute_path_of_the_machine(tmp_path, monkeypatch):
-    from real.validation.machine import shown_path
+    from real.validation.trust import shown_path
 
     home = tmp_path / "home"
     (home / ".local/share/hetspec/platforms").mkdir(parents=True)
@@ -407,12 +318,14 @@ def test_validate_repeats_reach_the_grid_and_the_heterogeneous_section(monkeypat
     with pytest.raises(SystemExit):
         main(["validate", "--hetero", "--repeats", "5", "--out", str(tmp_path / "r")])
     assert seen["settings"].repeats == 5 and seen["settings"].eval_prompts == validate_module.FULL.eval_prompts
-    assert seen["hetero_settings"].repeats == 5 and seen["hetero_settings"].alspec_repeats == 5
+    assert seen["section"] is not None
+    settings = seen["section"].settings
+    assert settings.repeats == 5 and settings.alspec_repeats == 5
     assert seen["command"] == f"hetspec validate --hetero --repeats 5 --out {tmp_path / 'r'}"
     seen.clear()
     with pytest.raises(SystemExit):
         main(["validate", "--quick", "--out", str(tmp_path / "r")])
-    assert seen["settings"] is None and seen["hetero_settings"] is None      # the defaults: validate's own
+    assert seen["settings"] is None and seen["section"] is None      # the defaults: validate's own
 
 
 def test_the_throughput_plot_circles_the_reports_measured_best():

@@ -52,11 +52,11 @@ def test_the_profiled_platform_is_found_by_itself(fake_cuda, monkeypatch):
             return gpu_only
         raise HetSpecError(f"unknown platform {name!r}")
 
-    monkeypatch.setattr("real.validation.machine.load_host", load_host)
+    monkeypatch.setattr("real.validation.trust.load_host", load_host)
     target = validation_target("host", "cuda")
     assert loaded[-1] == "profiled-cuda0" and target.device == "gpu"
     loaded.clear()
-    monkeypatch.setattr("real.validation.machine.load_host", lambda name: (_ for _ in ()).throw(HetSpecError("none")))
+    monkeypatch.setattr("real.validation.trust.load_host", lambda name: (_ for _ in ()).throw(HetSpecError("none")))
     with pytest.raises(HetSpecError, match=r"--device cuda:0: platform host has no device for it .*"
                                            r"hetspec calibrate --device cuda:0"):
         validation_target("host", "cuda:0")

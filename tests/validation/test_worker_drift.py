@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from real.validation.worker_drift import (
+from real.validation.hetero.worker_drift import (
     WORKER_DRIFT_WARNING,
     calibrated_step_s,
     drift_lines,

@@ -64,7 +64,7 @@ def no_inplace_moves(monkeypatch, tiny_demo):
 
 
 def test_the_section_pairs_cuda0_with_cpu(cuda_standin):
-    from real.validation.hetero_setup import default_pair, placements
+    from real.validation.hetero.setup import default_pair, placements
 
     pair = default_pair()
     assert pair == ("cuda:0", "cpu")
@@ -77,8 +77,8 @@ def test_hcmp_ratio_sweep_on_cuda0_and_cpu(cuda_standin, no_inplace_moves, tiny_
     """The crash: the sweep over ratios 0, 0.5 and 1 on ``cuda:0`` + ``cpu`` (heads at both ends)."""
     from real.run.acceptance import measure_profile
     from real.train.corpus import prompts as corpus_prompts
-    from real.validation.hetero_hcmp import hcmp_sweep
-    from real.validation.hetero_setup import QUICK, default_pair
+    from real.validation.hetero.hcmp import hcmp_sweep
+    from real.validation.hetero.setup import QUICK, default_pair
     from real.validation.predict import PredictionContext
 
     settings = replace(QUICK, eval_prompts=1, prompt_tokens=32, max_new_tokens=10, repeats=1,

@@ -61,3 +61,25 @@ def test_a_failure_in_a_repeats_process_is_one_line():
 def test_nothing_to_measure_is_refused(n, repeats):
     with pytest.raises(HetSpecError):
         interleaved_repeats(n, repeats, _where, None, fresh_processes=True)
+
+
+def test_paired_blocks_time_each_item_beside_the_baseline_in_alternating_order():
+    from real.run.repeats import paired_blocks
+
+    order = []
+    own, paired = paired_blocks(3, 0, 2, lambda i, first: order.append((i, first)) or len(order))
+    # repeat 1: items 1, 2; repeat 2 rotated: 2, 1; the baseline first, then second, block by block
+    assert [i for i, _ in order] == [0, 1, 2, 0, 0, 2, 1, 0]
+    assert [first for _, first in order] == [True, True, True, False, False, False, False, False]
+    assert own[1] == [2, 7] and paired[1] == [1, 8]          # each item's runs and the baseline's of its blocks
+    assert own[2] == [3, 6] and paired[2] == [4, 5]
+    assert own[0] == paired[0] == [1, 4, 5, 8]               # the baseline's every run, in order
+
+
+def test_paired_blocks_of_the_baseline_alone_are_its_repeats_and_a_bad_baseline_is_refused():
+    from real.run.repeats import paired_blocks
+
+    own, paired = paired_blocks(1, 0, 3, lambda i, first: first)
+    assert own == paired == [[True, False, False]]
+    with pytest.raises(HetSpecError, match="baseline 2"):
+        paired_blocks(2, 2, 1, lambda i, first: 0)

@@ -234,12 +234,12 @@ def test_user_runs_write_to_the_user_report_folder(monkeypatch, tmp_path, comman
 
     def fake_validate(out=None, **kw):
         seen["out"] = out
-        return {"preset": "tiny", "platform": {"device": "cpu"}, "command": kw.get("command"), "methods": []}
+        return {"preset": "tiny", "platform": {"device": "cpu"}, "command": kw.get("command"), "verdicts": [],
+                "record": {"kind": "validate", "headline": {}, "verdict": ""}, "random_weight": []}
 
     def fake_run_demo(preset=None, recalibrate=False, out=None, device="cpu", **placement):
         seen["out"] = out
-        return {"preset": preset, "predictions": [], "check": {"trusted": True, "all_pass": True, "methods": {}},
-                "report": ""}
+        return {"preset": preset, "predictions": [], "record": {}, "report": ""}
 
     real_default = inspect.signature(demo_job.run_demo).parameters["out"].default
     monkeypatch.setattr(validate, "validate", fake_validate)
@@ -258,6 +258,6 @@ def test_stale_outputs_of_an_earlier_run_are_removed(tmp_path):
              "report.md")
     for name in names:
         (tmp_path / name).write_text("x")
-    assert remove_stale_outputs(tmp_path, hetero=True, random_weight=True) == []
-    assert sorted(remove_stale_outputs(tmp_path, hetero=False, random_weight=False)) == sorted(names[:-1])
+    assert remove_stale_outputs(tmp_path, []) == []
+    assert sorted(remove_stale_outputs(tmp_path, names[:-1])) == sorted(names[:-1])
     assert [p.name for p in tmp_path.iterdir()] == ["report.md"]

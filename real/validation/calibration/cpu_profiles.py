@@ -1,0 +1,57 @@
+"""The CPU's operator profiles a full ``hetspec calibrate`` writes beside ``host.toml``: the all-thread ``cpu``
+(``profiled-cpu``, the second pricing of ``hetspec validate``) and the first core's single-thread worker
+(``profiled-cpuN``, the second pricing of ``hetspec validate --device cpuN``), each measured as
+:func:`real.validation.profiler.profile_device.profile_and_write` measures ``--device cpu`` / ``--device cpuN``, with the
+host's cache for that device and, in the full calibration, the contention guard (:func:`cpu_profile_guard`,
+which guards ``hetspec calibrate --device cpu|cpuN`` too)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from real.validation.profiler.profile_device import profile_and_write
+
+
+def profile_cpu_beside(host_path: str | Path, quick: bool, progress: bool = True,
+                       one_thread: bool = False, force: bool = False, models=None) -> list[str]:
+    """The CPU's operator profile written beside a freshly calibrated ``host.toml`` (``profiled-cpu``), with
+    the calibration's threads and OpenMP settings: what ``hetspec validate`` prices the grid with next to
+    the roofline (:mod:`real.validation.backends`). ``one_thread``, on a machine of several cores: also the
+    single-thread worker on the first core this process may use (``profiled-cpuN``), what ``hetspec validate
+    --device cpuN`` prices with. ``models``: the model names whose shapes it covers (default: both demo presets'
+    :func:`~real.validation.profiler.profile_device.default_models`). ``force``: its guard waits and retakes for as long as the cores stay slowed,
+    where it would otherwise stop after :data:`~real.validation.trust.GUARD_GIVE_UP_S`."""
+    from hwmodels.loader import load_platform_file
+    from real.hetero.workers import allowed_cores
+    from real.validation.gpu_target import profiled_platform_name
+
+    host = load_platform_file(host_path)
+    devices = {"cpu": "cpu"}      # the device profiled -> the host's device whose cache it takes
+    cores = allowed_cores()
+    if one_thread and torch.get_num_threads() > 1 and len(cores) > 1:
+        worker = f"cpu{cores[0]}"
+        devices[worker] = worker if worker in host.devices else "cpu0"   # the host names its workers by index
+    command = "hetspec calibrate" + (" --quick" if quick else "")
+    lines = []
+    for device_text, host_device in devices.items():
+        out = Path(host_path).parent / f"{profiled_platform_name(device_text)}.toml"
+        cache_gb = host.device(host_device).cache_gb
+        cache = None if cache_gb is None else (
+            cache_gb, f"{Path(host_path).name}'s cache_gb of {host_device} ({cache_gb * 1e3:.1f} MB, measured by the "
+                      "same calibration)")
+        guard = None if quick else cpu_profile_guard(device_text, force)
+        lines += profile_and_write(device_text, models, None, quick, out, command, progress, cache, guard)
+    return lines
+
+
+def cpu_profile_guard(device_text: str, force: bool = False):
+    """The contention guard of a full CPU operator profile (``cpu``: all torch threads; ``cpuN``: one): its rows
+    retaken while a compute-bound probe reads the cores slowed from outside, against a GEMM rate timed now. It
+    stops the profile when the cores stay slowed (:data:`~real.validation.trust.GUARD_GIVE_UP_S`), unless
+    ``force``."""
+    from real.validation.trust import GUARD_GIVE_UP_S, contention_guard
+
+    threads = torch.get_num_threads() if device_text == "cpu" else 1
+    return contention_guard(threads, give_up_s=None if force else GUARD_GIVE_UP_S)

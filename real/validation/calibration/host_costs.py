@@ -1,0 +1,118 @@
+"""Host-side work of HetSpec's decode loops beyond their forwards, fitted from the probe loops of
+``hetspec calibrate``: per method, per step, per draft pass or per verified token.
+
+What is fitted is what the validation measures as host work: the probe decode's time outside its
+traced forwards (its acceptance records plus untraced Python, :attr:`real.decode.common.DecodeResult.host_s`).
+The forwards themselves, the Python inside a draft pass included, are priced by the device's fixed
+costs per operator (``cache_loop_op_overhead_us`` for a resident model's passes in a loop), so the
+per-pass Python is not counted twice. Dovetail's drafter grows and reranks its tree between its passes,
+outside its pass records (:func:`real.hetero.dovetail.grow_tree`), so its host work is measured the same
+way. A sample without the measure (an older calibration) falls back to the loop's time beyond the
+model's price of its forwards (the residual), which moves with every price of the probe's passes: the
+dovetail residual came out 1.6-7.3 ms per step on single-thread workers from one calibration to the next
+(the host part of the dovetail rows of two validations after two calibrations: 1.65 and 7.26 ms), the loops' time within 3 %."""
+
+from __future__ import annotations
+
+import math
+
+from hwmodels.platform import Device, Platform
+
+#: Host costs fitted per method: which per-step counts explain the loop's time beyond its forwards.
+#: (chain and draft-tree: passes and verified tokens move together, so the per-token part is folded
+#: into the per-pass one; medusa has no draft passes.)
+HOST_COST_TERMS = {"ar": ("step",), "chain": ("step", "pass"), "draft-tree": ("step", "pass"),
+                   "medusa": ("step", "node"), "dovetail": ("step", "pass")}
+
+def _model_price(device: Device, sample, context: int, dtype: str | None = None) -> float:
+    """What the model prices for the forwards (and heads) of one probe decode step on ``device``, the probe
+    models in ``dtype`` (the one their loops ran in; None: the probe's own, fp32)."""
+    from real.validation.calibration.microbench import LOOP_SHAPE, probe_specs
+    from sim.pricing import dovetail_draft_passes, forward_seconds, medusa_heads_seconds
+
+    spec, draft = probe_specs(LOOP_SHAPE)
+    if dtype is not None:      # e.g. a GPU's fp16 profile: its device has no fp32 peak to price fp32 with
+        spec, draft = spec.with_dtype(dtype), draft.with_dtype(dtype)
+    # the probe models have a demo target's width: priced by the rules every model's passes are
+    platform = Platform(name="probe", description="", devices={device.name: device})
+    q = max(int(round(sample.nodes)), 1)
+    price = float(forward_seconds(spec, platform, device.name, q, context))
+    if sample.method == "dovetail":       # the drafter's passes: the accepted tokens, then top-k per level
+        from real.hetero.dovetail import DEFAULT_TOP_K
+
+        n0 = max(math.ceil(sample.tokens), 1)
+        passes = dovetail_draft_passes(n0, int(round(sample.passes)) - 1, DEFAULT_TOP_K, context)
+        return price + sum(float(forward_seconds(draft, platform, device.name, tokens, ctx)) for tokens, ctx in passes)
+    price += sample.passes * float(forward_seconds(draft, platform, device.name, 1, context))
+    if sample.heads:
+        price += medusa_heads_seconds(spec, platform, device.name, 1, sample.heads, batched=True)
+    return price
+
+
+def _tokens(rows) -> str:
+    """The new tokens the probe loops of ``rows`` decoded (one number when they agree)."""
+    return "/".join(str(n) for n in sorted({s.new_tokens for s in rows}))
+
+
+def _nonneg_fit(xs, ys, terms: tuple[str, ...]) -> dict[str, float]:
+    """Least squares ``y = a + b x`` (or ``y = a``) with a, b >= 0."""
+    import numpy as np
+
+    xs, ys = np.asarray(xs, float), np.asarray(ys, float)
+    if len(terms) == 1 or np.ptp(xs) == 0:
+        return {terms[0]: max(float(np.mean(ys)), 0.0)}
+    b, a = np.polyfit(xs, ys, 1)
+    if b < 0:
+        return {terms[0]: max(float(np.mean(ys)), 0.0), terms[1]: 0.0}
+    if a < 0:
+        return {terms[0]: 0.0, terms[1]: max(float(np.dot(xs, ys) / np.dot(xs, xs)), 0.0)}
+    return {terms[0]: float(a), terms[1]: float(b)}
+
+
+def _host_seconds(device: Device, sample, context: int, dtype: str | None) -> tuple[float, str]:
+    """Seconds per step of ``sample``'s loop to fit as host work, and what they are."""
+    if sample.host_s is None:
+        return sample.step_s - _model_price(device, sample, context, dtype), "residual"
+    return sample.host_s, "measured"
+
+
+def fit_host_costs(device: Device, loops, statistic: str, by: str, on: str,
+                   dtype: str | None = None) -> tuple[dict, dict]:
+    """The loop costs of ``device`` (:class:`hwmodels.platform.LoopCosts`) and their sources: per method,
+    the probe loops' time outside their traced forwards (a sample without it: the step time minus the
+    model's price of its forwards and heads, the probe priced in ``dtype``, the one its loops ran in;
+    None: the probe's fp32), fitted per step / per pass / per verified token.
+    ``statistic``: how the sources name the samples' statistic (e.g. "median of 3 interleaved rounds x 2")."""
+    from real.decode import ALL_DECODER_MODULES
+    from real.validation.calibration.microbench import (
+        LOOP_PROMPT_TOKENS,
+        LOOP_SHAPE,
+        REFERENCE_LAYERS,
+    )
+
+    costs, sources = {}, {}
+    for method, terms in HOST_COST_TERMS.items():
+        rows = [s for s in loops if s.method == method]
+        if not rows:
+            continue
+        host = [_host_seconds(device, s, LOOP_PROMPT_TOKENS + s.new_tokens // 2, dtype) for s in rows]
+        seconds = [h for h, _ in host]
+        what = ("its time outside the traced forwards (acceptance records and untraced Python)"
+                if all(kind == "measured" for _, kind in host)
+                else "minus the model's price of its forwards and heads, the rest")
+        x = [s.passes if "pass" in terms else s.nodes for s in rows]
+        fitted = _nonneg_fit(x, seconds, terms)
+        knobs = ", ".join(str(s.knob) for s in rows) if method != "ar" else "-"
+        for term, value in fitted.items():
+            key = f"{method}_{term}"
+            costs[key] = round(value * 1e6, 3)
+            sources[key] = (
+                f"measured {by}: HetSpec's {method} decode loop ({ALL_DECODER_MODULES[method][0]}) on probe models "
+                f"(hidden {LOOP_SHAPE['hidden']}, vocabulary {LOOP_SHAPE['vocab']}: "
+                f"a {REFERENCE_LAYERS}-layer target, a 1-layer draft; configs {knobs}; "
+                f"{_tokens(rows)} new tokens after a {LOOP_PROMPT_TOKENS}-token prompt) costs "
+                + ", ".join(f"{1e6 * s.step_s:.1f}" for s in rows)
+                + f" us per step; {what} ("
+                + ", ".join(f"{1e6 * r:.1f}" for r in seconds)
+                + f" us) is fitted as {' + '.join(terms)} (least squares, >= 0; {statistic}) {on}")
+    return costs, sources

@@ -1,0 +1,2 @@
+"""The heterogeneous section of ``hetspec validate``: hcmp ratio sweep, dovetail placements, ALSpec,
+weight streaming."""

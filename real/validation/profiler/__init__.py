@@ -1,0 +1,1 @@
+"""The measured operator profiler of a torch device (``hetspec calibrate --device D``)."""

@@ -1,0 +1,221 @@
+"""The paired verdict of ``hetspec validate`` and ``hetspec demo`` (pure functions, no torch).
+
+Every configuration is timed in short A/B blocks with ``ar`` (:func:`real.run.repeats.paired_blocks`), so
+each of its timings has an ``ar`` timing taken just before or after it in the same process. Two runs back to
+back slow down together on a shared machine: their ratio holds while the absolute speed moves.
+
+For configuration ``c`` and its pairs ``k``:
+
+- measured speedup ``S_c = median_k(tps_c,k / tps_ar,k)``;
+- predicted speedup ``P_c = pred_tps_c / pred_tps_ar`` (both priced from the calibration alone);
+- speedup error ``|P_c - S_c| / S_c``.
+
+Per speculative method the headline is the **median speedup error** over its configurations and the
+**regret** of the predicted best ``p = argmax_c P_c``: ``1 - S_p / max_c S_c``.
+
+The **noise band** of a run is the spread of its ``ar`` timings across the run,
+``(P90 - P10) / median`` of every ``ar`` step time the blocks took. An absolute error (step latency,
+tokens/s) is judged against its target only where the band is narrower than that target; otherwise the
+verdict says it cannot judge it, and by how many points the band is wider. The same holds for the paired
+figures with their own band, the spread of the paired speedups (:func:`paired_band`). A relative error
+above :data:`ERROR_LIMIT` is never presented as a result.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+from real.validation.metrics import relative_error
+from real.validation.trust import band
+
+#: Methods the targets are set for (``ar`` is the baseline every speedup is taken against).
+SPECULATIVE = ("chain", "draft-tree", "medusa")
+#: A relative error above this is shown as out of range, not as a result.
+ERROR_LIMIT = 1.0
+
+
+@dataclass(frozen=True)
+class Targets:
+    """What a run is judged against."""
+
+    label: str
+    speedup_error: float      # median error of the predicted speedup over ar, per speculative method
+    regret: float             # regret of the predicted best configuration, per speculative method
+    absolute_error: float     # median step-latency and tokens/s errors, judged only inside the noise band
+
+
+QUICK_TARGETS = Targets("quick", speedup_error=0.10, regret=0.05, absolute_error=0.15)
+FULL_TARGETS = Targets("full", speedup_error=0.05, regret=0.02, absolute_error=0.05)
+
+
+def targets_for(quick: bool) -> Targets:
+    return QUICK_TARGETS if quick else FULL_TARGETS
+
+
+def noise_band(rows: Sequence[dict]) -> float:
+    """The band of every ``ar`` step time the run's blocks took (``ar_step_ms_samples`` of the ar row)."""
+    ar = next((r for r in rows if r["method"] == "ar"), None)
+    return band(ar.get("ar_step_ms_samples") or ar["meas_step_ms_samples"]) if ar else float("nan")
+
+
+def speedup_samples(row: dict) -> list[float]:
+    """The measured speedups over ar of ``row``'s pairs (its tokens/s over the paired ar's)."""
+    own, ar = row["meas_tokens_per_s_samples"], row["ar_tokens_per_s_samples"]
+    return [a / b for a, b in zip(own, ar) if a > 0 and b > 0]
+
+
+def paired_band(rows: Sequence[dict]) -> float:
+    """The median over the speculative configurations of the band of their paired speedups."""
+    bands = [band(speedup_samples(r)) for r in rows if r["method"] in SPECULATIVE]
+    bands = [b for b in bands if math.isfinite(b)]
+    return statistics.median(bands) if bands else float("nan")
+
+
+def _median(xs) -> float:
+    xs = [x for x in xs if math.isfinite(x)]
+    return statistics.median(xs) if xs else float("nan")
+
+
+def priced(rows: Sequence[dict], pricing: str | None) -> list[dict]:
+    """The rows with the predictions of ``pricing`` (None: the roofline at the row's top level; ``profiled``:
+    the measured operator profile under ``row["profiled"]``) at their top level; rows it did not price left out."""
+    if pricing is None:
+        return [r for r in rows if not r.get("missing")]
+    return [{**r, **r[pricing]} for r in rows if pricing in r and not r[pricing].get("missing")]
+
+
+def method_verdicts(rows: Sequence[dict]) -> list[dict]:
+    """Per method of ``rows`` (one pricing): its speedup errors, regret, best configurations and absolute errors."""
+    ar = next((r for r in rows if r["method"] == "ar"), None)
+    if ar is None:
+        return []
+    out = []
+    for method in ("ar",) + SPECULATIVE:
+        pts = [r for r in rows if r["method"] == method]
+        if not pts:
+            continue
+        measured = [_median(speedup_samples(r)) for r in pts]
+        predicted = [r["pred_tokens_per_s"] / ar["pred_tokens_per_s"] for r in pts]
+        errors = [relative_error(p, m) for p, m in zip(predicted, measured)]
+        p_best = max(range(len(pts)), key=lambda i: predicted[i])
+        m_best = max(range(len(pts)), key=lambda i: measured[i])
+        out.append({
+            "method": method, "points": len(pts),
+            "median_speedup_error": _median(errors),
+            "regret": 1.0 - measured[p_best] / measured[m_best] if measured[m_best] > 0 else float("nan"),
+            "predicted_best": pts[p_best]["label"], "measured_best": pts[m_best]["label"],
+            "predicted_best_speedup": predicted[p_best], "measured_best_speedup": measured[m_best],
+            "median_step_error": _median(relative_error(r["pred_step_ms"], r["meas_step_ms"]) for r in pts),
+            "median_tokens_per_s_error": _median(relative_error(r["pred_tokens_per_s"], r["meas_tokens_per_s"])
+                                                 for r in pts),
+            "speedups": {r["label"]: {"predicted": p, "measured": m} for r, p, m in zip(pts, predicted, measured)},
+        })
+    return out
+
+
+def judged(band_value: float, target: float) -> dict:
+    """Whether a figure with target ``target`` can be judged under ``band_value``, and by how much it cannot."""
+    ok = math.isfinite(band_value) and band_value < target
+    return {"judged": ok, "band": band_value, "target": target,
+            "wider_by": None if ok or not math.isfinite(band_value) else band_value - target}
+
+
+def verdict(rows: Sequence[dict], targets: Targets, pricing: str | None = None) -> dict:
+    """The verdict of one pricing of a run's rows: per method, and whether its figures can be judged."""
+    methods = method_verdicts(priced(rows, pricing))
+    absolute = judged(noise_band(rows), targets.absolute_error)
+    paired = judged(paired_band(rows), targets.speedup_error)
+    for m in methods:
+        if m["method"] == "ar":
+            continue
+        m["meets_paired"] = (m["median_speedup_error"] <= targets.speedup_error and m["regret"] <= targets.regret)
+        m["meets_absolute"] = (m["median_step_error"] <= targets.absolute_error
+                               and m["median_tokens_per_s_error"] <= targets.absolute_error)
+    return {"pricing": pricing or "roofline", "targets": asdict(targets), "methods": methods,
+            "noise_band": absolute["band"], "absolute": absolute, "paired": paired}
+
+
+def pct(x: float | None, limit: bool = True) -> str:
+    """A share as ``12.3 %``; NaN as n/a; above :data:`ERROR_LIMIT` (with ``limit``) as out of range."""
+    if x is None or not math.isfinite(x):
+        return "n/a"
+    if limit and x > ERROR_LIMIT:
+        return f"> {100 * ERROR_LIMIT:.0f} % (not a result)"
+    return f"{100 * x:.1f} %"
+
+
+def headline(v: dict) -> str:
+    """One line: the paired figures per speculative method, and how far the machine's noise lets them be judged."""
+    t = v["targets"]
+    spec = [m for m in v["methods"] if m["method"] != "ar"]
+    figures = "; ".join(f"{m['method']} speedup error {pct(m['median_speedup_error'])}, regret {pct(m['regret'])}"
+                        for m in spec) or "no speculative method measured"
+    p, a = v["paired"], v["absolute"]
+    if not p["judged"]:
+        judgement = (f"paired band {pct(p['band'], False)} is wider than the {pct(t['speedup_error'], False)} target"
+                     + (f" by {100 * p['wider_by']:.1f} points" if p["wider_by"] is not None else "")
+                     + ": too noisy to judge")
+    elif spec and all(m["meets_paired"] for m in spec):
+        judgement = f"meets the {t['label']} targets ({pct(t['speedup_error'], False)}, {pct(t['regret'], False)})"
+    else:
+        missed = [m["method"] for m in spec if not m["meets_paired"]]
+        judgement = f"misses the {t['label']} targets: {', '.join(missed)}"
+    absolute = (f"noise band {pct(a['band'], False)}: absolute errors judged against {pct(t['absolute_error'], False)}"
+                if a["judged"] else
+                f"noise band {pct(a['band'], False)}: absolute errors not judged (band wider than the "
+                f"{pct(t['absolute_error'], False)} target"
+                + (f" by {100 * a['wider_by']:.1f} points)" if a["wider_by"] is not None else ")"))
+    return f"{v['pricing']}: {figures} — {judgement}; {absolute}"
+
+
+def headline_figures(verdicts: Sequence[dict]) -> dict:
+    """The flat dict of a run record's headline: per pricing and method, its speedup error and regret (%), and
+    the noise band (%)."""
+    out: dict = {}
+    for v in verdicts:
+        prefix = "" if v["pricing"] == "roofline" else f"{v['pricing']} "
+        for m in v["methods"]:
+            if m["method"] == "ar":
+                continue
+            for key, name in (("median_speedup_error", "speedup error %"), ("regret", "regret %")):
+                x = m[key]
+                out[f"{prefix}{m['method']} {name}"] = round(100 * x, 2) if math.isfinite(x) else None
+    if verdicts:
+        for key, name in (("noise_band", "noise band %"),):
+            x = verdicts[0][key]
+            out[name] = round(100 * x, 2) if math.isfinite(x) else None
+        x = verdicts[0]["paired"]["band"]
+        out["paired band %"] = round(100 * x, 2) if math.isfinite(x) else None
+    return out
+
+
+def record(kind: str, verdicts: Sequence[dict], line: str | None = None) -> dict:
+    """The ``record`` object of a results.json: its kind, the headline figures and one verdict line."""
+    return {"kind": kind, "headline": headline_figures(verdicts),
+            "verdict": line if line is not None else (headline(verdicts[0]) if verdicts else "no verdict")}
+
+
+def verdict_table(v: dict) -> list[str]:
+    """The verdict of one pricing as a plain-text table, one method a row."""
+    lines = [f"{'method':<11} {'speedup err':>12} {'regret':>8} {'predicted best':>16} {'measured best':>16} "
+             f"{'step err':>9} {'tok/s err':>9}"]
+    absolute = v["absolute"]["judged"]
+    for m in v["methods"]:
+        if m["method"] == "ar":
+            continue
+        step, tps = (pct(m["median_step_error"]), pct(m["median_tokens_per_s_error"])) if absolute else \
+            ("not judged", "not judged")
+        lines.append(f"{m['method']:<11} {pct(m['median_speedup_error']):>12} {pct(m['regret']):>8} "
+                     f"{m['predicted_best']:>16} {m['measured_best']:>16} {step:>9} {tps:>9}")
+    return lines
+
+
+def verdict_lines(verdicts: Sequence[dict]) -> list[str]:
+    """Every pricing's verdict as printed: its headline, then its table."""
+    out = []
+    for v in verdicts:
+        out += ["", headline(v)] + [f"  {line}" for line in verdict_table(v)]
+    return out

@@ -25,6 +25,7 @@ import math
 import sys
 import time
 from collections.abc import Callable
+from datetime import datetime, timezone
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -226,6 +227,7 @@ def validate(out: str | Path | None = None, preset: str | None = None, quick: bo
     from real.validation.verdict import headline, record
 
     t_start = time.perf_counter()
+    started = datetime.now(timezone.utc)
     settings = settings or settings_for(quick)
     out = Path(out) if out is not None else default_out()
     if out.exists() and not out.is_dir():
@@ -331,7 +333,19 @@ def validate(out: str | Path | None = None, preset: str | None = None, quick: bo
             print(headline(v), file=sys.stderr)
     profile.save(out / "acceptance-profile.json")     # with the report: a run stopped midway leaves the folder be
     write_report(doc, out, extra)
+    write_run_machine(out, command, started, host, device)
     return doc
+
+
+def write_run_machine(out: Path, command: str, started: datetime, host, device: str) -> Path:
+    """``machine.json`` beside the report: this machine, the command, its start and end, and the calibration
+    that priced it (the GPU's facts where the run decoded on one)."""
+    from real.run.gpu_record import gpu_facts
+    from sim.records import write_machine_json
+
+    calibration = {"platform": shown_path(host.path), "description": host.description}
+    extra = {"gpu": gpu_facts()} if str(device).startswith("cuda") else None
+    return write_machine_json(out, command=command, started=started, calibration=calibration, extra=extra)
 
 
 def _device_json(dev) -> dict:

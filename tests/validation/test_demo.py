@@ -74,6 +74,7 @@ def test_the_demo_prints_every_methods_best_configuration_and_the_verdict(tiny_d
     saved = json.loads((tmp_path / "demo" / "results.json").read_text())
     assert saved["record"]["kind"] == "demo" and done["record"] == saved["record"]
     assert "noise band" in saved["record"]["verdict"]
+    assert json.loads((tmp_path / "demo" / "machine.json").read_text())["command"].startswith("hetspec validate --quick")
 
 
 def test_the_demo_calibrates_inside_the_budget_and_profiles_only_its_preset(monkeypatch, tmp_path, capsys):

@@ -88,6 +88,9 @@ def test_validate_end_to_end_on_tiny(tiny_demo, tmp_path, monkeypatch):
     for name in ("report.md", "results.json", "step_latency.png", "tokens_per_s.png", "errors.png",
                  "acceptance-profile.json"):
         assert (out / name).stat().st_size > 0, name
+    machine = json.loads((out / "machine.json").read_text())      # the run record's machine, command, times
+    assert machine["command"] == "test" and machine["started"] <= machine["ended"]
+    assert machine["machine"]["cores"] and machine["calibration"]["platform"].endswith("host.toml")
     saved = json.loads((out / "results.json").read_text())
     assert saved["preset"] == "tiny" and len(saved["points"]) == 3
     rows = {r["label"]: r for r in saved["points"]}

@@ -76,6 +76,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from hwmodels.atomic_files import write_text
 from hwmodels.datafile import output_path, read_data_file, writing
 from hwmodels.dtypes import DTYPE_BYTES
 from hwmodels.errors import HetSpecError, PresetError, UnknownNameError
@@ -505,5 +506,5 @@ def write_platform_file(platform: Platform, path: str | Path) -> Path:
 
     path = output_path(path, "platform file")
     with writing(path, "platform file"):
-        path.write_text(tomli_w.dumps(platform_to_dict(platform)))
+        write_text(path, tomli_w.dumps(platform_to_dict(platform)))
     return path

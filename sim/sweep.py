@@ -14,7 +14,9 @@ takes is an error.
 Where the problems run: in this process, in ``workers`` processes (a local pool), or on a Dask
 cluster (``scheduler``: ``"local"`` starts a ``LocalCluster`` of ``workers`` processes; an address
 such as ``tcp://host:8786`` uses a running one). Each runs the same chunks of problems and the
-rows come back in the same order, so every way gives the same table.
+rows come back in the same order, so every way gives the same table. Local workers end with the
+process that started them (:mod:`sim.parent_watch`); the table is written atomically
+(:mod:`hwmodels.atomic_files`), so a killed sweep leaves the earlier table or none.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hwmodels.atomic_files import atomic_path
 from hwmodels.datafile import output_path, writing
 from hwmodels.errors import HetSpecError
 from hwmodels.loader import get_platform
@@ -184,9 +187,14 @@ def sweep(models: Sequence[str], platforms: Sequence[str], methods: Sequence[str
             collect(_problem_rows(*job))
     else:
         import multiprocessing
+        import os
+
+        from sim.parent_watch import die_with_parent
 
         method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-        with multiprocessing.get_context(method).Pool(workers) as pool:
+        # workers end with this process, even when a signal kills it (sim.parent_watch)
+        with multiprocessing.get_context(method).Pool(workers, initializer=die_with_parent,
+                                                       initargs=(os.getpid(),)) as pool:
             for result in pool.imap(_problem_rows_star, jobs, chunksize=_chunk_size(len(jobs), workers)):
                 collect(result)
     bar.close()
@@ -253,11 +261,11 @@ def _dask_results(client, jobs: list):
 def write_table(table, path: str | Path) -> Path:
     """Write a table as ``.csv`` or ``.parquet`` (parquet needs pyarrow: a clear error without it)."""
     path = check_table_path(path)
-    with writing(path, "output table"):
+    with writing(path, "output table"), atomic_path(path) as temp:
         if path.suffix.lower() == ".csv":
-            table.to_csv(path, index=False)
+            table.to_csv(temp, index=False)
         else:
-            table.to_parquet(path, index=False)
+            table.to_parquet(temp, index=False)
     return path
 
 

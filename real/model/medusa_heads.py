@@ -26,11 +26,11 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import save_file
 from torch import Tensor, nn
 
+from hwmodels.atomic_files import write_text
 from hwmodels.errors import HetSpecError
-from real.model.checkpoint import open_safetensors
+from real.model.checkpoint import open_safetensors, save_safetensors
 from sim.model_spec import ModelSpec
 
 CONFIG_FILE = "medusa_config.json"
@@ -83,13 +83,13 @@ class MedusaHeads(nn.Module):
         config = {"medusa_num_heads": self.n_heads, "medusa_num_layers": 1,
                   "hidden_size": self.spec.hidden, "vocab_size": self.spec.vocab,
                   "base_model": self.spec.name}
-        (folder / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
+        write_text(folder / CONFIG_FILE, json.dumps(config, indent=2) + "\n")
         tensors = {}
         for k in range(self.n_heads):
             tensors[f"{k}.0.linear.weight"] = self.w1[k].detach().cpu().contiguous().clone()
             tensors[f"{k}.0.linear.bias"] = self.b1[k].detach().cpu().contiguous().clone()
             tensors[f"{k}.1.weight"] = self.w2[k].detach().cpu().contiguous().clone()
-        save_file(tensors, str(folder / WEIGHTS_FILE), metadata={"format": "pt"})
+        save_safetensors(tensors, folder / WEIGHTS_FILE)
         return folder
 
     @classmethod

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from platformdirs import user_cache_dir
 
+from hwmodels.atomic_files import write_text
 from hwmodels.errors import HetSpecError, UnknownNameError
 from real.model.checkpoint import load_model
 from real.model.medusa_heads import MedusaHeads
@@ -284,8 +285,8 @@ def train_demo(recipe: DemoRecipe, folder: Path, progress: bool = True, device: 
     try:
         summary = train_models(recipe, work, progress, device)
         summary["folder"] = str(folder)
-        (work / SUMMARY_JSON).write_text(json.dumps(summary, indent=2) + "\n")
-        (work / SUMMARY_MD).write_text(summary_markdown(summary))
+        write_text(work / SUMMARY_JSON, json.dumps(summary, indent=2) + "\n")
+        write_text(work / SUMMARY_MD, summary_markdown(summary))
         old = folder.parent / f".{folder.name}.old-{os.getpid()}"
         if folder.exists():
             folder.rename(old)

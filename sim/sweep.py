@@ -47,6 +47,9 @@ SWEEP_REFINE_TOP = 1
 NO_ACCEPTANCE_METHODS = ("ar", "offload")
 #: Seconds to wait for a Dask scheduler before giving up with one line.
 CONNECT_TIMEOUT_S = 5.0
+#: Most problems (model x platform x context x batch) one sweep evaluates: each costs milliseconds to a
+#: second per method, so a larger grid would run for hours; split it into several sweeps.
+MAX_PROBLEMS = 100_000
 #: ``LocalCluster`` workers are processes (``False``: threads of this process, for tests).
 LOCAL_CLUSTER_PROCESSES = True
 
@@ -160,6 +163,10 @@ def sweep(models: Sequence[str], platforms: Sequence[str], methods: Sequence[str
     for method in methods:
         method_info(method)
     spaces, unused = method_spaces(methods, space)
+    n_problems = len(model_specs) * len(platform_objs) * len(contexts) * len(batches)
+    if n_problems > MAX_PROBLEMS:
+        raise HetSpecError(f"the sweep holds {n_problems:,} problems (models x platforms x contexts x batches), "
+                           f"more than {MAX_PROBLEMS:,}; split it into several sweeps")
     combos = list(itertools.product(model_specs, platform_objs, contexts, batches))
     jobs = [(combo, tuple(methods), acc_models, spaces, refine, refine_top) for combo in combos]
     chunks: list[dict[str, list]] = []
@@ -283,38 +290,3 @@ def check_table_path(path: str | Path) -> Path:
             raise HetSpecError("writing .parquet needs pyarrow (pip install pyarrow, or hetspec[parquet]); "
                                "use a .csv file instead") from None
     return output_path(path, "output table")
-
-
-def parse_int_list(text: str, what: str = "value") -> tuple[int, ...]:
-    """``"1-8,16,32"`` -> (1, 2, ..., 8, 16, 32); one line for a malformed list."""
-    out: list[int] = []
-    try:
-        for part in (p.strip() for p in str(text).split(",")):
-            if "-" in part:
-                lo, hi = (int(v) for v in part.split("-", 1))
-                if hi < lo:
-                    raise ValueError
-                out.extend(range(lo, hi + 1))
-            elif part:
-                out.append(int(part))
-    except ValueError:
-        raise HetSpecError(f"{what}: expected integers or ranges like 1-8,16 (got {text!r})") from None
-    if not out:
-        raise HetSpecError(f"{what}: empty list")
-    return tuple(dict.fromkeys(out))
-
-
-def parse_ratio(text: str):
-    """``"0.3"`` -> 0.3 (fixed); ``"0.2:0.8"`` -> (0.2, 0.8) (a range the optimizer searches)."""
-    try:
-        if ":" in text:
-            lo, hi = (float(v) for v in text.split(":", 1))
-            if not (0.0 <= lo <= hi <= 1.0):
-                raise HetSpecError(f"partition ratio range must be within [0, 1] with low <= high (got {text})")
-            return (lo, hi)
-        value = float(text)
-    except ValueError:
-        raise HetSpecError(f"partition ratio: expected a number or LOW:HIGH (got {text!r})") from None
-    if not 0.0 <= value <= 1.0:
-        raise HetSpecError(f"partition ratio must be in [0, 1] (got {value})")
-    return value

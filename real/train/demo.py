@@ -34,6 +34,7 @@ from pathlib import Path
 from platformdirs import user_cache_dir
 
 from hwmodels.atomic_files import write_text
+from hwmodels.env_folders import CACHE_DIR_ENV, env_folder
 from hwmodels.errors import HetSpecError, UnknownNameError
 from real.model.checkpoint import load_model
 from real.model.medusa_heads import MedusaHeads
@@ -59,7 +60,7 @@ __all__ = ["CACHE_ENV", "DEMO_PRESETS", "RECIPE_REVISION", "TRAIN_TIME", "DemoMo
            "demo_forward_times", "get_recipe", "load_demo", "prepare_demo", "preset_names", "summary_markdown",
            "train_demo", "with_steps"]
 
-CACHE_ENV = "HETSPEC_CACHE_DIR"
+CACHE_ENV = CACHE_DIR_ENV
 
 
 # One table: shapes and budgets of both presets, sized on the 2-core AMD EPYC (Zen 5) this
@@ -118,9 +119,8 @@ def demo_specs(preset: str | DemoRecipe) -> tuple:
 
 
 def cache_root() -> Path:
-    """``$HETSPEC_CACHE_DIR`` or the per-user cache folder of hetspec."""
-    env = os.environ.get(CACHE_ENV)
-    return Path(env) if env else Path(user_cache_dir("hetspec"))
+    """``$HETSPEC_CACHE_DIR`` (checked: a folder this process may write) or the per-user cache folder of hetspec."""
+    return env_folder(CACHE_ENV, writable=True) or Path(user_cache_dir("hetspec"))
 
 
 def cache_folder(preset: str | DemoRecipe) -> Path:

@@ -11,8 +11,10 @@ on Linux). Layout: ``tokenizer.json``, ``target/`` and ``draft/`` (Hugging Face
 ``config.json`` + ``model.safetensors``), ``medusa/`` (``medusa_config.json`` +
 ``medusa_heads.safetensors``), ``summary.json`` and ``summary.md``.
 
-A cache whose files cannot be read (a truncated or garbled ``model.safetensors``, an empty file)
-is retrained like a stale one, with a line naming the file. One process trains a preset at a
+A cache whose files cannot be read (a truncated or garbled ``model.safetensors``, an empty file), or
+whose content differs from the hashes ``summary.json`` recorded when it was trained
+(:mod:`real.train.cache_hashes`: bytes flipped inside the weights, an edited tokenizer entry), is
+retrained like a stale one, with a line naming the file (or refused with the command that retrains). One process trains a preset at a
 time: :func:`cache_lock` holds an exclusive ``fcntl.flock`` on ``<cache>/demo/<preset>.lock``;
 a second process waits with a message, then loads what the first trained. Training a preset that
 takes minutes (:data:`TRAIN_TIME`) needs consent from a command-line run (``train=None``): asked
@@ -37,6 +39,7 @@ from hwmodels.atomic_files import write_text
 from hwmodels.env_folders import CACHE_DIR_ENV, env_folder
 from hwmodels.errors import HetSpecError, UnknownNameError
 from real.model.checkpoint import load_model
+from real.train.cache_hashes import check_content_hashes, content_hashes
 from real.model.medusa_heads import MedusaHeads
 from real.model.tokenizer import BPETokenizer
 from real.model.transformer import Transformer
@@ -246,6 +249,7 @@ def cached_fingerprint(folder: Path) -> str | None:
 
 def _load_folder(folder: Path, preset: str) -> DemoModels:
     summary = json.loads((folder / SUMMARY_JSON).read_text())
+    check_content_hashes(folder, summary.get("files"), folder / SUMMARY_JSON)
     target = load_model(folder / TARGET_DIR).requires_grad_(False)
     draft = load_model(folder / DRAFT_DIR).requires_grad_(False)
     heads = MedusaHeads.load(folder / MEDUSA_DIR, target.spec).requires_grad_(False)
@@ -285,6 +289,7 @@ def train_demo(recipe: DemoRecipe, folder: Path, progress: bool = True, device: 
     try:
         summary = train_models(recipe, work, progress, device)
         summary["folder"] = str(folder)
+        summary["files"] = content_hashes(work, exclude=(SUMMARY_JSON, SUMMARY_MD))
         write_text(work / SUMMARY_JSON, json.dumps(summary, indent=2) + "\n")
         write_text(work / SUMMARY_MD, summary_markdown(summary))
         old = folder.parent / f".{folder.name}.old-{os.getpid()}"

@@ -153,6 +153,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
     check_int(args.top, "--top", 1)
     problem = problem_from_args(args)
     result = optimize(problem, args.method, space_from_args(args), refine=not args.no_refine)
+    if args.method != "offload":                # offload streams what does not fit, by design
+        warn_placement(problem, result.best)
     header = {"model": problem.model.name, "platform": problem.platform.name, "method": args.method,
               "acceptance": problem.acceptance.name if problem.acceptance else None, "context": problem.context,
               "batch": problem.batch, "dtype": problem.model.dtype}
@@ -191,6 +193,16 @@ def format_rows(names: list[str], rows: list[list], left: tuple[int, ...] = (), 
     text = [[cell(v) for v in row] for row in rows]
     widths = [max(len(n), *(len(r[j]) for r in text)) for j, n in enumerate(names)]
     return "\n".join([line(names)] + [line(r) for r in text])
+
+
+def warn_placement(problem, best: dict) -> None:
+    """One stderr line if the chosen configuration's target does not fit its device (sim.sanity)."""
+    from sim.sanity import warn_memory
+
+    device = best.get("device")
+    if device in problem.platform.devices:
+        warn_memory(problem.model, problem.platform.device(device), problem.context, problem.batch,
+                    int(best.get("tree_width") or 1), problem.dtype)
 
 
 def check_positions(model, context: int, tokens: int = 1,

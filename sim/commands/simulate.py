@@ -7,7 +7,8 @@ import argparse
 import json
 
 from sim.cli_numbers import check_int, check_seed
-from sim.commands.predict import add_knob_args, add_problem_args, describe_config, problem_from_args, space_from_args
+from sim.commands.predict import (add_knob_args, add_problem_args, describe_config, problem_from_args, space_from_args,
+                                  warn_placement)
 
 #: Most steps one ``simulate`` plays: the engine keeps every task's record in memory (tens per step, about
 #: 2,000 steps a second); 10,000 steps stay within seconds and megabytes.
@@ -43,6 +44,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         check_trace_path(args.trace)        # before the run: a trace that cannot be written fails at once
     problem = problem_from_args(args)
     chosen = optimize(problem, args.method, space_from_args(args))
+    if args.method != "offload":
+        warn_placement(problem, chosen.best)
     sim = simulate(problem, args.method, chosen.best_config, steps=args.steps, seed=args.seed,
                    per_layer=args.per_layer, op_records=not args.no_op_records)
     path = write_trace(sim.run.records, args.trace) if args.trace else None

@@ -30,6 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def cmd_step(args: argparse.Namespace) -> int:
     from sim.cli_numbers import check_int
     from sim.commands.predict import check_positions, format_rows
+    from sim.sanity import warn_memory
 
     check_int(args.tokens, "--tokens", 1)
     check_int(args.context, "--context", 0)
@@ -39,6 +40,7 @@ def cmd_step(args: argparse.Namespace) -> int:
     platform = get_platform(args.platform)
     device = platform.device(args.device) if args.device else platform.accelerator
     graph = build_step_graph(model, args.tokens, args.context, args.batch, args.dtype)
+    warn_memory(model, device, args.context, args.batch, args.tokens, args.dtype)
     price = price_step(graph, device)
     if args.json:
         out = {"platform": platform.name, **price.to_dict()}

@@ -23,7 +23,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_problem_args(p)
     add_knob_args(p)
     p.add_argument("--steps", type=int, default=20,
-                   help=f"decode steps to play (default 20; at most {MAX_STEPS:,}, {MAX_STEPS_PER_LAYER:,} with --per-layer)")
+                   help=f"decode steps to play (default 20; at most {MAX_STEPS:,}, "
+                        f"{MAX_STEPS_PER_LAYER:,} with --per-layer)")
     p.add_argument("--seed", type=int, help="draw each step's acceptance with this seed, 0 to 2**32-1 "
                                             "(default: the expectation)")
     p.add_argument("--per-layer", action="store_true", help="one task per layer and operator (readable traces)")

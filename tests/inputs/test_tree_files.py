@@ -36,7 +36,8 @@ def test_a_tree_file_and_a_width_together_are_one_line(tmp_path, capsys, command
     path = tmp_path / "tree.json"
     path.write_text("[[0], [1], [0, 0]]")
     one_line_error(capsys, command, *MEDUSA, "--tree-choices", str(path), "--tree-width", "32",
-                   match="give either --tree-choices or --tree-width, not both (the tree file fixes the width: 4 tokens)")
+                   match="give either --tree-choices or --tree-width, not both "
+                         "(the tree file fixes the width: 4 tokens)")
     if command == "predict":                                  # the file alone fixes the width
         assert main(["predict", *MEDUSA, "--tree-choices", str(path), "--json", "--no-table"]) == 0
         assert json.loads(capsys.readouterr().out)["best"]["tree_width"] == 4

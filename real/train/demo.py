@@ -15,8 +15,8 @@ A cache whose files cannot be read (a truncated or garbled ``model.safetensors``
 whose content differs from the hashes ``summary.json`` recorded when it was trained
 (:mod:`real.train.cache_hashes`: bytes flipped inside the weights, an edited tokenizer entry), is
 retrained like a stale one, with a line naming the file (or refused with the command that retrains).
-One process trains a preset at a time: :func:`cache_lock` holds an exclusive ``fcntl.flock`` on ``<cache>/demo/<preset>.lock``;
-a second process waits with a message, then loads what the first trained. Training a preset that
+One process trains a preset at a time: :func:`cache_lock` holds an exclusive ``fcntl.flock`` on
+``<cache>/demo/<preset>.lock``; a second process waits with a message, then loads what the first trained. Training a preset that
 takes minutes (:data:`TRAIN_TIME`) needs consent from a command-line run (``train=None``): asked
 on a terminal, ``--train`` otherwise (:func:`check_training_consent`).
 """

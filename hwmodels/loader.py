@@ -71,11 +71,14 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from hwmodels import env_folders
+from hwmodels.atomic_files import write_text
 from hwmodels.datafile import output_path, read_data_file, writing
 from hwmodels.dtypes import DTYPE_BYTES
 from hwmodels.errors import HetSpecError, PresetError, UnknownNameError
@@ -96,7 +99,7 @@ from hwmodels.profile import check_profiled_device, read_timing, timing_to_dict
 
 #: Environment variable naming an extra folder of platform files (``hetspec calibrate`` writes
 #: ``host.toml`` there by default).
-PLATFORMS_DIR_ENV = "HETSPEC_PLATFORMS_DIR"
+PLATFORMS_DIR_ENV = env_folders.PLATFORMS_DIR_ENV
 
 # field -> (required, check); checks: "pos" > 0, "frac" in (0, 1], "unit" in [0, 1], "share" in [0, 1), "nonneg" >= 0,
 # "int" integer >= 1
@@ -382,9 +385,9 @@ def builtin_preset_dir() -> Path:
 def user_platform_dir() -> Path:
     """Where user platforms (e.g. the calibrated ``host``) live: ``$HETSPEC_PLATFORMS_DIR`` or
     ``<user data dir>/hetspec/platforms``."""
-    env = os.environ.get(PLATFORMS_DIR_ENV)
-    if env:
-        return Path(env)
+    env = env_folders.env_folder(PLATFORMS_DIR_ENV, writable=False)
+    if env is not None:
+        return env
     import platformdirs
 
     return Path(platformdirs.user_data_dir("hetspec")) / "platforms"
@@ -402,6 +405,21 @@ def _platform_files() -> dict[str, Path]:
 def platform_file(name: str) -> Path | None:
     """The file platform ``name`` loads from (the built-in presets first, then the user folder), or None."""
     return _platform_files().get(name)
+
+
+def shadowed_platform_files() -> dict[str, Path]:
+    """User platform files named like a built-in preset (the preset keeps the name), by that name."""
+    user = user_platform_dir()
+    if not user.is_dir():
+        return {}
+    presets = {p.stem for p in builtin_preset_dir().glob("*.toml")}
+    return {p.stem: p for p in sorted(user.glob("*.toml")) if p.stem in presets}
+
+
+def shadow_warning(name: str, path: Path) -> str:
+    """The line that says a user file is not used because a built-in preset has its name."""
+    return (f"hetspec: warning: {path} is named like the built-in platform preset {name!r}, which is used; "
+            f"rename the file (e.g. {name}-mine.toml) to use it")
 
 
 def platform_names() -> tuple[str, ...]:
@@ -426,6 +444,9 @@ def get_platform(name_or_path: str) -> Platform:
     """A platform by preset name, or from a ``.toml`` file path."""
     files = _platform_files()
     if name_or_path in files:
+        shadowed = shadowed_platform_files().get(name_or_path)
+        if shadowed is not None:
+            print(shadow_warning(name_or_path, shadowed), file=sys.stderr)
         return load_platform_file(files[name_or_path])
     if name_or_path.endswith(".toml") or os.sep in name_or_path:
         return load_platform_file(name_or_path)
@@ -510,5 +531,5 @@ def write_platform_file(platform: Platform, path: str | Path) -> Path:
 
     path = output_path(path, "platform file")
     with writing(path, "platform file"):
-        path.write_text(tomli_w.dumps(platform_to_dict(platform)))
+        write_text(path, tomli_w.dumps(platform_to_dict(platform)))
     return path

@@ -69,6 +69,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from hwmodels.atomic_files import write_text
 from hwmodels.dtypes import DTYPE_BYTES
 from hwmodels.errors import HetSpecError, PresetError
 
@@ -329,7 +330,7 @@ def write_profile(path: str | Path, header: Mapping[str, str], rows, notes=()) -
     out += [",".join(cell(v) for v in (r[0], r[1], r[2], r[3], float(r[4]), float(r[5]), float(r[6])))
             for r in ordered]
     with writing(path, "profile file"):
-        path.write_text("\n".join(out) + "\n")
+        write_text(path, "\n".join(out) + "\n")
     read_profile(path)   # what we write must read back
     return path
 

@@ -25,6 +25,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hwmodels.atomic_files import write_text
 from hwmodels.datafile import output_path, read_data_file, writing
 from hwmodels.errors import HetSpecError, PresetError
 
@@ -108,7 +109,7 @@ class AcceptanceProfile:
     def save(self, path: str | Path) -> Path:
         path = output_path(path, "acceptance profile")
         with writing(path, "acceptance profile"):
-            path.write_text(json.dumps(self.to_json(), indent=2) + "\n")
+            write_text(path, json.dumps(self.to_json(), indent=2) + "\n")
         return path
 
     @classmethod

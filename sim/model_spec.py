@@ -8,6 +8,7 @@ every number; any Hugging Face style ``config.json`` (Llama family or GPT-2) loa
 
 from __future__ import annotations
 
+import math
 import tomllib
 from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
@@ -69,6 +70,10 @@ class ModelSpec:
             value = getattr(self, field)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise HetSpecError(f"model {self.name}: {field} must be a positive integer, got {value!r}")
+        for field in ("rope_theta", "norm_eps"):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+                raise HetSpecError(f"model {self.name}: {field} must be a finite number > 0, got {value!r}")
         if self.arch not in ARCHS:
             raise HetSpecError(f"model {self.name}: unknown arch {self.arch!r}; valid: {', '.join(ARCHS)}")
         check_dtype(self.dtype, f"model {self.name}: dtype")
@@ -259,7 +264,11 @@ def _hf_rope(config: dict, where: str) -> tuple[float, dict]:
     params = dict(params)
     if config.get("partial_rotary_factor") is not None:
         params.setdefault("partial_rotary_factor", config["partial_rotary_factor"])
-    return float(theta if theta is not None else 10000.0), params
+    if theta is None:
+        return 10000.0, params
+    if isinstance(theta, bool) or not isinstance(theta, int | float):
+        raise PresetError(where, "rope_theta", f"must be a finite number > 0, got {theta!r}")
+    return float(theta), params
 
 
 def _hf_dtype(config: dict, where: str) -> str:
@@ -285,18 +294,54 @@ def _check_llama_features(config: dict, where: str) -> None:
             raise PresetError(where, key, "biases are not supported (HetSpec's llama projections have none)")
 
 
-def spec_from_hf_config(config: dict, name: str, where: str = "config") -> ModelSpec:
-    """A :class:`ModelSpec` from a Hugging Face config dict (Llama family, Mistral, Qwen2, GPT-2)."""
-
-    def need(*keys, default=None):
-        for key in keys:
-            if key in config and config[key] is not None:
-                return config[key]
-        if default is not None:
-            return default
+def _field_int(config: dict, where: str, *keys: str, default: int | None = None, low: int = 1) -> int:
+    """The first of ``keys`` present (not null) as an integer >= ``low``; ``default`` when none is.
+    ``true``, ``"256"`` and ``256.9`` are not integers: one line naming the file and the field."""
+    for key in keys:
+        value = config.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, float) and value.is_integer() and value >= low:
+                return int(value)                  # 4096.0: an integer written as a float
+            raise PresetError(where, key, f"must be an integer >= {low}, got {value!r}")
+        if value < low:
+            raise PresetError(where, key, f"must be an integer >= {low}, got {value}")
+        return value
+    if default is None:
         raise PresetError(where, keys[0], "missing field")
+    return default
 
-    model_type = str(config.get("model_type", "llama")).lower()
+
+def _field_float(config: dict, where: str, key: str, default: float) -> float:
+    """``key`` as a finite number > 0 (``default`` when absent or null)."""
+    value = config.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        raise PresetError(where, key, f"must be a finite number > 0, got {value!r}")
+    return float(value)
+
+
+def _field_bool(config: dict, where: str, key: str, default: bool) -> bool:
+    value = config.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise PresetError(where, key, f"must be true or false, got {value!r}")
+    return value
+
+
+def spec_from_hf_config(config: dict, name: str, where: str = "config") -> ModelSpec:
+    """A :class:`ModelSpec` from a Hugging Face config dict (Llama family, Mistral, Qwen2, GPT-2).
+
+    Every field is checked where it is read: its type (a bool is not an integer, a string is not a
+    number), its range (a count >= 1, a norm epsilon or RoPE theta finite and > 0); a wrong one is
+    one line naming the file and the field, never truncated or replaced by a default."""
+    model_type = config.get("model_type", "llama")
+    if not isinstance(model_type, str):
+        raise PresetError(where, "model_type", f"must be a string, got {model_type!r}")
+    model_type = model_type.lower()
     required = (("n_layer", "n_embd", "n_head", "vocab_size") if model_type == "gpt2" else
                 ("num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads", "vocab_size"))
     for key in required:
@@ -305,29 +350,33 @@ def spec_from_hf_config(config: dict, name: str, where: str = "config") -> Model
     dtype = _hf_dtype(config, where)
     try:
         if model_type == "gpt2":
-            hidden = int(need("n_embd", "hidden_size"))
+            hidden = _field_int(config, where, "n_embd", "hidden_size")
+            n_heads = _field_int(config, where, "n_head", "num_attention_heads")
             return ModelSpec(
-                name=name, arch="gpt2", n_layers=int(need("n_layer", "num_hidden_layers")), hidden=hidden,
-                intermediate=int(config.get("n_inner") or 4 * hidden),
-                n_heads=int(need("n_head", "num_attention_heads")),
-                n_kv_heads=int(need("n_head", "num_attention_heads")),
-                vocab=int(need("vocab_size")), max_position=int(need("n_positions", "n_ctx", default=1024)),
-                norm_eps=float(config.get("layer_norm_epsilon", 1e-5)), tie_embeddings=True, dtype=dtype,
+                name=name, arch="gpt2", n_layers=_field_int(config, where, "n_layer", "num_hidden_layers"),
+                hidden=hidden, intermediate=_field_int(config, where, "n_inner", default=4 * hidden),
+                n_heads=n_heads, n_kv_heads=n_heads, vocab=_field_int(config, where, "vocab_size"),
+                max_position=_field_int(config, where, "n_positions", "n_ctx", default=1024),
+                norm_eps=_field_float(config, where, "layer_norm_epsilon", 1e-5), tie_embeddings=True, dtype=dtype,
                 source=where,
             )
-        n_heads = int(need("num_attention_heads"))
+        n_heads = _field_int(config, where, "num_attention_heads")
         _check_llama_features(config, where)
         theta, rope = _hf_rope(config, where)
+        if isinstance(theta, bool) or not math.isfinite(theta) or theta <= 0:
+            raise PresetError(where, "rope_theta", f"must be a finite number > 0, got {theta!r}")
         head_dim = config.get("head_dim")
         return ModelSpec(
-            name=name, arch="llama", n_layers=int(need("num_hidden_layers")), hidden=int(need("hidden_size")),
-            intermediate=int(need("intermediate_size")), n_heads=n_heads,
-            n_kv_heads=int(config.get("num_key_value_heads") or n_heads), vocab=int(need("vocab_size")),
-            max_position=int(config.get("max_position_embeddings") or 4096),
+            name=name, arch="llama", n_layers=_field_int(config, where, "num_hidden_layers"),
+            hidden=_field_int(config, where, "hidden_size"),
+            intermediate=_field_int(config, where, "intermediate_size"), n_heads=n_heads,
+            n_kv_heads=_field_int(config, where, "num_key_value_heads", default=n_heads),
+            vocab=_field_int(config, where, "vocab_size"),
+            max_position=_field_int(config, where, "max_position_embeddings", default=4096),
             rope_theta=theta, rope_scaling=rope,
-            norm_eps=float(config.get("rms_norm_eps") or 1e-5),
-            tie_embeddings=bool(config.get("tie_word_embeddings", False)), dtype=dtype, source=where,
-            attn_head_dim=int(head_dim) if head_dim is not None else None,
+            norm_eps=_field_float(config, where, "rms_norm_eps", 1e-5),
+            tie_embeddings=_field_bool(config, where, "tie_word_embeddings", False), dtype=dtype, source=where,
+            attn_head_dim=_field_int(config, where, "head_dim") if head_dim is not None else None,
             bos_token_id=config.get("bos_token_id"), eos_token_id=config.get("eos_token_id"),
         )
     except PresetError:

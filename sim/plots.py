@@ -49,10 +49,11 @@ def finish_axes(ax: Any, *, title: str | None = None, xlabel: str | None = None,
 def save_figure(fig: Any, path: Path, *, dpi: int = DEFAULT_DPI,
                 rect: tuple[float, float, float, float] | None = None) -> Path:
     """Lay out (``tight_layout`` within ``rect``, unless the figure has its own layout) and write ``path``."""
+    from hwmodels.atomic_files import atomic_path
     from hwmodels.datafile import writing
 
     if fig.get_layout_engine() is None:
         fig.tight_layout(rect=rect)
-    with writing(path, "figure"):
-        fig.savefig(path, dpi=dpi)
+    with writing(path, "figure"), atomic_path(path) as temp:
+        fig.savefig(temp, dpi=dpi, format=Path(path).suffix.lstrip(".") or None)
     return Path(path)

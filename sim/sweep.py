@@ -14,7 +14,9 @@ takes is an error.
 Where the problems run: in this process, in ``workers`` processes (a local pool), or on a Dask
 cluster (``scheduler``: ``"local"`` starts a ``LocalCluster`` of ``workers`` processes; an address
 such as ``tcp://host:8786`` uses a running one). Each runs the same chunks of problems and the
-rows come back in the same order, so every way gives the same table.
+rows come back in the same order, so every way gives the same table. Local workers end with the
+process that started them (:mod:`sim.parent_watch`); the table is written atomically
+(:mod:`hwmodels.atomic_files`), so a killed sweep leaves the earlier table or none.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hwmodels.atomic_files import atomic_path
 from hwmodels.datafile import output_path, writing
 from hwmodels.errors import HetSpecError
 from hwmodels.loader import get_platform
@@ -44,6 +47,9 @@ SWEEP_REFINE_TOP = 1
 NO_ACCEPTANCE_METHODS = ("ar", "offload")
 #: Seconds to wait for a Dask scheduler before giving up with one line.
 CONNECT_TIMEOUT_S = 5.0
+#: Most problems (model x platform x context x batch) one sweep evaluates: each costs milliseconds to a
+#: second per method, so a larger grid would run for hours; split it into several sweeps.
+MAX_PROBLEMS = 100_000
 #: ``LocalCluster`` workers are processes (``False``: threads of this process, for tests).
 LOCAL_CLUSTER_PROCESSES = True
 
@@ -157,6 +163,10 @@ def sweep(models: Sequence[str], platforms: Sequence[str], methods: Sequence[str
     for method in methods:
         method_info(method)
     spaces, unused = method_spaces(methods, space)
+    n_problems = len(model_specs) * len(platform_objs) * len(contexts) * len(batches)
+    if n_problems > MAX_PROBLEMS:
+        raise HetSpecError(f"the sweep holds {n_problems:,} problems (models x platforms x contexts x batches), "
+                           f"more than {MAX_PROBLEMS:,}; split it into several sweeps")
     combos = list(itertools.product(model_specs, platform_objs, contexts, batches))
     jobs = [(combo, tuple(methods), acc_models, spaces, refine, refine_top) for combo in combos]
     chunks: list[dict[str, list]] = []
@@ -184,9 +194,14 @@ def sweep(models: Sequence[str], platforms: Sequence[str], methods: Sequence[str
             collect(_problem_rows(*job))
     else:
         import multiprocessing
+        import os
+
+        from sim.parent_watch import die_with_parent
 
         method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-        with multiprocessing.get_context(method).Pool(workers) as pool:
+        # workers end with this process, even when a signal kills it (sim.parent_watch)
+        with multiprocessing.get_context(method).Pool(workers, initializer=die_with_parent,
+                                                       initargs=(os.getpid(),)) as pool:
             for result in pool.imap(_problem_rows_star, jobs, chunksize=_chunk_size(len(jobs), workers)):
                 collect(result)
     bar.close()
@@ -253,11 +268,11 @@ def _dask_results(client, jobs: list):
 def write_table(table, path: str | Path) -> Path:
     """Write a table as ``.csv`` or ``.parquet`` (parquet needs pyarrow: a clear error without it)."""
     path = check_table_path(path)
-    with writing(path, "output table"):
+    with writing(path, "output table"), atomic_path(path) as temp:
         if path.suffix.lower() == ".csv":
-            table.to_csv(path, index=False)
+            table.to_csv(temp, index=False)
         else:
-            table.to_parquet(path, index=False)
+            table.to_parquet(temp, index=False)
     return path
 
 
@@ -275,38 +290,3 @@ def check_table_path(path: str | Path) -> Path:
             raise HetSpecError("writing .parquet needs pyarrow (pip install pyarrow, or hetspec[parquet]); "
                                "use a .csv file instead") from None
     return output_path(path, "output table")
-
-
-def parse_int_list(text: str, what: str = "value") -> tuple[int, ...]:
-    """``"1-8,16,32"`` -> (1, 2, ..., 8, 16, 32); one line for a malformed list."""
-    out: list[int] = []
-    try:
-        for part in (p.strip() for p in str(text).split(",")):
-            if "-" in part:
-                lo, hi = (int(v) for v in part.split("-", 1))
-                if hi < lo:
-                    raise ValueError
-                out.extend(range(lo, hi + 1))
-            elif part:
-                out.append(int(part))
-    except ValueError:
-        raise HetSpecError(f"{what}: expected integers or ranges like 1-8,16 (got {text!r})") from None
-    if not out:
-        raise HetSpecError(f"{what}: empty list")
-    return tuple(dict.fromkeys(out))
-
-
-def parse_ratio(text: str):
-    """``"0.3"`` -> 0.3 (fixed); ``"0.2:0.8"`` -> (0.2, 0.8) (a range the optimizer searches)."""
-    try:
-        if ":" in text:
-            lo, hi = (float(v) for v in text.split(":", 1))
-            if not (0.0 <= lo <= hi <= 1.0):
-                raise HetSpecError(f"partition ratio range must be within [0, 1] with low <= high (got {text})")
-            return (lo, hi)
-        value = float(text)
-    except ValueError:
-        raise HetSpecError(f"partition ratio: expected a number or LOW:HIGH (got {text!r})") from None
-    if not 0.0 <= value <= 1.0:
-        raise HetSpecError(f"partition ratio must be in [0, 1] (got {value})")
-    return value

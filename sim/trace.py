@@ -23,6 +23,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from hwmodels.atomic_files import atomic_write, write_text
 from hwmodels.datafile import output_path, writing
 from hwmodels.errors import HetSpecError
 
@@ -78,16 +79,16 @@ def check_trace_path(path: str | Path) -> Path:
 
 def _write_records(records: list[TraceRecord], path: Path, suffix: str) -> None:
     if suffix == ".csv":
-        with path.open("w", newline="") as fh:
+        with atomic_write(path, newline="") as fh:
             writer = csv.DictWriter(fh, fieldnames=TRACE_COLUMNS)
             writer.writeheader()
             writer.writerows(asdict(r) for r in records)
     elif suffix == ".jsonl":
-        with path.open("w") as fh:
+        with atomic_write(path) as fh:
             for r in records:
                 fh.write(json.dumps(asdict(r)) + "\n")
     else:
-        path.write_text(json.dumps(to_chrome_trace(records), indent=1))
+        write_text(path, json.dumps(to_chrome_trace(records), indent=1))
 
 
 def read_trace(path: str | Path) -> list[TraceRecord]:

@@ -141,9 +141,15 @@ class TokenTree:
         data = read_data_file(path, "tree file")
         choices = data.get("choices", data) if isinstance(data, dict) else data
         try:
-            return cls.from_choices(choices)
+            tree = cls.from_choices(choices)
         except HetSpecError as exc:
             raise HetSpecError(f"tree file {path}: {exc}") from None
+        if any(isinstance(c, list) and not c for c in choices):
+            raise HetSpecError(f"tree file {path}: an empty path [] is the root, which every tree has; list the "
+                               "paths below it")
+        if tree.size == 1:
+            raise HetSpecError(f"tree file {path}: holds no paths; a tree needs at least one, e.g. [[0]]")
+        return tree
 
     @classmethod
     def medusa_default(cls) -> "TokenTree":

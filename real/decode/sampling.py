@@ -17,6 +17,8 @@ class Sampling:
     def __post_init__(self) -> None:
         if not self.temperature >= 0.0:
             raise HetSpecError(f"temperature must be >= 0, got {self.temperature}")
+        if self.temperature == float("inf"):     # softmax(logits / inf) is uniform noise, not a decode
+            raise HetSpecError(f"temperature must be a finite number, got {self.temperature}")
         if not 0.0 < self.top_p <= 1.0:
             raise HetSpecError(f"top-p must be in (0, 1], got {self.top_p}")
 

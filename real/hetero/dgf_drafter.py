@@ -32,11 +32,11 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import save_file
 from torch import Tensor, nn
 
+from hwmodels.atomic_files import write_text
 from hwmodels.errors import HetSpecError, UnknownNameError
-from real.model.checkpoint import open_safetensors
+from real.model.checkpoint import open_safetensors, save_safetensors
 from real.model.transformer import DecoderLayer, KVCache, RMSNorm, rope_tables
 from real.train.loops import TrainConfig, _run
 
@@ -179,8 +179,8 @@ class DgfDrafter(nn.Module):
         folder.mkdir(parents=True, exist_ok=True)
         config = {"blocks": self.blocks, "hidden_size": self.spec.hidden, "vocab_size": self.spec.vocab,
                   "target": self.target_spec.name, **meta}
-        (folder / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
-        save_file(self.trained_state(), str(folder / WEIGHTS_FILE), metadata={"format": "pt"})
+        write_text(folder / CONFIG_FILE, json.dumps(config, indent=2) + "\n")
+        save_safetensors(self.trained_state(), folder / WEIGHTS_FILE)
         return folder
 
     @classmethod
@@ -303,5 +303,5 @@ def ensure_dgf(demo, force: bool = False, progress: bool = True) -> tuple[DgfDra
                        f"evaluation continuations"}
     drafter.requires_grad_(False)
     drafter.save(folder, key)
-    (folder / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
+    write_text(folder / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
     return drafter, summary

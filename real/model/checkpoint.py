@@ -22,6 +22,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
+from hwmodels.atomic_files import atomic_path, write_text
 from hwmodels.errors import HetSpecError, UnknownNameError
 from real.model.transformer import Transformer, rope_tables
 from sim.model_spec import ModelSpec, load_hf_config
@@ -98,6 +99,13 @@ def open_safetensors(path: str | Path, device: str = "cpu") -> Iterator:
         yield f
 
 
+def save_safetensors(tensors: dict, path: str | Path) -> Path:
+    """``safetensors.torch.save_file`` of ``tensors`` to ``path``, atomically (hwmodels.atomic_files)."""
+    with atomic_path(path) as temp:
+        save_file(tensors, str(temp), metadata={"format": "pt"})
+    return Path(path)
+
+
 def _stored_names(path: Path, keys) -> dict[str, str]:
     """Canonical name -> name as stored, for the tensors of one file (a name stored twice fails)."""
     out: dict[str, str] = {}
@@ -114,23 +122,23 @@ def save_model(model: Transformer, folder: str | Path, max_shard_bytes: int | No
     """Write ``config.json`` and the weights; with ``max_shard_bytes``, shards + an index."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / CONFIG_FILE).write_text(json.dumps(model.spec.to_hf_config(), indent=2) + "\n")
+    write_text(folder / CONFIG_FILE, json.dumps(model.spec.to_hf_config(), indent=2) + "\n")
     names = expected_shapes(model.spec)
     state = model.state_dict()
     # contiguous CPU copies: safetensors stores plain buffers and refuses shared storage
     tensors = {name: state[name].detach().to("cpu").contiguous().clone() for name in names}
     if max_shard_bytes is None:
-        save_file(tensors, str(folder / SINGLE_FILE), metadata={"format": "pt"})
+        save_safetensors(tensors, folder / SINGLE_FILE)
         return folder
     shards = list(_shard(tensors, max_shard_bytes))
     weight_map = {}
     for k, shard in enumerate(shards, start=1):
         fname = f"model-{k:05d}-of-{len(shards):05d}.safetensors"
-        save_file(shard, str(folder / fname), metadata={"format": "pt"})
+        save_safetensors(shard, folder / fname)
         weight_map.update({name: fname for name in shard})
     total = sum(t.numel() * t.element_size() for t in tensors.values())
     index = {"metadata": {"total_size": total}, "weight_map": weight_map}
-    (folder / INDEX_FILE).write_text(json.dumps(index, indent=2) + "\n")
+    write_text(folder / INDEX_FILE, json.dumps(index, indent=2) + "\n")
     return folder
 
 

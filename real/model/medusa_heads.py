@@ -26,11 +26,11 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import save_file
 from torch import Tensor, nn
 
+from hwmodels.atomic_files import write_text
 from hwmodels.errors import HetSpecError
-from real.model.checkpoint import open_safetensors
+from real.model.checkpoint import open_safetensors, save_safetensors
 from sim.model_spec import ModelSpec
 
 CONFIG_FILE = "medusa_config.json"
@@ -83,13 +83,13 @@ class MedusaHeads(nn.Module):
         config = {"medusa_num_heads": self.n_heads, "medusa_num_layers": 1,
                   "hidden_size": self.spec.hidden, "vocab_size": self.spec.vocab,
                   "base_model": self.spec.name}
-        (folder / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
+        write_text(folder / CONFIG_FILE, json.dumps(config, indent=2) + "\n")
         tensors = {}
         for k in range(self.n_heads):
             tensors[f"{k}.0.linear.weight"] = self.w1[k].detach().cpu().contiguous().clone()
             tensors[f"{k}.0.linear.bias"] = self.b1[k].detach().cpu().contiguous().clone()
             tensors[f"{k}.1.weight"] = self.w2[k].detach().cpu().contiguous().clone()
-        save_file(tensors, str(folder / WEIGHTS_FILE), metadata={"format": "pt"})
+        save_safetensors(tensors, folder / WEIGHTS_FILE)
         return folder
 
     @classmethod
@@ -102,10 +102,17 @@ class MedusaHeads(nn.Module):
             if not path.exists():
                 raise HetSpecError(f"Medusa heads {folder}: {path.name} does not exist")
         try:
-            n_heads = int(json.loads(cfg_path.read_text())["medusa_num_heads"])
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+            config = json.loads(cfg_path.read_text())
+            n_heads = config["medusa_num_heads"]
+        except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError):
             raise HetSpecError(f"{cfg_path}: needs an integer 'medusa_num_heads'") from None
+        if isinstance(n_heads, bool) or not isinstance(n_heads, int) or n_heads < 1:
+            raise HetSpecError(f"{cfg_path}: medusa_num_heads must be an integer >= 1, got {n_heads!r}")
         d, v = spec.hidden, spec.vocab
+        for key, want in (("hidden_size", d), ("vocab_size", v)):
+            if key in config and config[key] != want:
+                raise HetSpecError(f"{cfg_path}: {key} {config[key]!r} disagrees with the target "
+                                   f"{spec.name} ({want}): these heads belong to another model")
         heads = cls(spec, n_heads)
         expected = {}
         for k in range(n_heads):
@@ -114,6 +121,10 @@ class MedusaHeads(nn.Module):
             expected[f"{k}.1.weight"] = (v, d)
         with open_safetensors(weights) as f:
             names = set(f.keys())
+            stored = {int(n.split(".", 1)[0]) for n in names if n.split(".", 1)[0].isdigit()}
+            if stored and len(stored) != n_heads:
+                raise HetSpecError(f"{cfg_path}: medusa_num_heads {n_heads} disagrees with {weights}, which holds "
+                                   f"{len(stored)} heads")
             for name, shape in expected.items():
                 if name not in names:
                     raise HetSpecError(f"Medusa heads {weights}: tensor {name} is missing "

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
+from hwmodels.atomic_files import atomic_path
 from hwmodels.errors import HetSpecError
 
 EOS = "<|endoftext|>"
@@ -54,7 +55,8 @@ class BPETokenizer:
         path = Path(path)
         if path.is_dir():
             path = path / "tokenizer.json"
-        self._tok.save(str(path))
+        with atomic_path(path) as temp:
+            self._tok.save(str(temp))
         return path
 
     @classmethod

@@ -33,6 +33,9 @@ from dataclasses import asdict, dataclass, field
 from hwmodels.errors import HetSpecError
 
 DEFAULT_TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+#: Largest token count one step times: the CUDA-graph buckets stop there (real.model.executor.DEFAULT_BUCKETS),
+#: and the help promises 1 to 256.
+MAX_TOKENS = 256
 #: Bytes of each buffer of the CPU copy probe: far beyond any last-level cache.
 CPU_COPY_BYTES = 512 * 2**20
 CUDA_COPY_BYTES = 2**30
@@ -313,7 +316,7 @@ def add_arguments(p) -> None:
     p.add_argument("--graphs", default="auto", choices=("auto", "on", "off"),
                    help="also time CUDA-graph replay (auto: on a CUDA device)")
     p.add_argument("--tokens", default=",".join(map(str, DEFAULT_TOKENS)), metavar="Q1,Q2,...",
-                   help="token counts of the steps (default 1 to 256 in powers of two)")
+                   help=f"token counts of the steps, 1 to {MAX_TOKENS} (default 1 to 256 in powers of two)")
     p.add_argument("--context", type=int, default=256, help="cached tokens before each step (default 256)")
     p.add_argument("--repeats", type=int, default=5, help="interleaved repeats per token count (default 5)")
     p.add_argument("--decode", type=int, default=32, help="tokens of the ar decode timed (default 32; 0: none)")
@@ -326,9 +329,9 @@ def add_arguments(p) -> None:
 
 
 def parse_tokens(text: str) -> tuple[int, ...]:
-    from real.run.request import parse_int_list
+    from sim.cli_numbers import int_list
 
-    return parse_int_list(text, "--tokens", "token counts", "1,16,64", 1)
+    return int_list(text, "--tokens", 1, MAX_TOKENS, what="token counts", example="1,16,64")
 
 
 def handle(args) -> int:

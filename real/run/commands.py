@@ -183,7 +183,14 @@ def _handle_compare(args: argparse.Namespace) -> int:
 
     if args.trace:
         raise HetSpecError("--trace records one method; it does not combine with --compare")
+    import sys
+
+    from sim.knobs import check_applies_to_any, flag
+
     methods = parse_methods(args.compare)
+    for knob, without in check_applies_to_any(methods, {k: getattr(args, k) for k in RUN_KNOB_ARGS}).items():
+        print(f"hetspec: note: {flag(knob)} does not apply to {', '.join(without)}: they run with their own "
+              "defaults", file=sys.stderr)
     requests = [_request(args, m, only_applicable=True) for m in methods]
     for r in requests:
         _check_placement(r)

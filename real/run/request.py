@@ -9,11 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from hwmodels.datafile import read_data_file
 from hwmodels.errors import HetSpecError
 from real.decode import check_method
 from real.decode.sampling import Sampling
 from real.model.placement import check_device_name, check_dtype_name, check_graphs
+from sim.cli_numbers import check_seed
 from sim.knobs import KNOBS, check_applies, flag
 from sim.tree import TokenTree
 
@@ -84,6 +84,10 @@ class RunRequest:
             if getattr(self, name) < 1:
                 raise HetSpecError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
         Sampling(self.temperature, self.top_p)
+        if self.temperature == 0.0 and self.top_p != 1.0:
+            raise HetSpecError(f"--top-p {self.top_p:g} has no effect under greedy decoding (--temperature 0): "
+                               "give --temperature > 0 to sample, or leave --top-p out")
+        check_seed(self.seed)
         check_applies(self.method, self.knobs())
         from real.hetero.request import check_knobs
 
@@ -171,17 +175,8 @@ def check_prompts_from(path: str | None) -> None:
 
 
 def load_tree_file(path: str | Path) -> TokenTree:
-    """A tree from a JSON file of Medusa choice paths: ``[[0], [0, 0], [1], ...]`` or ``{"choices": [...]}``."""
-    data = read_data_file(path, "tree file")
-    choices = data.get("choices") if isinstance(data, dict) else data
-    if not isinstance(choices, list) or not all(
-            isinstance(c, list) and c and all(isinstance(r, int) and not isinstance(r, bool) for r in c)
-            for c in choices):
-        raise HetSpecError(f"tree file {path}: expected a list of non-empty lists of integer ranks")
-    try:
-        return TokenTree.from_choices(choices)
-    except HetSpecError as exc:
-        raise HetSpecError(f"tree file {path}: {exc}") from None
+    """A tree from a JSON file of Medusa choice paths (:meth:`sim.tree.TokenTree.from_file`, which checks it)."""
+    return TokenTree.from_file(path)
 
 
 def check_trace_path(trace: str | None) -> None:
@@ -211,19 +206,11 @@ def check_profile_args(out: str, prompts: int, prompt_tokens: int, max_new_token
         raise HetSpecError(f"--out {out}: an acceptance profile is a .json file")
 
 
-def parse_int_list(text: str, flag: str, what: str, example: str, minimum: int) -> tuple[int, ...]:
-    """``--flag 1,2,3``: integers separated by commas, each at least ``minimum`` (one line naming the flag
-    otherwise)."""
-    try:
-        values = tuple(int(t) for t in text.split(",") if t.strip())
-    except ValueError:
-        raise HetSpecError(f"{flag} {text!r}: give {what} separated by commas, e.g. {example}") from None
-    if not values or min(values) < minimum:
-        raise HetSpecError(f"{flag} {text!r}: {what} must be >= {minimum}")
-    return values
-
-
 def parse_draft_tree_widths(text: str | None) -> tuple[int, ...]:
     """``--draft-tree-widths 4,8,16``: tree budgets (>= 2: the root and one draft token) whose real
     draft-tree rounds a profile counts."""
-    return tuple(sorted(set(parse_int_list(text, "--draft-tree-widths", "tree budgets", "4,8,16", 2)))) if text else ()
+    from sim.cli_numbers import int_list
+
+    if text is None:
+        return ()
+    return tuple(sorted(int_list(text, "--draft-tree-widths", 2, what="tree budgets", example="4,8,16")))

@@ -11,10 +11,12 @@ on Linux). Layout: ``tokenizer.json``, ``target/`` and ``draft/`` (Hugging Face
 ``config.json`` + ``model.safetensors``), ``medusa/`` (``medusa_config.json`` +
 ``medusa_heads.safetensors``), ``summary.json`` and ``summary.md``.
 
-A cache whose files cannot be read (a truncated or garbled ``model.safetensors``, an empty file)
-is retrained like a stale one, with a line naming the file. One process trains a preset at a
-time: :func:`cache_lock` holds an exclusive ``fcntl.flock`` on ``<cache>/demo/<preset>.lock``;
-a second process waits with a message, then loads what the first trained. Training a preset that
+A cache whose files cannot be read (a truncated or garbled ``model.safetensors``, an empty file), or
+whose content differs from the hashes ``summary.json`` recorded when it was trained
+(:mod:`real.train.cache_hashes`: bytes flipped inside the weights, an edited tokenizer entry), is
+retrained like a stale one, with a line naming the file (or refused with the command that retrains).
+One process trains a preset at a time: :func:`cache_lock` holds an exclusive ``fcntl.flock`` on
+``<cache>/demo/<preset>.lock``; a second process waits with a message, then loads what the first trained. Training a preset that
 takes minutes (:data:`TRAIN_TIME`) needs consent from a command-line run (``train=None``): asked
 on a terminal, ``--train`` otherwise (:func:`check_training_consent`).
 """
@@ -33,8 +35,11 @@ from pathlib import Path
 
 from platformdirs import user_cache_dir
 
+from hwmodels.atomic_files import write_text
+from hwmodels.env_folders import CACHE_DIR_ENV, env_folder
 from hwmodels.errors import HetSpecError, UnknownNameError
 from real.model.checkpoint import load_model
+from real.train.cache_hashes import check_content_hashes, content_hashes
 from real.model.medusa_heads import MedusaHeads
 from real.model.tokenizer import BPETokenizer
 from real.model.transformer import Transformer
@@ -58,7 +63,7 @@ __all__ = ["CACHE_ENV", "DEMO_PRESETS", "RECIPE_REVISION", "TRAIN_TIME", "DemoMo
            "demo_forward_times", "get_recipe", "load_demo", "prepare_demo", "preset_names", "summary_markdown",
            "train_demo", "with_steps"]
 
-CACHE_ENV = "HETSPEC_CACHE_DIR"
+CACHE_ENV = CACHE_DIR_ENV
 
 
 # One table: shapes and budgets of both presets, sized on the 2-core AMD EPYC (Zen 5) this
@@ -117,9 +122,8 @@ def demo_specs(preset: str | DemoRecipe) -> tuple:
 
 
 def cache_root() -> Path:
-    """``$HETSPEC_CACHE_DIR`` or the per-user cache folder of hetspec."""
-    env = os.environ.get(CACHE_ENV)
-    return Path(env) if env else Path(user_cache_dir("hetspec"))
+    """``$HETSPEC_CACHE_DIR`` (checked: a folder this process may write) or the per-user cache folder of hetspec."""
+    return env_folder(CACHE_ENV, writable=True) or Path(user_cache_dir("hetspec"))
 
 
 def cache_folder(preset: str | DemoRecipe) -> Path:
@@ -245,6 +249,7 @@ def cached_fingerprint(folder: Path) -> str | None:
 
 def _load_folder(folder: Path, preset: str) -> DemoModels:
     summary = json.loads((folder / SUMMARY_JSON).read_text())
+    check_content_hashes(folder, summary.get("files"), folder / SUMMARY_JSON)
     target = load_model(folder / TARGET_DIR).requires_grad_(False)
     draft = load_model(folder / DRAFT_DIR).requires_grad_(False)
     heads = MedusaHeads.load(folder / MEDUSA_DIR, target.spec).requires_grad_(False)
@@ -284,8 +289,9 @@ def train_demo(recipe: DemoRecipe, folder: Path, progress: bool = True, device: 
     try:
         summary = train_models(recipe, work, progress, device)
         summary["folder"] = str(folder)
-        (work / SUMMARY_JSON).write_text(json.dumps(summary, indent=2) + "\n")
-        (work / SUMMARY_MD).write_text(summary_markdown(summary))
+        summary["files"] = content_hashes(work, exclude=(SUMMARY_JSON, SUMMARY_MD))
+        write_text(work / SUMMARY_JSON, json.dumps(summary, indent=2) + "\n")
+        write_text(work / SUMMARY_MD, summary_markdown(summary))
         old = folder.parent / f".{folder.name}.old-{os.getpid()}"
         if folder.exists():
             folder.rename(old)

@@ -29,9 +29,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def warn_bad_platform_files(problems) -> None:
-    """One stderr line per platform file that does not load (the listing goes on without it)."""
+    """One stderr line per platform file that does not load (the listing goes on without it), and per
+    user file that a built-in preset of the same name hides."""
+    from hwmodels.loader import shadow_warning, shadowed_platform_files
+
     for problem in problems:
         print(f"hetspec: warning: skipped a platform file that does not load: {problem}", file=sys.stderr)
+    for name, path in shadowed_platform_files().items():
+        print(shadow_warning(name, path), file=sys.stderr)
 
 
 def cmd_platforms(args: argparse.Namespace) -> int:

@@ -10,6 +10,7 @@ import json
 
 from hwmodels.dtypes import DTYPE_BYTES
 from hwmodels.errors import HetSpecError
+from sim.cli_numbers import check_int
 
 
 # ---------------------------------------------------------------------- shared argument helpers
@@ -68,32 +69,42 @@ def _parse_value(text: str):
 
 
 def space_from_args(args: argparse.Namespace) -> dict:
-    """Knob overrides for :func:`sim.optimizer.optimize` from the knob flags."""
-    from sim.sweep import parse_int_list, parse_ratio
+    """Knob overrides for :func:`sim.optimizer.optimize` from the knob flags (checked by
+    :mod:`sim.cli_numbers`: a flag given empty, a list out of range or an option out of its range is one line)."""
+    from sim.cli_numbers import check_text, int_list, ratio
+    from sim.knobs import check_option
     from sim.tree import TokenTree
 
+    for name in ("tree_width", "draft_depth", "ratio", "device", "draft_device", "tree_shape", "draft_model",
+                 "tree_choices"):
+        check_text(getattr(args, name), "--" + {"ratio": "partition-ratio"}.get(name, name.replace("_", "-")))
     space: dict = {}
-    if args.tree_width:
-        space["tree_width"] = parse_int_list(args.tree_width, "--tree-width")
-    if args.draft_depth:
-        space["draft_depth"] = parse_int_list(args.draft_depth, "--draft-depth")
-    if args.ratio:
-        space["partition_ratio"] = parse_ratio(args.ratio)
+    if args.tree_width is not None:
+        space["tree_width"] = int_list(args.tree_width, "--tree-width", 1)
+    if args.draft_depth is not None:
+        space["draft_depth"] = int_list(args.draft_depth, "--draft-depth", 0)
+    if args.ratio is not None:
+        space["partition_ratio"] = ratio(args.ratio)
     for flag, key in (("device", "device"), ("draft_device", "draft_device"), ("tree_shape", "tree_shape")):
         value = getattr(args, flag)
-        if value:
+        if value is not None:
             space[key] = tuple(v.strip() for v in value.split(",") if v.strip())
-    if args.draft_model:
+    if args.draft_model is not None:
         space["draft_model"] = (args.draft_model,)
-    if args.tree_choices:
+    if args.tree_choices is not None:
+        if args.tree_width is not None:     # the file fixes the width: two answers to one question
+            raise HetSpecError(f"give either --tree-choices or --tree-width, not both (the tree file fixes the "
+                               f"width: {TokenTree.from_file(args.tree_choices).size} tokens)")
         tree = TokenTree.from_file(args.tree_choices)
         space["tree"] = (tree,)
         space["tree_width"] = (tree.size,)
     for item in args.option:
         if "=" not in item:
             raise HetSpecError(f"--option expects KEY=VALUE (got {item!r})")
-        key, value = item.split("=", 1)
-        space[key.strip()] = (_parse_value(value.strip()),)
+        key, value = (part.strip() for part in item.split("=", 1))
+        if not key or not value:
+            raise HetSpecError(f"--option expects KEY=VALUE with both given (got {item!r})")
+        space[key] = (check_option(key, _parse_value(value)),)
     return space
 
 
@@ -104,6 +115,8 @@ def problem_from_args(args: argparse.Namespace, acceptance: str | None = None):
     from sim.strategies.base import Problem
 
     spec = acceptance if acceptance is not None else args.acceptance
+    check_int(args.context, "--context", 0)
+    check_int(args.batch, "--batch", 1)
     model = get_model(args.model)
     check_positions(model, args.context)
     return Problem(model=model, platform=get_platform(args.platform),
@@ -138,9 +151,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 def cmd_predict(args: argparse.Namespace) -> int:
     from sim.optimizer import optimize
 
-    check_at_least(args.top, 1, "--top")
+    check_int(args.top, "--top", 1)
     problem = problem_from_args(args)
     result = optimize(problem, args.method, space_from_args(args), refine=not args.no_refine)
+    if args.method != "offload":                # offload streams what does not fit, by design
+        warn_placement(problem, result.best)
     header = {"model": problem.model.name, "platform": problem.platform.name, "method": args.method,
               "acceptance": problem.acceptance.name if problem.acceptance else None, "context": problem.context,
               "batch": problem.batch, "dtype": problem.model.dtype}
@@ -151,9 +166,11 @@ def cmd_predict(args: argparse.Namespace) -> int:
     print(f"{problem.model.name} on {problem.platform.name}, method {args.method}, acceptance "
           f"{header['acceptance'] or '-'}, context {problem.context}, batch {problem.batch}")
     print(f"best: {describe_config(best)}")
+    versus = (f"{best['speedup_vs_ar']:.2f}x vs ar ({result.ar_tokens_per_s:.2f} tok/s)"
+              if result.ar_tokens_per_s == result.ar_tokens_per_s else
+              f"no speedup vs ar: ar fits no single device of {problem.platform.name}")
     print(f"      {best['tokens_per_s']:.2f} tok/s, step {best['step_s'] * 1e3:.3f} ms, "
-          f"{best['tokens_per_step']:.3f} tokens/step, {best['speedup_vs_ar']:.2f}x vs ar "
-          f"({result.ar_tokens_per_s:.2f} tok/s)")
+          f"{best['tokens_per_step']:.3f} tokens/step, {versus}")
     print(f"evaluated {result.rows} configurations ({result.skipped} skipped)")
     cols = [c for c in ("tree_width", "draft_depth", "partition_ratio", "device", "draft_device", "tree_shape",
                         "step_s", "tokens_per_step", "tokens_per_s", "speedup_vs_ar") if c in result.columns]
@@ -167,7 +184,7 @@ def format_rows(names: list[str], rows: list[list], left: tuple[int, ...] = (), 
     each column as wide as its widest cell, so neighbouring values never run together."""
     def cell(v) -> str:
         if isinstance(v, float):
-            return f"{v:.4g}"
+            return f"{v:.4g}" if v == v else "-"        # NaN: no value (e.g. no ar baseline to divide by)
         return "-" if v is None else str(v)
 
     def line(values) -> str:
@@ -179,11 +196,14 @@ def format_rows(names: list[str], rows: list[list], left: tuple[int, ...] = (), 
     return "\n".join([line(names)] + [line(r) for r in text])
 
 
-def check_at_least(value: int, low: int, flag: str) -> int:
-    """One line unless ``value`` >= ``low`` (a count on the command line)."""
-    if value < low:
-        raise HetSpecError(f"{flag} must be >= {low} (got {value})")
-    return value
+def warn_placement(problem, best: dict) -> None:
+    """One stderr line if the chosen configuration's target does not fit its device (sim.sanity)."""
+    from sim.sanity import warn_memory
+
+    device = best.get("device")
+    if device in problem.platform.devices:
+        warn_memory(problem.model, problem.platform.device(device), problem.context, problem.batch,
+                    int(best.get("tree_width") or 1), problem.dtype)
 
 
 def check_positions(model, context: int, tokens: int = 1,

@@ -7,6 +7,7 @@ import json
 import time
 
 from hwmodels.datafile import output_folder
+from hwmodels.env_folders import REPORTS_DIR_ENV, env_folder
 from sim.reproduce import DEFAULT_OUT, paper_names, run
 from sim.reproduce.report import write_summary
 
@@ -14,13 +15,17 @@ from sim.reproduce.report import write_summary
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("reproduce", help="reproduce the papers' published results with the presets; write reports")
     p.add_argument("paper", choices=(*paper_names(), "all"), help="which paper (or all)")
-    p.add_argument("--out", default=str(DEFAULT_OUT), help=f"output folder (default {DEFAULT_OUT})")
+    p.add_argument("--out", default=None,
+                   help=f"output folder (default: $HETSPEC_REPORTS_DIR/papers when set, else {DEFAULT_OUT})")
     p.add_argument("--json", action="store_true", help="print the summaries as JSON")
     p.set_defaults(func=cmd_reproduce)
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
     papers = paper_names() if args.paper == "all" else (args.paper,)
+    if args.out is None:
+        root = env_folder(REPORTS_DIR_ENV, writable=True)
+        args.out = str(root / "papers" if root is not None else DEFAULT_OUT)
     output_folder(args.out, "report folder")    # before the first paper: a folder that cannot be written fails at once
     summaries = []
     for paper in papers:

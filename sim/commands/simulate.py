@@ -6,8 +6,15 @@ from __future__ import annotations
 import argparse
 import json
 
-from sim.commands.predict import (add_knob_args, add_problem_args, check_at_least, describe_config, problem_from_args,
-                                  space_from_args)
+from sim.cli_numbers import check_int, check_seed
+from sim.commands.predict import (add_knob_args, add_problem_args, describe_config, problem_from_args, space_from_args,
+                                  warn_placement)
+
+#: Most steps one ``simulate`` plays: the engine keeps every task's record in memory (tens per step, about
+#: 2,000 steps a second); 10,000 steps stay within seconds and megabytes.
+MAX_STEPS = 10_000
+#: With ``--per-layer`` each step holds one task per layer and operator (tens of times more records).
+MAX_STEPS_PER_LAYER = 1_000
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -15,8 +22,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Knobs you do not fix are chosen by the optimizer (as `hetspec predict` would).")
     add_problem_args(p)
     add_knob_args(p)
-    p.add_argument("--steps", type=int, default=20, help="decode steps to play (default 20)")
-    p.add_argument("--seed", type=int, help="draw each step's acceptance with this seed (default: the expectation)")
+    p.add_argument("--steps", type=int, default=20,
+                   help=f"decode steps to play (default 20; at most {MAX_STEPS:,}, "
+                        f"{MAX_STEPS_PER_LAYER:,} with --per-layer)")
+    p.add_argument("--seed", type=int, help="draw each step's acceptance with this seed, 0 to 2**32-1 "
+                                            "(default: the expectation)")
     p.add_argument("--per-layer", action="store_true", help="one task per layer and operator (readable traces)")
     p.add_argument("--no-op-records", action="store_true", help="trace only the per-step phase records")
     p.add_argument("--trace", metavar="FILE", help="write the trace: .csv, .jsonl or .json (Chrome trace)")
@@ -29,11 +39,14 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from sim.optimizer import optimize
     from sim.trace import check_trace_path, write_trace
 
-    check_at_least(args.steps, 1, "--steps")
+    check_int(args.steps, "--steps", 1, MAX_STEPS_PER_LAYER if args.per_layer else MAX_STEPS)
+    check_seed(args.seed)
     if args.trace:
         check_trace_path(args.trace)        # before the run: a trace that cannot be written fails at once
     problem = problem_from_args(args)
     chosen = optimize(problem, args.method, space_from_args(args))
+    if args.method != "offload":
+        warn_placement(problem, chosen.best)
     sim = simulate(problem, args.method, chosen.best_config, steps=args.steps, seed=args.seed,
                    per_layer=args.per_layer, op_records=not args.no_op_records)
     path = write_trace(sim.run.records, args.trace) if args.trace else None

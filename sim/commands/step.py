@@ -29,16 +29,19 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_step(args: argparse.Namespace) -> int:
-    from sim.commands.predict import check_at_least, check_positions, format_rows
+    from sim.cli_numbers import check_int
+    from sim.commands.predict import check_positions, format_rows
+    from sim.sanity import warn_memory
 
-    check_at_least(args.tokens, 1, "--tokens")
-    check_at_least(args.context, 0, "--context")
-    check_at_least(args.batch, 1, "--batch")
+    check_int(args.tokens, "--tokens", 1)
+    check_int(args.context, "--context", 0)
+    check_int(args.batch, "--batch", 1)
     model = get_model(args.model)
     check_positions(model, args.context, args.tokens, ("--context", "--tokens"))
     platform = get_platform(args.platform)
     device = platform.device(args.device) if args.device else platform.accelerator
     graph = build_step_graph(model, args.tokens, args.context, args.batch, args.dtype)
+    warn_memory(model, device, args.context, args.batch, args.tokens, args.dtype)
     price = price_step(graph, device)
     if args.json:
         out = {"platform": platform.name, **price.to_dict()}

@@ -6,11 +6,12 @@ import argparse
 import sys
 import time
 
-from sim.commands.predict import add_context_args, add_knob_args, check_at_least, space_from_args
+from sim.cli_numbers import check_int, int_list, name_list
+from sim.commands.predict import add_context_args, add_knob_args, space_from_args
 
 
-def _names(text: str, all_names) -> list[str]:
-    items = [t.strip() for t in text.split(",") if t.strip()]
+def _names(text: str, flag: str, all_names) -> list[str]:
+    items = name_list(text, flag)
     return list(all_names) if items == ["all"] else items
 
 
@@ -37,19 +38,20 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from sim.commands.catalog import warn_bad_platform_files
     from sim.optimizer import knob_flag
     from sim.strategies import available_methods
-    from sim.sweep import check_table_path, parse_int_list, sweep, write_table
+    from sim.sweep import check_table_path, sweep, write_table
 
-    check_at_least(args.workers, 1, "--workers")
+    check_int(args.workers, "--workers", 1)
     check_table_path(args.out)              # before the sweep: a table that cannot be written fails at once
-    platforms = _names(args.platforms, ["all"])
+    models, methods = _names(args.models, "--models", []), _names(args.methods, "--methods", available_methods())
+    contexts, batches = int_list(args.contexts, "--contexts", 0), int_list(args.batches, "--batches", 1)
+    platforms = _names(args.platforms, "--platforms", ["all"])
     if platforms == ["all"]:
         loaded, problems = load_platforms()
         warn_bad_platform_files(problems)
         platforms = list(loaded)
     start = time.perf_counter()
-    result = sweep(models=_names(args.models, []), platforms=platforms,
-                   methods=_names(args.methods, available_methods()), acceptances=args.acceptance or (),
-                   contexts=parse_int_list(args.contexts, "--contexts"), batches=parse_int_list(args.batches, "--batches"),
+    result = sweep(models=models, platforms=platforms, methods=methods, acceptances=args.acceptance or (),
+                   contexts=contexts, batches=batches,
                    space=space_from_args(args), progress=not args.no_progress, refine=not args.no_refine,
                    workers=args.workers, scheduler=args.scheduler)
     path = write_table(result.table, args.out)

@@ -27,6 +27,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from hwmodels.atomic_files import write_text
 from hwmodels.datafile import output_folder, writing
 from hwmodels.errors import HetSpecError
 
@@ -190,8 +191,8 @@ class PaperReport:
         out = output_folder(out_dir, "report folder")
         path = out / f"{self.paper}.md"
         with writing(path, "report"):
-            path.write_text(self.to_markdown(command))
-            (out / f"{self.paper}.json").write_text(json.dumps(self.to_json(), indent=2) + "\n")
+            write_text(path, self.to_markdown(command))
+            write_text(out / f"{self.paper}.json", json.dumps(self.to_json(), indent=2) + "\n")
         return path
 
 

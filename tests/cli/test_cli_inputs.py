@@ -137,7 +137,7 @@ def test_a_context_beyond_the_model_is_one_line(capsys, command):
 @pytest.mark.parametrize("args, match", [
     (("predict", "--top", "-1"), "--top must be >= 1 (got -1)"),
     (("predict", "--top", "0"), "--top must be >= 1 (got 0)"),
-    (("simulate", "--steps", "0"), "--steps must be >= 1 (got 0)"),
+    (("simulate", "--steps", "0"), "--steps must be in [1, 10000] (got 0)"),
 ])
 def test_counts_below_one_are_one_line(capsys, args, match):
     one_line_error(capsys, args[0], "--model", "vicuna-7b", "--platform", A100, "--method", "ar", *args[1:],

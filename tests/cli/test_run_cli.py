@@ -26,7 +26,7 @@ from cli_runner import run_cli
     (["profile-acceptance", "--out", "profile.txt"], "an acceptance profile is a .json file"),
     (["profile-acceptance", "--out", "p.json", "--max-new-tokens", "1"], "--max-new-tokens must be >= 2, got 1"),
     (["profile-acceptance", "--out", "p.json", "--draft-tree-widths", "1,8"], "tree budgets must be >= 2"),
-    (["profile-acceptance", "--out", "p.json", "--draft-tree-widths", "8,x"], "give tree budgets separated by commas"),
+    (["profile-acceptance", "--out", "p.json", "--draft-tree-widths", "8,x"], "give tree budgets or ranges LOW-HIGH separated by commas"),
 ])
 def test_bad_values_fail_with_one_clear_line(args, message):
     proc = run_cli(*args)

@@ -91,7 +91,7 @@ def test_sweep_writes_a_table(tmp_path):
     (("predict", "--model", "vicuna-7b", "--platform", "a100-80gb-pcie", "--method", "medusa", "--acceptance",
       "ghidorah-mbpp", "--tree-width", "100"), "width 100 is outside"),
     (("predict", "--model", "vicuna-7b", "--platform", "a100-80gb-pcie", "--method", "medusa", "--acceptance",
-      "ghidorah-mbpp", "--tree-width", "0"), "tree width must be an integer >= 1"),
+      "ghidorah-mbpp", "--tree-width", "0"), "--tree-width '0': integers must be >= 1 (got 0)"),
     (("predict", "--model", "vicuna-7b", "--platform", "a100-80gb-pcie", "--method", "medusa", "--acceptance",
       "ghidorah-mbpp", "--ratio", "1.5"), "partition ratio must be in [0, 1]"),
     (("predict", "--model", "vicuna-7b", "--platform", "a100-80gb-pcie", "--method", "ar", "--device", "tpu"),

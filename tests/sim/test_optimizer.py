@@ -17,7 +17,8 @@ from sim.model_spec import get_model
 from sim.optimizer import optimize
 from sim.plan import StepPlan, Task
 from sim.strategies.base import Estimate, Knob, Problem, Strategy
-from sim.sweep import parse_int_list, parse_ratio, sweep, write_table
+from sim.cli_numbers import int_list, ratio
+from sim.sweep import sweep, write_table
 from sim.tree import TokenTree
 from sim.tree_search import best_for_cost, greedy_prefix_trees, optimal_tree, optimal_values
 
@@ -195,12 +196,12 @@ def test_parquet_needs_pyarrow_and_suffixes_are_checked(tmp_path):
 
 
 def test_list_and_ratio_parsing():
-    assert parse_int_list("1-4,8,16") == (1, 2, 3, 4, 8, 16)
-    assert parse_ratio("0.25") == 0.25 and parse_ratio("0.2:0.6") == (0.2, 0.6)
-    with pytest.raises(HetSpecError, match="expected integers or ranges"):
-        parse_int_list("4-1")
+    assert int_list("1-4,8,16", "--x") == (1, 2, 3, 4, 8, 16)
+    assert ratio("0.25") == 0.25 and ratio("0.2:0.6") == (0.2, 0.6)
+    with pytest.raises(HetSpecError, match="give integers or ranges LOW-HIGH"):
+        int_list("4-1", "--x")
     with pytest.raises(HetSpecError, match=r"must be in \[0, 1\]"):
-        parse_ratio("1.5")
+        ratio("1.5")
 
 
 def test_sweep_with_worker_processes_gives_the_same_table():

@@ -4,6 +4,7 @@ Everything here reads the document that :func:`real.validation.validate.validate
 as ``results.json``), so a report can be regenerated from a saved ``results.json``.
 """
 
+from hwmodels import atomic_files
 from __future__ import annotations
 
 import json
@@ -235,7 +236,7 @@ def write_report(doc: dict, out: Path, extra: list[str] | None = None) -> Path:
 
     out = output_folder(out, "report folder")
     with writing(out / "results.json", "results file"):
-        (out / "results.json").write_text(json.dumps(clean_json(doc), indent=1) + "\n")
+        atomic_files.write_text(out / "results.json", json.dumps(clean_json(doc), indent=1) + "\n")
     subtitle = f"{doc['preset']} preset, {doc['platform']['name']}:{doc['platform']['device']}"
     rows = [r for r in doc["points"]]
     plots.plot_step_latency(rows, out / PLOTS["step_latency"], subtitle)
@@ -246,7 +247,7 @@ def write_report(doc: dict, out: Path, extra: list[str] | None = None) -> Path:
         plots.plot_random_weight(doc["random_weight"], out / PLOTS["random_weight"], doc["platform"]["name"])
     path = out / "report.md"
     with writing(path, "report"):
-        path.write_text(markdown(doc, extra))
+        atomic_files.write_text(path, markdown(doc, extra))
     return path
 
 

@@ -29,6 +29,7 @@ from datetime import datetime, timezone
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from hwmodels import atomic_files
 from hwmodels.errors import HetSpecError
 from real.train.demo import choose_preset
 from real.validation.backends import profiled_variant
@@ -195,7 +196,7 @@ def draft_in_dtype(config_path: str, dtype: str, out: Path) -> str:
     if spec.dtype == dtype:
         return config_path
     path = out / f"draft-config-{dtype}.json"
-    path.write_text(json.dumps(spec.with_dtype(dtype).to_hf_config(), indent=1) + "\n")
+    atomic_files.write_text(path, json.dumps(spec.with_dtype(dtype).to_hf_config(), indent=1) + "\n")
     return str(path)
 
 

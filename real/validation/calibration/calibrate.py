@@ -74,6 +74,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from hwmodels import atomic_files
 from hwmodels.errors import HetSpecError
 from hwmodels.loader import user_platform_dir, write_platform_file
 from hwmodels.platform import Platform
@@ -333,7 +334,8 @@ def write_calibration(cal: Calibration, out: str | Path) -> tuple[Platform, Path
     if label:
         platform = replace(platform, description=f"{platform.description}. {label}")
     write_platform_file(platform, out)
-    raw_path(out).write_text(json.dumps({**cal.to_json(), "record": calibration_record(cal)}, indent=1) + "\n")
+    atomic_files.write_text(raw_path(out),
+                            json.dumps({**cal.to_json(), "record": calibration_record(cal)}, indent=1) + "\n")
     return load_platform_file(out), out
 
 

@@ -44,6 +44,7 @@ import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
+from hwmodels import atomic_files
 from hwmodels.datafile import output_folder, writing
 from real.validation.hetero.alspec import alspec_table
 from real.validation.hetero.dovetail import dovetail_placements
@@ -101,8 +102,8 @@ def validate_hetero(models, platform, ctx, out: str | Path, settings: HeteroSett
     doc["seconds"] = round(time.perf_counter() - t0, 1)
     doc["plots"] = write_plots(doc, out)
     with writing(out, "report folder"):
-        (out / JSON_FILE).write_text(json.dumps(doc, indent=1, default=float) + "\n")
-        (out / MARKDOWN_FILE).write_text("\n".join(markdown(doc, standalone=True)) + "\n")
+        atomic_files.write_text(out / JSON_FILE, json.dumps(doc, indent=1, default=float) + "\n")
+        atomic_files.write_text(out / MARKDOWN_FILE, "\n".join(markdown(doc, standalone=True)) + "\n")
     return doc
 
 
@@ -142,6 +143,6 @@ def validate_hetero_only(out: str | Path, preset: str | None = None, quick: bool
     import json
 
     with writing(out, "report folder"):
-        (Path(out) / MARKDOWN_FILE).write_text("\n".join(markdown(doc, standalone=True)) + "\n")
-        (Path(out) / JSON_FILE).write_text(json.dumps(doc, indent=1, default=float) + "\n")
+        atomic_files.write_text(Path(out) / MARKDOWN_FILE, "\n".join(markdown(doc, standalone=True)) + "\n")
+        atomic_files.write_text(Path(out) / JSON_FILE, json.dumps(doc, indent=1, default=float) + "\n")
     return doc

@@ -18,14 +18,19 @@ broken cache or a crash end it otherwise.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
+from hwmodels import atomic_files
 from hwmodels.errors import HetSpecError
 from real.train.demo import choose_preset
 
 #: Methods the demo predicts (the ones the single-worker real path runs).
 DEMO_METHODS = ("ar", "chain", "draft-tree", "medusa")
+#: Configurations per method kept in ``predictions.json``, fastest first: enough to find where another run's
+#: best configuration ranks in this run's prediction.
+TOP_ROWS = 20
 
 
 def say(text: str) -> None:
@@ -89,10 +94,13 @@ def predict_best(models, platform, device: str, profile, context: int) -> list[d
             rows.append({"method": method, "error": str(exc)})
             continue
         best = result.best
+        ranked = result.table.sort_values("tokens_per_s", ascending=False).head(TOP_ROWS)
+        top = [{"tree_width": int(r.tree_width), "draft_depth": int(r.draft_depth),
+                "tokens_per_s": float(r.tokens_per_s)} for r in ranked.itertuples()]
         rows.append({"method": method, "tree_width": int(best["tree_width"]), "draft_depth": int(best["draft_depth"]),
                      "tokens_per_step": float(best["tokens_per_step"]), "step_ms": 1e3 * float(best["step_s"]),
                      "tokens_per_s": float(best["tokens_per_s"]), "speedup_vs_ar": float(best["speedup_vs_ar"]),
-                     "evaluated": len(result.table)})
+                     "evaluated": len(result.table), "top": top})
     return rows
 
 
@@ -189,7 +197,8 @@ def run_demo(preset: str | None = None, recalibrate: bool = False, out: str | Pa
                    command=f"hetspec validate --quick --preset {preset} --out {out}"
                            + (f" --device {run_device}" if run_device != "cpu" else "")
                            + (f" --dtype {dtype}" if dtype else "") + (f" --graphs {graphs}" if graphs != "auto" else ""))
-    print(f"\nreport: {Path(out) / 'report.md'} (plots and results.json next to it)")
+    atomic_files.write_text(Path(out) / "predictions.json", json.dumps(rows, indent=1) + "\n")
+    print(f"\nreport: {Path(out) / 'report.md'} (plots, results.json and predictions.json next to it)")
     print("\nbest configuration per method, predicted / measured (paired speedup over ar):")
     for m in doc["verdicts"][0]["methods"]:
         if m["method"] != "ar":

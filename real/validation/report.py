@@ -4,14 +4,14 @@ Everything here reads the document that :func:`real.validation.validate.validate
 as ``results.json``), so a report can be regenerated from a saved ``results.json``.
 """
 
-from hwmodels import atomic_files
 from __future__ import annotations
 
 import json
 import math
 from pathlib import Path
 
-from real.validation.verdict import headline, pct, verdict_table
+from hwmodels import atomic_files
+from real.validation.verdict import headline, pct
 
 PLOTS = {"step_latency": "step_latency.png", "tokens_per_s": "tokens_per_s.png", "errors": "errors.png",
          "random_weight": "random_weight_timing.png"}

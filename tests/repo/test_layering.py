@@ -215,7 +215,7 @@ def test_an_import_cycle_is_found(tmp_path):
 
 # ---------------------------------------------------------------------------- real.validation by job
 #: The modules of ``real.validation`` outside its sub-packages: the validation proper and its commands.
-VALIDATION_PROPER = {"backends", "commands", "demo_job", "gpu_target", "grid", "measure", "metrics", "plots",
+VALIDATION_PROPER = {"backends", "commands", "demo_job", "demo_repeats", "gpu_target", "grid", "measure", "metrics", "plots",
                      "predict", "report", "trust", "validate", "verdict"}
 VALIDATION_JOBS = ("calibration", "profiler", "hetero")
 #: The validation run, which the calibration and the profiler never import.

@@ -110,7 +110,7 @@ def test_ensure_dgf_trains_once_and_reuses_its_cache(tiny_demo, tmp_path, monkey
 @pytest.mark.parametrize("args,match", [
     (("--hetero-only", "--alspec-agreement", "1.5"), "--alspec-agreement must be in [0, 1]"),
     (("--alspec-agreement", "0.9"), "--alspec-agreement goes with --hetero or --hetero-only"),
-    (("--hetero-only", "--dtype", "fp16"), "--device, --dtype and --graphs apply to the grid"),
+    (("--hetero-only", "--device", "cpu0"), "--device, --dtype and --graphs apply to the grid"),
 ])
 def test_the_heterogeneous_flags_are_checked(capsys, args, match):
     from cli_runner import one_line_error

@@ -182,8 +182,10 @@ class _Cursor:
         raise PresetError(str(self.path), key, f"unknown GGUF value type {vtype}")
 
 
-def read_gguf(path: str | Path) -> GGUFFile:
-    """The metadata and tensor records of a GGUF file (no tensor data is read)."""
+def read_gguf(path: str | Path, header_only: bool = False) -> GGUFFile:
+    """The metadata and tensor records of a GGUF file (no tensor data is read). ``header_only``: the file may be
+    the header and tensor table alone (the start of a checkpoint, as the web page uploads it): tensors past its
+    end are not a truncated file."""
     path = Path(path)
     if not path.is_file():
         raise HetSpecError(f"GGUF file {path} does not exist")
@@ -192,10 +194,10 @@ def read_gguf(path: str | Path) -> GGUFFile:
         if size < 24:
             raise HetSpecError(f"{path}: not a GGUF file ({size} bytes)")
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-            return _parse(buf, path, size)
+            return _parse(buf, path, None if header_only else size)
 
 
-def _parse(buf, path: Path, size: int) -> GGUFFile:
+def _parse(buf, path: Path, size: int | None) -> GGUFFile:
     cur = _Cursor(buf, path)
     if bytes(buf[:4]) != GGUF_MAGIC:
         raise HetSpecError(f"{path}: not a GGUF file (magic {bytes(buf[:4])!r}, expected {GGUF_MAGIC!r})")
@@ -233,7 +235,7 @@ def _parse(buf, path: Path, size: int) -> GGUFFile:
             raise PresetError(str(path), f"tensor {name}", f"rows of {dims[0]} weights are not whole {type_name} "
                                                            f"blocks of {block}")
         tensor = GGUFTensor(name, type_name, dims, data_start + offset, n // block * type_size)
-        if tensor.offset + tensor.n_bytes > size:
+        if size is not None and tensor.offset + tensor.n_bytes > size:
             raise HetSpecError(f"{path}: truncated: tensor {name} ends at byte {tensor.offset + tensor.n_bytes:,}, "
                                f"the file has {size:,}")
         if name in tensors:

@@ -409,11 +409,12 @@ def spec_from_gguf(gguf_file, name: str | None = None) -> ModelSpec:
         raise PresetError(fields["source"], "llama", str(exc)) from None
 
 
-def load_gguf_spec(path: str | Path, name: str | None = None) -> ModelSpec:
-    """The :class:`ModelSpec` of a Llama GGUF file, its weights at their stored sizes."""
+def load_gguf_spec(path: str | Path, name: str | None = None, header_only: bool = False) -> ModelSpec:
+    """The :class:`ModelSpec` of a Llama GGUF file, its weights at their stored sizes (``header_only``: the file
+    may be the header and tensor table alone, :func:`sim.model_gguf.read_gguf`)."""
     from sim.model_gguf import read_gguf
 
-    return spec_from_gguf(read_gguf(path), name)
+    return spec_from_gguf(read_gguf(path, header_only=header_only), name)
 
 
 # ---------------------------------------------------------------------- presets

@@ -42,8 +42,10 @@ KINDS = ("model", "acceptance")
 
 def _load(kind: str, path: Path):
     if kind == "model":
-        from sim.model_spec import get_model
+        from sim.model_spec import get_model, load_gguf_spec
 
+        if path.suffix.lower() in HEADER_SUFFIXES:      # the page sends a GGUF file's start only
+            return load_gguf_spec(path, header_only=True)
         return get_model(str(path))
     from sim.acceptance import load_acceptance
 

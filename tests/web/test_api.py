@@ -129,6 +129,22 @@ def test_an_uploaded_config_is_read_as_the_cli_reads_it(client):
     assert a["model"] == "tiny-upload" and a["rows"][0]["tokens_per_s"] > 0
 
 
+def test_a_gguf_header_upload_is_priced_as_the_whole_file_is(client, smollm2_gguf):
+    """The page sends a GGUF file's first MAX_UPLOAD_BYTES: the header and tensor table give the same spec,
+    weights at their stored sizes, as ``--model FILE.gguf``; a cut inside the header is one line."""
+
+    data = smollm2_gguf.read_bytes()[:MAX_UPLOAD_BYTES]
+    r = client.post("/api/upload", params={"kind": "model", "filename": smollm2_gguf.name}, content=data)
+    assert r.status_code == 200, r.text
+    whole = get_model(str(smollm2_gguf))
+    a = client.post("/api/answer", json={"model": r.json()["id"], "platform": PLATFORM, "methods": ["ar"]}).json()
+    direct = optimize(Problem(model=whole, platform=get_platform(PLATFORM), acceptance=problem().acceptance), "ar")
+    assert a["model"] == whole.name and a["rows"][0]["tokens_per_s"] == pytest.approx(direct.best["tokens_per_s"])
+    cut = client.post("/api/upload", params={"kind": "model", "filename": "cut.gguf"}, content=data[:100_000])
+    assert cut.status_code == 400 and "truncated GGUF header" in cut.json()["error"]
+    assert len(cut.json()["error"].splitlines()) == 1
+
+
 def test_an_uploaded_acceptance_profile_is_a_choice(client):
     data = (preset_dir() / "ghidorah-mbpp.json").read_bytes()
     r = client.post("/api/upload", params={"kind": "acceptance", "filename": "mine.json"}, content=data)

@@ -141,8 +141,8 @@ def register_validate(subparsers) -> None:
                    help="fewer prompts, tokens and repeats (the acceptance run of docs/validation.md; minutes)")
     p.add_argument("--out", default=None, metavar="DIR",
                    help="output folder (default: $HETSPEC_REPORTS_DIR/validation, else "
-                        "~/.local/share/hetspec/reports/validation; the repository's committed report is "
-                        "regenerated only by --out reports/validation)")
+                        "~/.local/share/hetspec/reports/validation; a committed run record is written only by "
+                        "--out reports/runs/<date>-<machine>-<what>)")
     add_preset_flags(p)
     p.add_argument("--platform", default="host", help="calibrated platform name or .toml file (default host)")
     add_device_flags(p)

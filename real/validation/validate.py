@@ -38,7 +38,7 @@ from real.validation.trust import shown_path
 
 #: Where user runs write their reports unless ``--out`` says otherwise: ``$HETSPEC_REPORTS_DIR``,
 #: else ``platformdirs.user_data_dir("hetspec")/reports`` (``~/.local/share/hetspec/reports`` on
-#: Linux). The committed ``reports/validation/`` is regenerated only by ``--out reports/validation``.
+#: Linux). A committed run record (``reports/runs/``) is written only by an ``--out`` that names it.
 REPORTS_DIR_ENV = "HETSPEC_REPORTS_DIR"
 
 

@@ -12,7 +12,7 @@ The platform (preset format, :mod:`hwmodels.loader`) has
 
 Each number's ``source`` names what was measured, how (kernel, sizes, threads, median of how
 many) and when, on which CPU: ``measured: 18.1 GB/s by hetspec calibrate (stream triad, 3 x 128
-MiB arrays, 2 threads, median of 7) on AMD EPYC, 2025-01-01``. The raw measurements (the whole
+MiB arrays, 2 threads, median of 7) on AMD EPYC, <date>``. The raw measurements (the whole
 GEMM table, bandwidth against working-set size, overhead probe, contention) are written next to
 the platform as ``<name>.calibration.json`` for plots (``notebooks/host_calibration.ipynb``).
 

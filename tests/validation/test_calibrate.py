@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import replace
 
@@ -23,7 +24,7 @@ from sim.model_spec import ModelSpec
 from sim.plan import StepPlan, graph_tasks
 from sim.step_graph import build_step_graph, weight_working_set
 from sim.step_timing import price_step
-from tests.cli_runner import run_cli
+from cli_runner import one_line_error, run_cli
 
 
 class FakeClock:
@@ -185,6 +186,26 @@ def test_calibrate_cli_quick_writes_host_and_strict_refuses_a_noisy_one(tiny_cal
     assert main(["calibrate", "--quick", "--out", str(out)]) == 0     # without --strict: written, labelled
     capsys.readouterr()
     assert "noisy machine" in load_platform_file(out).description and "140 %" in load_platform_file(out).description
+
+
+def test_calibrate_cli_writes_a_run_record_where_asked(tiny_calibration, tmp_path, monkeypatch, capsys):
+    """``--record DIR``: the calibration's summary, measurements (with their record) and machine.json."""
+    from hetspec.cli import main
+    from real.validation.calibration import calibrate as cal_mod
+
+    cal = tiny_calibration[2]
+    monkeypatch.setattr(cal_mod, "measure", lambda settings, progress, command, budget, probes:
+                        replace(cal, command=command))
+    monkeypatch.setenv("HETSPEC_PLATFORMS_DIR", str(tmp_path))
+    record = tmp_path / "record"
+    assert main(["calibrate", "--quick", "--out", str(tmp_path / "host.toml"), "--record", str(record)]) == 0
+    capsys.readouterr()
+    assert "GEMM peak" in (record / "report.md").read_text()
+    results = json.loads((record / "results.json").read_text())
+    assert results["record"]["kind"] == "calibrate" and results["record"]["verdict"]
+    machine = json.loads((record / "machine.json").read_text())
+    assert machine["calibration"]["platform"] == str(tmp_path / "host.toml") and machine["machine"]["cores"]
+    one_line_error(capsys, "calibrate", "--device", "cpu", "--record", str(record), match="--record go with")
 
 
 def test_calibrate_cli_bad_out_is_one_line(tmp_path):

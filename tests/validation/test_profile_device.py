@@ -296,7 +296,7 @@ def test_cli_errors_are_one_line_exit_2():
     assert proc.returncode == 2 and "give cpu, cpuN, cuda or cuda:N" in proc.stderr and "Traceback" not in proc.stderr
     proc = run_cli("calibrate", "--device", "cpu", "--strict")     # a profile has no spread to refuse on
     assert proc.returncode == 2 and proc.stderr.strip().startswith(
-        "hetspec: error: --budget, --strict and --profile go with the host calibration (without --device)")
+        "hetspec: error: --budget, --strict, --profile and --record go with the host calibration (without --device)")
 
 
 def test_a_single_thread_worker_is_profiled_pinned_to_its_core_on_one_thread(tmp_path, monkeypatch):

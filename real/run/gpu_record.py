@@ -12,6 +12,7 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
+from hwmodels import atomic_files
 from sim.records import RESULTS_FILE, write_machine_json
 
 SPECULATIVE = ("chain", "draft-tree", "medusa")
@@ -69,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpu_record: no folder {args.out}", file=sys.stderr)
         return 2
     started = datetime.fromisoformat(args.started)
-    (args.out / RESULTS_FILE).write_text(json.dumps(build_results(args.out), indent=2) + "\n")
+    atomic_files.write_text(args.out / RESULTS_FILE, json.dumps(build_results(args.out), indent=2) + "\n")
     write_machine_json(args.out, command="bash scripts/gpu_report.sh " + " ".join(sys.argv[2:3]), started=started,
                        extra={"gpu": gpu_facts()})
     print(f"wrote {args.out / RESULTS_FILE} and {args.out / 'machine.json'}")

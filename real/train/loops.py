@@ -32,6 +32,7 @@ from real.model.medusa_heads import MedusaHeads
 from real.model.tokenizer import BPETokenizer
 from real.model.transformer import Transformer
 from real.train.generate import Continuations
+from sim.records.machine import x86_cpu_flags
 
 #: Medusa-1 loss weight of head k is LAMBDA_BASE ** k (Medusa §2.2, λ_k = 0.8^k).
 MEDUSA_LAMBDA_BASE = 0.8
@@ -109,19 +110,6 @@ def bf16_autocast(device: torch.device | str) -> bool:
     if device.type == "cuda":
         return bool(torch.cuda.is_bf16_supported())
     return bf16_supported()
-
-
-def x86_cpu_flags() -> frozenset[str]:
-    """The first x86 CPU's flags from ``/proc/cpuinfo``; empty where there is none (another OS or
-    architecture: an Arm CPU lists ``Features``, not ``flags``)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return frozenset(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return frozenset()
 
 
 def init_weights(model: Transformer, seed: int) -> Transformer:

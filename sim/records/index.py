@@ -8,10 +8,10 @@ the index; ``--check`` says whether the committed one is current (the suite chec
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from hwmodels import atomic_files
 from hwmodels.errors import HetSpecError
 from sim.records.machine import MACHINE_FILE, RESULTS_FILE
 
@@ -110,11 +110,7 @@ def render_index(rows: list[RunRow]) -> str:
 def write_index(root: str | Path = DEFAULT_ROOT) -> Path:
     root = Path(root)
     text = render_index(collect_runs(root))
-    path = root / INDEX_FILE
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-    return path
+    return atomic_files.write_text(root / INDEX_FILE, text)
 
 
 def index_is_current(root: str | Path = DEFAULT_ROOT) -> bool:

@@ -17,6 +17,7 @@ from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 
+from hwmodels import atomic_files
 from hwmodels.errors import HetSpecError
 
 MACHINE_FILE = "machine.json"
@@ -29,16 +30,19 @@ CPU_FLAGS = ("avx", "avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx
 PACKAGES = ("hetspec", "torch", "numpy")
 
 
-def _cpuinfo(text: str) -> tuple[str, list[str]]:
-    model, flags = "", []
+def _cpuinfo(text: str) -> tuple[str, list[str], list[str]]:
+    """The first CPU's model name, its x86 ``flags`` and its Arm ``Features`` from ``/proc/cpuinfo``'s text."""
+    model, flags, features = "", [], []
     for line in text.splitlines():
         key, _, value = line.partition(":")
         key = key.strip().lower()
         if key in ("model name", "hardware", "cpu model") and not model:
             model = value.strip()
-        elif key in ("flags", "features") and not flags:
+        elif key == "flags" and not flags:
             flags = value.split()
-    return model, flags
+        elif key == "features" and not features:
+            features = value.split()
+    return model, flags, features
 
 
 def _memory_bytes(text: str) -> int | None:
@@ -53,6 +57,25 @@ def _read(path: str) -> str:
         return ""
 
 
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo`` on Linux, else :func:`platform.processor`)."""
+    return _cpuinfo(_read("/proc/cpuinfo"))[0] or platform.processor() or platform.machine() or "unknown CPU"
+
+
+def x86_cpu_flags() -> frozenset[str]:
+    """The first x86 CPU's flags from ``/proc/cpuinfo``; empty where there is none (another OS or
+    architecture: an Arm CPU lists ``Features``, not ``flags``)."""
+    return frozenset(_cpuinfo(_read("/proc/cpuinfo"))[1])
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:           # not on Linux
+        return os.cpu_count() or 1
+
+
 def _version(package: str) -> str | None:
     try:
         return metadata.version(package)
@@ -62,17 +85,13 @@ def _version(package: str) -> str | None:
 
 def machine_facts() -> dict:
     """The machine this process runs on: CPU model and flags, cores, memory, OS, Python and package versions."""
-    model, flags = _cpuinfo(_read("/proc/cpuinfo"))
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except AttributeError:           # not on Linux
-        usable = os.cpu_count()
+    _, flags, features = _cpuinfo(_read("/proc/cpuinfo"))
     return {
-        "cpu": model or platform.processor() or platform.machine(),
-        "cpu_flags": [f for f in CPU_FLAGS if f in set(flags)],
+        "cpu": cpu_model(),
+        "cpu_flags": [f for f in CPU_FLAGS if f in set(flags) | set(features)],
         "architecture": platform.machine(),
         "cores": os.cpu_count(),
-        "usable_cores": usable,
+        "usable_cores": usable_cores(),
         "memory_bytes": _memory_bytes(_read("/proc/meminfo")),
         "os": f"{platform.system()} {platform.release()}",
         "python": platform.python_version(),
@@ -105,7 +124,4 @@ def write_machine_json(folder: str | Path, *, command: str, started: datetime, e
               "machine": machine_facts() | (extra or {}), "calibration": calibration}
     path = Path(folder) / MACHINE_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(record, indent=2) + "\n")
-    os.replace(tmp, path)
-    return path
+    return atomic_files.write_text(path, json.dumps(record, indent=2) + "\n")

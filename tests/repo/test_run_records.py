@@ -108,3 +108,12 @@ def test_machine_json_records_the_machine_the_command_and_the_times(tmp_path):
                                         ("Apple M2", "apple-m2")])
 def test_machine_slugs_name_the_cpu_vendor_and_family(cpu, slug):
     assert machine_slug({"cpu": cpu, "gpu": None}) == slug
+
+
+def test_cpuinfo_keeps_x86_flags_apart_from_arm_features():
+    from sim.records.machine import _cpuinfo
+
+    x86 = "processor\t: 0\nmodel name\t: AMD EPYC 7B13\nflags\t\t: fpu avx2 avx512f avx512_bf16\n"
+    arm = "processor\t: 0\nFeatures\t: fp asimd sve\nCPU part\t: 0xd0c\n"
+    assert _cpuinfo(x86) == ("AMD EPYC 7B13", ["fpu", "avx2", "avx512f", "avx512_bf16"], [])
+    assert _cpuinfo(arm) == ("", [], ["fp", "asimd", "sve"])

@@ -89,9 +89,7 @@ from real.validation.calibration.host_facts import (
     Calibration,
     Settings,
     WorkerMeasurement,
-    core_count,
     effective_cache,
-    cpu_model,
     llc_bytes,
     physical_memory_bytes,
     raw_path,
@@ -100,6 +98,7 @@ from real.validation.calibration.host_facts import (
 from real.validation.calibration.budget import DEFAULT_BUDGET_S, QUICK_BUDGET_S, Budget, budgeted_rounds, fits
 from real.validation.calibration.host_platform import build_platform
 from real.validation.trust import SPREAD_KEYS, SPREAD_LIMIT, MachineChanged, spread, spread_problems
+from sim.records.machine import cpu_model, usable_cores
 
 #: Shares of the budget: the all-thread benchmarks' rounds, the one-thread benchmarks' rounds; what is left
 #: goes to the streaming probes, contention, hand-off and the heterogeneous probes.
@@ -286,7 +285,7 @@ def measure(settings: Settings, progress: bool = True, command: str = "hetspec c
         single = whole if all_threads == 1 else _measure_worker(1, settings, dram_ws, cache_ws, cold_pool, tick,
                                                                 budget, ONE_THREAD_SHARE)
         bar.set_postfix_str("contention")
-        workers = 2 if core_count() >= 2 else 1
+        workers = 2 if usable_cores() >= 2 else 1
         together = mb.concurrent_stream(dram_ws, workers, settings.repeats, settings.warmup)
         tick()
         handoff = mb.handoff_latency_s(20 * settings.repeats, 10)
@@ -309,7 +308,7 @@ def measure(settings: Settings, progress: bool = True, command: str = "hetspec c
         "limits": {"spread": SPREAD_LIMIT},
     }
     return Calibration(
-        cpu=cpu_model(), cores=core_count(), date=time.strftime("%Y-%m-%d %H:%M"), settings=settings,
+        cpu=cpu_model(), cores=usable_cores(), date=time.strftime("%Y-%m-%d %H:%M"), settings=settings,
         llc_bytes=llc, llc_source=llc_source, memory_bytes=physical_memory_bytes(),
         dram_working_set_bytes=dram_ws, cache_working_set_bytes=cache_ws, all_threads=whole,
         one_thread=single, concurrent_bw_bytes_per_s=together, handoff_s=handoff,

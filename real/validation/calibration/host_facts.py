@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 import os
-import platform as pyplatform
 import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -89,25 +88,6 @@ def settings_for(quick: bool) -> Settings:
 
 
 # ---------------------------------------------------------------------------- host facts
-def cpu_model() -> str:
-    """The CPU's model name (``/proc/cpuinfo`` on Linux, else :func:`platform.processor`)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return pyplatform.processor() or pyplatform.machine() or "unknown CPU"
-
-
-def core_count() -> int:
-    """Cores this process may run on (its affinity mask where the OS has one)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
-
-
 def llc_bytes() -> tuple[int, str]:
     """Size of the last-level cache and where the number came from."""
     base = Path("/sys/devices/system/cpu/cpu0/cache")

@@ -325,7 +325,7 @@ def text_device(device_text: str, device: torch.device) -> str:
 
 
 def _cpu_name() -> str:
-    from real.validation.calibration.host_facts import cpu_model
+    from sim.records.machine import cpu_model
 
     return cpu_model()
 

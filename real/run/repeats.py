@@ -6,9 +6,9 @@ experiment of HetSpec (``run --compare``, the heterogeneous sweeps) therefore me
 *rounds*: each repeat visits every item once per round, in an order rotated by repeat and round, so a
 drift hits every item alike; results are reported as medians over repeats.
 
-:func:`paired_blocks` (the validation grid, :mod:`real.validation.measure`) times every item in short A/B
-blocks with a baseline instead: two runs back to back slow down together, so their ratio holds while the
-machine's speed moves. :func:`interleaved_repeats` can run each repeat in a process of its own, and can
+:func:`paired_blocks` (the validation grid, :mod:`real.validation.measure`) times every item in A/B pairs
+with a baseline instead, one evaluation prompt a pair: two runs back to back slow down together, so their
+ratio holds while the machine's speed moves. :func:`interleaved_repeats` can run each repeat in a process of its own, and can
 bracket each measurement with the contention guard (:mod:`real.run.contention`), which retakes a
 measurement the cores were slowed under (the heterogeneous sweeps).
 """
@@ -50,43 +50,50 @@ def interleaved(n: int, repeats: int, measure: Callable[[int, int, int], T], rou
     return out
 
 
-def paired_blocks(n: int, baseline: int, repeats: int, measure: Callable[[int, bool], T],
-                  tick: Callable[[], None] | None = None) -> tuple[list[list[T]], list[list[T]]]:
-    """Every item but ``baseline`` timed ``repeats`` times in a short A/B block with ``baseline``.
+def paired_blocks(n: int, baseline: int, repeats: int, measure: Callable[[int, int, bool], T], parts: int = 1,
+                  tick: Callable[[], None] | None = None) -> tuple[list[list[list[T]]], list[list[list[T]]]]:
+    """Every item but ``baseline`` timed ``repeats`` times in an A/B block with ``baseline``.
 
-    A block is two measurements back to back in this process: the baseline and the item, in an order that
-    alternates from block to block (so a drift within a block favours neither). In repeat ``r`` the items are
-    visited in :func:`rotation` order from ``r``. ``measure(item, first)`` takes one measurement; ``first``
-    says this item has not been measured before (a warm-up is due). Returns ``(own, paired)``: ``own[i]`` the
-    item's measurements, ``paired[i]`` the baseline's of the same blocks (aligned); the baseline's own row
-    holds every baseline measurement of the run, in order, and ``paired[baseline]`` the same list. ``tick``
-    after every block.
+    A block is ``parts`` pairs (the validation: one per evaluation prompt); a pair is the baseline and the item
+    measured back to back in this process, in an order that alternates from pair to pair and block to block
+    (so a drift favours neither), and a part is measured in both before the next. The tighter a pair, the more
+    of the machine's drift its two runs share. In repeat ``r`` the items are visited in :func:`rotation` order
+    from ``r``. ``measure(item, part, first)`` takes one measurement; ``first`` says this item has not been
+    measured before (a warm-up is due). Returns ``(own, paired)``: ``own[i][block][part]`` the item's
+    measurements, ``paired[i][block][part]`` the baseline's of the same pairs; the baseline's own row holds its
+    every block of the run, in order, and ``paired[baseline]`` the same. ``tick`` after every block.
     """
-    _check_counts(n, repeats, 1)
+    _check_counts(n, repeats, parts)
     if not 0 <= baseline < n:
         raise HetSpecError(f"paired blocks: baseline {baseline} is not one of the {n} items")
-    own: list[list[T]] = [[] for _ in range(n)]
-    paired: list[list[T]] = [[] for _ in range(n)]
+    own: list[list[list[T]]] = [[] for _ in range(n)]
+    paired: list[list[list[T]]] = [[] for _ in range(n)]
     others = [i for i in range(n) if i != baseline]
     seen: set[int] = set()
+
+    def take(j: int, part: int) -> T:
+        result = measure(j, part, j not in seen)
+        seen.add(j)
+        return result
+
     block = 0
     for rep in range(repeats):
         for k in rotation(len(others), rep) if others else []:
             i = others[k]
-            got = {}
-            for j in ((baseline, i) if block % 2 == 0 else (i, baseline)):
-                got[j] = measure(j, j not in seen)
-                seen.add(j)
-            own[i].append(got[i])
-            paired[i].append(got[baseline])
-            own[baseline].append(got[baseline])
+            mine, base = [], []
+            for part in range(parts):
+                got = {j: take(j, part) for j in ((baseline, i) if (block + part) % 2 == 0 else (i, baseline))}
+                mine.append(got[i])
+                base.append(got[baseline])
+            own[i].append(mine)
+            paired[i].append(base)
+            own[baseline].append(base)
             block += 1
             if tick is not None:
                 tick()
     if not others:                     # the baseline alone: its own repeats
         for _ in range(repeats):
-            own[baseline].append(measure(baseline, baseline not in seen))
-            seen.add(baseline)
+            own[baseline].append([take(baseline, part) for part in range(parts)])
     paired[baseline] = list(own[baseline])
     return own, paired
 
@@ -95,7 +102,7 @@ def _check_counts(n: int, repeats: int, rounds: int) -> None:
     if repeats < 1:
         raise HetSpecError(f"repeats must be >= 1, got {repeats}")
     if n < 1 or rounds < 1:
-        raise HetSpecError(f"nothing to measure: {n} items, {rounds} rounds")
+        raise HetSpecError(f"nothing to measure: {n} items, {rounds} rounds (or parts)")
 
 
 def median(values: Iterable[float]) -> float:

@@ -28,9 +28,9 @@ from real.train.demo import choose_preset
 
 #: Methods the demo predicts (the ones the single-worker real path runs).
 DEMO_METHODS = ("ar", "chain", "draft-tree", "medusa")
-#: Configurations per method kept in ``predictions.json``, fastest first: enough to find where another run's
-#: best configuration ranks in this run's prediction.
-TOP_ROWS = 20
+#: Distinct (width, depth) configurations per method kept in ``predictions.json``, fastest first: enough to
+#: find where another run's best configuration ranks in this run's prediction.
+TOP_ROWS = 40
 
 
 def say(text: str) -> None:
@@ -94,7 +94,8 @@ def predict_best(models, platform, device: str, profile, context: int) -> list[d
             rows.append({"method": method, "error": str(exc)})
             continue
         best = result.best
-        ranked = result.table.sort_values("tokens_per_s", ascending=False).head(TOP_ROWS)
+        ranked = (result.table.sort_values("tokens_per_s", ascending=False)
+                  .drop_duplicates(["tree_width", "draft_depth"]).head(TOP_ROWS))
         top = [{"tree_width": int(r.tree_width), "draft_depth": int(r.draft_depth),
                 "tokens_per_s": float(r.tokens_per_s)} for r in ranked.itertuples()]
         rows.append({"method": method, "tree_width": int(best["tree_width"]), "draft_depth": int(best["draft_depth"]),
@@ -104,14 +105,33 @@ def predict_best(models, platform, device: str, profile, context: int) -> list[d
     return rows
 
 
+#: Configurations predicted within this share of a method's best are printed beside it: where the optimum is
+#: flat, a recalibration may pick any of them.
+NEAR_BEST = 0.02
+
+
+def near_best(row: dict) -> str:
+    """The widths and depths of ``row``'s kept configurations predicted within :data:`NEAR_BEST` of its best."""
+    near = [r for r in row.get("top", ()) if r["tokens_per_s"] >= (1 - NEAR_BEST) * row["tokens_per_s"]]
+    if len(near) < 2:
+        return "-"
+
+    def span(key: str) -> str:
+        lo, hi = min(r[key] for r in near), max(r[key] for r in near)
+        return f"{lo}" if lo == hi else f"{lo}-{hi}"
+
+    return f"w {span('tree_width')}, d {span('draft_depth')}"
+
+
 def prediction_table(rows: list[dict]) -> str:
-    lines = [f"{'method':<11} {'width':>5} {'depth':>5} {'tok/step':>8} {'step ms':>8} {'tok/s':>8} {'vs ar':>6}"]
+    lines = [f"{'method':<11} {'width':>5} {'depth':>5} {'tok/step':>8} {'step ms':>8} {'tok/s':>8} {'vs ar':>6}  "
+             f"within {100 * NEAR_BEST:.0f} % of it"]
     for r in rows:
         if "error" in r:
             lines.append(f"{r['method']:<11} no prediction: {r['error']}")
             continue
         lines.append(f"{r['method']:<11} {r['tree_width']:>5} {r['draft_depth']:>5} {r['tokens_per_step']:>8.2f} "
-                     f"{r['step_ms']:>8.3f} {r['tokens_per_s']:>8.0f} {r['speedup_vs_ar']:>5.2f}x")
+                     f"{r['step_ms']:>8.3f} {r['tokens_per_s']:>8.0f} {r['speedup_vs_ar']:>5.2f}x  {near_best(r)}")
     return "\n".join(lines)
 
 

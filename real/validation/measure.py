@@ -1,17 +1,19 @@
 """The measured half of ``hetspec validate``: real decoding of the grid on held-out evaluation prompts.
 
-**The paired protocol.** Every configuration of the grid is timed in short A/B blocks with ``ar``
-(:func:`real.run.repeats.paired_blocks`): a block decodes the evaluation prompts with ``ar`` and with the
-configuration back to back, in this process, in an order that alternates from block to block; every
-configuration gets ``repeats`` blocks, visited in an order rotated by repeat. On a shared machine two runs
-back to back slow down together, so their ratio (the configuration's speedup over ``ar``) holds while the
-absolute speed moves; :mod:`real.validation.verdict` judges the ratios and sets the absolute figures beside
-the spread of the ``ar`` timings. The first run of each configuration is preceded by an untimed warm-up.
+**The paired protocol.** Every configuration of the grid is timed in A/B blocks with ``ar``
+(:func:`real.run.repeats.paired_blocks`): a block decodes each evaluation prompt with ``ar`` and with the
+configuration back to back (a pair, tens of milliseconds on a small model), in this process, in an order that
+alternates from pair to pair; every configuration gets ``repeats`` blocks, visited in an order rotated by
+repeat. On a shared machine two runs back to back slow down together, so their ratio (the configuration's
+speedup over ``ar``) holds while the absolute speed moves; the speed of a shared machine drifts within a
+second, so the pairs are as short as one prompt. :mod:`real.validation.verdict` judges the ratios and sets
+the absolute figures beside the spread of the ``ar`` timings. The first run of each configuration is
+preceded by an untimed warm-up.
 
 Reported per point: the median over its blocks of the mean step time (decode seconds / decode steps) and
-of the decode throughput, the same of the ``ar`` runs paired with it, the tokens per step (greedy decoding
-is deterministic, so the same in every block), draft passes per step, and the per-phase time of the median
-block's trace.
+of the decode throughput, the same of the ``ar`` runs paired with it, every pair's decode seconds and
+tokens (what the paired verdict is computed from), the tokens per step (greedy decoding is deterministic, so
+the same in every block), draft passes per step, and the per-phase time of the median block's trace.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ class Measurement:
     tps_samples: tuple[float, ...]
     ar_step_samples: tuple[float, ...]     # the ar runs of the same blocks (aligned)
     ar_tps_samples: tuple[float, ...]
+    pairs: dict                     # per block and prompt: decode_s, tokens, ar_decode_s, ar_tokens
     phase_ms: dict                  # ms per step: draft, verify, accept, other (median block)
     verified_per_step: float        # tokens in each verification pass: proposed + 1 (the root)
 
@@ -41,8 +44,8 @@ class Measurement:
 def measure_grid(models, points: Sequence[GridPoint], configs: Sequence, prompts: Sequence[Sequence[int]],
                  max_new_tokens: int, repeats: int, worker: str = "cpu",
                  tick: Callable[[], None] | None = None) -> tuple[Measurement, ...]:
-    """Decode ``prompts`` with every (point, config) in ``repeats`` A/B blocks with the grid's ``ar`` point
-    (module docstring); ``tick`` after every block."""
+    """Decode ``prompts`` with every (point, config) in ``repeats`` A/B blocks with the grid's ``ar`` point,
+    one pair a prompt (module docstring); ``tick`` after every block."""
     from real.run.repeats import paired_blocks
     from real.run.session import run_prompts
 
@@ -51,21 +54,41 @@ def measure_grid(models, points: Sequence[GridPoint], configs: Sequence, prompts
         raise HetSpecError("the validation grid needs its ar point: every configuration is timed against it")
     prompts = [list(p) for p in prompts]
 
-    def run(i: int, first: bool):
-        return run_prompts(models, points[i].method, configs[i], prompts, max_new_tokens, warmup=first, worker=worker)
+    def run(i: int, part: int, first: bool):
+        return run_prompts(models, points[i].method, configs[i], [prompts[part]], max_new_tokens, seed=part,
+                           warmup=first, worker=worker)
 
-    own, paired = paired_blocks(len(points), baseline, repeats, run, tick)
+    own, paired = paired_blocks(len(points), baseline, repeats, run, parts=len(prompts), tick=tick)
     return summarize(points, own, paired)
 
 
+def merged(runs) -> object:
+    """One block's runs of a configuration (one a prompt) as one :class:`~real.run.session.RunResult`."""
+    from real.run.session import RunResult
+
+    return RunResult(method=runs[0].method, config=runs[0].config,
+                     results=tuple(x for r in runs for x in r.results),
+                     records=tuple(x for r in runs for x in r.records))
+
+
+def pairs_of(blocks, ar_blocks) -> dict:
+    """Every pair's decode seconds and tokens, per block and prompt, of a configuration and its ``ar``."""
+    def table(rows, key):
+        return [[getattr(r, key) for r in block] for block in rows]
+
+    return {"decode_s": table(blocks, "decode_s"), "tokens": table(blocks, "decode_tokens"),
+            "ar_decode_s": table(ar_blocks, "decode_s"), "ar_tokens": table(ar_blocks, "decode_tokens")}
+
+
 def summarize(points: Sequence[GridPoint], own, paired) -> tuple[Measurement, ...]:
-    """Per point, its blocks' runs (``own[i]``, :class:`~real.run.session.RunResult`) and the ar runs paired
-    with them (``paired[i]``) summarized."""
+    """Per point, its blocks' runs (``own[i][block][prompt]``, :class:`~real.run.session.RunResult`) and the ar
+    runs paired with them (``paired[i]``) summarized."""
     from real.run.compare import phase_breakdown
     from real.run.repeats import median, median_index
 
     out = []
-    for point, results, ars in zip(points, own, paired):
+    for point, own_blocks, ar_blocks in zip(points, own, paired):
+        results, ars = [merged(b) for b in own_blocks], [merged(b) for b in ar_blocks]
         steps = [r.decode_s / r.steps for r in results]
         tps = [r.tokens_per_s for r in results]
         median_run = results[median_index([r.decode_s for r in results])]
@@ -76,5 +99,6 @@ def summarize(points: Sequence[GridPoint], own, paired) -> tuple[Measurement, ..
             draft_passes_per_step=sum(x.draft_passes for x in median_run.results) / median_run.steps,
             step_samples=tuple(steps), tps_samples=tuple(tps),
             ar_step_samples=tuple(r.decode_s / r.steps for r in ars), ar_tps_samples=tuple(r.tokens_per_s for r in ars),
+            pairs=pairs_of(own_blocks, ar_blocks),
             phase_ms=phase_breakdown(median_run), verified_per_step=1.0 + proposed / median_run.steps))
     return tuple(out)

@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 
 from hwmodels import atomic_files
-from real.validation.verdict import headline, pct
+from real.validation.verdict import CONFIDENCE, headline, pct, speedup_interval
 
 PLOTS = {"step_latency": "step_latency.png", "tokens_per_s": "tokens_per_s.png", "errors": "errors.png",
          "random_weight": "random_weight_timing.png"}
@@ -88,14 +88,18 @@ def verdict_section(doc: dict) -> list[str]:
     v0 = doc["verdicts"][0]
     t = v0["targets"]
     lines = ["## Verdict: predicted speedups over ar against the paired measurements", "",
-             f"Every configuration was timed in {doc['settings']['repeats']} A/B blocks with `ar`, back to back in "
-             "one process; a configuration's measured speedup is the median over its blocks of its tokens/s over "
-             "the paired `ar` run's. Per speculative method: the median error of the predicted speedup over `ar` "
+             f"Every configuration was timed in {doc['settings']['repeats']} A/B blocks with `ar` in one process, "
+             "each block one pair per evaluation prompt (`ar` and the configuration back to back); a "
+             "configuration's measured speedup is its tokens/s over the paired `ar` runs', summed over all its "
+             f"pairs, and the paired band (±{pct(v0['paired']['band'], False)}) the median half-width of the "
+             f"{100 * CONFIDENCE:.0f} % interval of a measured speedup, from a bootstrap redrawing each prompt's "
+             "pairs among its blocks; the paired figures are judged where it is under their target. "
+             "Per speculative method: the median error of the predicted speedup over `ar` "
              f"(target {pct(t['speedup_error'], False)}) and the regret of the predicted best configuration "
              f"(1 - measured speedup of the predicted best / the highest measured speedup; target "
              f"{pct(t['regret'], False)}). Absolute step-latency and tokens/s errors are judged against "
              f"{pct(t['absolute_error'], False)} only where the run's noise band (P90 - P10 over the median of "
-             f"every `ar` step time the blocks took: {pct(v0['noise_band'], False)}) is narrower than that.", ""]
+             f"the `ar` seconds per token of every pair: {pct(v0['noise_band'], False)}) is narrower than that.", ""]
     for v in doc["verdicts"]:
         lines += [f"**{headline(v)}**", ""]
     lines += ["| pricing | method | configs | speedup error | regret | predicted best | measured best "
@@ -173,7 +177,7 @@ def markdown(doc: dict, extra: list[str] | None = None) -> str:
               f"![errors]({PLOTS['errors']})", ""]
     lines += ["## Every configuration", "",
               "Step latency in ms per decode step (measured: median, min-max over blocks); speedup over ar predicted "
-              "/ measured (median of the paired ratios); tokens/step measured vs "
+              f"/ measured (all its pairs pooled; in brackets its {100 * CONFIDENCE:.0f} % interval); tokens/step measured vs "
               "predicted from the replayed tables (in brackets: from independent per-head accuracies / Omega(γ, α), "
               "what a profile without replay gives).", "",
               "| config | speedup pred / meas | pred step ms | meas step ms | error | pred tok/step | meas tok/step "
@@ -188,7 +192,9 @@ def markdown(doc: dict, extra: list[str] | None = None) -> str:
         indep = r["pred_tokens_per_step_independent"]
         tok = _f(r["pred_tokens_per_step"]) + (f" ({_f(indep)})" if indep is not None else "")
         s = speedups.get(r["label"], {})
-        lines.append(f"| {r['label']} | {_f(s.get('predicted'))} / {_f(s.get('measured'))} | {_f(r['pred_step_ms'], 3)} "
+        lo, hi = speedup_interval(r)
+        within = f" ({_f(lo)}-{_f(hi)})" if r["method"] != "ar" and math.isfinite(lo) else ""
+        lines.append(f"| {r['label']} | {_f(s.get('predicted'))} / {_f(s.get('measured'))}{within} | {_f(r['pred_step_ms'], 3)} "
                      f"| {_f(r['meas_step_ms'], 3)} "
                      f"({_f(r['meas_step_ms_min'], 3)}-{_f(r['meas_step_ms_max'], 3)}) | {_spct(r['step_error_signed'])} "
                      f"| {tok} | {_f(r['meas_tokens_per_step'])} | {_f(r['pred_tokens_per_s'], 1)} | "

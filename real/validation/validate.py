@@ -128,6 +128,7 @@ def _row(point, pred, meas) -> dict:
         "meas_tokens_per_s_samples": list(meas.tps_samples),
         "ar_step_ms_samples": [s * 1e3 for s in meas.ar_step_samples],
         "ar_tokens_per_s_samples": list(meas.ar_tps_samples),
+        "pairs": {k: [[round(x, 7) for x in block] for block in v] for k, v in meas.pairs.items()},
     }
 
 

@@ -1,12 +1,13 @@
 """The paired verdict of ``hetspec validate`` and ``hetspec demo`` (pure functions, no torch).
 
-Every configuration is timed in short A/B blocks with ``ar`` (:func:`real.run.repeats.paired_blocks`), so
-each of its timings has an ``ar`` timing taken just before or after it in the same process. Two runs back to
-back slow down together on a shared machine: their ratio holds while the absolute speed moves.
+Every configuration is timed in A/B blocks with ``ar`` (:func:`real.run.repeats.paired_blocks`), one pair
+per evaluation prompt, so each of its timings has an ``ar`` timing of the same prompt taken just before or
+after it in the same process. Two runs back to back slow down together on a shared machine: their ratio holds
+while the absolute speed moves.
 
-For configuration ``c`` and its pairs ``k``:
+For configuration ``c``, its blocks ``b`` and prompts ``p`` (decode seconds ``t``, decode tokens ``n``):
 
-- measured speedup ``S_c = median_k(tps_c,k / tps_ar,k)``;
+- measured speedup ``S_c = (sum n_c / sum t_c) / (sum n_ar / sum t_ar)`` over all its pairs;
 - predicted speedup ``P_c = pred_tps_c / pred_tps_ar`` (both priced from the calibration alone);
 - speedup error ``|P_c - S_c| / S_c``.
 
@@ -14,11 +15,13 @@ Per speculative method the headline is the **median speedup error** over its con
 **regret** of the predicted best ``p = argmax_c P_c``: ``1 - S_p / max_c S_c``.
 
 The **noise band** of a run is the spread of its ``ar`` timings across the run,
-``(P90 - P10) / median`` of every ``ar`` step time the blocks took. An absolute error (step latency,
+``(P90 - P10) / median`` of the ``ar`` seconds per token of every pair. An absolute error (step latency,
 tokens/s) is judged against its target only where the band is narrower than that target; otherwise the
-verdict says it cannot judge it, and by how many points the band is wider. The same holds for the paired
-figures with their own band, the spread of the paired speedups (:func:`paired_band`). A relative error
-above :data:`ERROR_LIMIT` is never presented as a result.
+verdict says it cannot judge it, and by how many points the band is wider. The paired figures have a band of
+their own (:func:`paired_band`): how far the noise leaves each measured speedup uncertain, the half-width of
+its :data:`CONFIDENCE` interval, from a bootstrap that redraws each prompt's pairs among its blocks (a
+prompt's own speedup is not noise, so prompts are never mixed); the paired figures are judged where that
+half-width is under their target. A relative error above :data:`ERROR_LIMIT` is never presented as a result.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
+import numpy as np
+
 from real.validation.metrics import relative_error
 from real.validation.trust import band
 
@@ -35,6 +40,10 @@ from real.validation.trust import band
 SPECULATIVE = ("chain", "draft-tree", "medusa")
 #: A relative error above this is shown as out of range, not as a result.
 ERROR_LIMIT = 1.0
+#: The share of a measured speedup's bootstrap distribution its interval covers, and the draws it takes (a
+#: fixed seed: the same pairs give the same interval).
+CONFIDENCE = 0.90
+BOOTSTRAP_DRAWS = 2000
 
 
 @dataclass(frozen=True)
@@ -56,20 +65,76 @@ def targets_for(quick: bool) -> Targets:
 
 
 def noise_band(rows: Sequence[dict]) -> float:
-    """The band of every ``ar`` step time the run's blocks took (``ar_step_ms_samples`` of the ar row)."""
+    """The band of every ``ar`` timing the run's pairs took: each pair's seconds per token of ``ar`` (a row of
+    an older run: its blocks' ``ar`` step times)."""
     ar = next((r for r in rows if r["method"] == "ar"), None)
-    return band(ar.get("ar_step_ms_samples") or ar["meas_step_ms_samples"]) if ar else float("nan")
+    if ar is None:
+        return float("nan")
+    if "pairs" in ar:
+        return band([t / n for tb, nb in zip(ar["pairs"]["ar_decode_s"], ar["pairs"]["ar_tokens"])
+                     for t, n in zip(tb, nb) if n > 0])
+    return band(ar.get("ar_step_ms_samples") or ar["meas_step_ms_samples"])
+
+
+def pair_tables(row: dict) -> tuple[np.ndarray, ...]:
+    """``(t, n, t_ar, n_ar)`` of ``row``'s pairs, each blocks x prompts; a row of an older run, which kept only
+    each block's tokens/s, as one prompt a block (its blocks' reciprocal throughputs)."""
+    if "pairs" in row:
+        p = row["pairs"]
+        return tuple(np.asarray(p[k], dtype=float) for k in ("decode_s", "tokens", "ar_decode_s", "ar_tokens"))
+    own, ar = row["meas_tokens_per_s_samples"], row["ar_tokens_per_s_samples"]
+    keep = [(a, b) for a, b in zip(own, ar) if a > 0 and b > 0]
+    t = np.array([[1.0 / a] for a, _ in keep]).reshape(-1, 1)
+    t_ar = np.array([[1.0 / b] for _, b in keep]).reshape(-1, 1)
+    return t, np.ones_like(t), t_ar, np.ones_like(t_ar)
+
+
+def pooled(t, n, t_ar, n_ar) -> np.ndarray:
+    """The speedup of pairs summed over their last axis (prompts): tokens/s over the paired ar's."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return (n.sum(-1) / t.sum(-1)) / (n_ar.sum(-1) / t_ar.sum(-1))
+
+
+def measured_speedup(row: dict) -> float:
+    """``row``'s measured speedup over ar, from all its pairs (module docstring)."""
+    tables = pair_tables(row)
+    if tables[0].size == 0:
+        return float("nan")
+    return float(pooled(*(x.reshape(1, -1) for x in tables))[0])
 
 
 def speedup_samples(row: dict) -> list[float]:
-    """The measured speedups over ar of ``row``'s pairs (its tokens/s over the paired ar's)."""
-    own, ar = row["meas_tokens_per_s_samples"], row["ar_tokens_per_s_samples"]
-    return [a / b for a, b in zip(own, ar) if a > 0 and b > 0]
+    """The measured speedup of each of ``row``'s blocks (its tokens/s over the paired ar's in that block)."""
+    return [float(x) for x in pooled(*pair_tables(row))]
+
+
+def speedup_interval(row: dict) -> tuple[float, float]:
+    """The :data:`CONFIDENCE` interval of ``row``'s measured speedup: a bootstrap that redraws, for every prompt
+    apart, which of its blocks' pairs counts, its reach from the measured speedup widened by ``sqrt(B / (B - 1))``
+    for ``B`` blocks (the small-sample correction of a bootstrap's spread). NaN with fewer than two blocks:
+    nothing to tell noise by."""
+    tables = pair_tables(row)
+    blocks, prompts = tables[0].shape if tables[0].ndim == 2 else (0, 0)
+    if blocks < 2:
+        return float("nan"), float("nan")
+    pick = np.random.default_rng(0).integers(0, blocks, size=(BOOTSTRAP_DRAWS, prompts))
+    cols = np.arange(prompts)
+    draws = pooled(*(x[pick, cols] for x in tables))
+    lo, hi = np.quantile(draws, [(1 - CONFIDENCE) / 2, (1 + CONFIDENCE) / 2])
+    centre, widen = measured_speedup(row), math.sqrt(blocks / (blocks - 1))   # a bootstrap of B values reads
+    return float(centre - widen * (centre - lo)), float(centre + widen * (hi - centre))   # the spread sqrt((B-1)/B) narrow
+
+
+def speedup_uncertainty(row: dict) -> float:
+    """The half-width of :func:`speedup_interval`, as a share of the measured speedup."""
+    lo, hi = speedup_interval(row)
+    s = measured_speedup(row)
+    return (hi - lo) / (2 * s) if s > 0 else float("nan")
 
 
 def paired_band(rows: Sequence[dict]) -> float:
-    """The median over the speculative configurations of the band of their paired speedups."""
-    bands = [band(speedup_samples(r)) for r in rows if r["method"] in SPECULATIVE]
+    """The median over the speculative configurations of their :func:`speedup_uncertainty`."""
+    bands = [speedup_uncertainty(r) for r in rows if r["method"] in SPECULATIVE]
     bands = [b for b in bands if math.isfinite(b)]
     return statistics.median(bands) if bands else float("nan")
 
@@ -97,7 +162,7 @@ def method_verdicts(rows: Sequence[dict]) -> list[dict]:
         pts = [r for r in rows if r["method"] == method]
         if not pts:
             continue
-        measured = [_median(speedup_samples(r)) for r in pts]
+        measured = [measured_speedup(r) for r in pts]
         predicted = [r["pred_tokens_per_s"] / ar["pred_tokens_per_s"] for r in pts]
         errors = [relative_error(p, m) for p, m in zip(predicted, measured)]
         p_best = max(range(len(pts)), key=lambda i: predicted[i])
@@ -154,15 +219,16 @@ def headline(v: dict) -> str:
     figures = "; ".join(f"{m['method']} speedup error {pct(m['median_speedup_error'])}, regret {pct(m['regret'])}"
                         for m in spec) or "no speculative method measured"
     p, a = v["paired"], v["absolute"]
+    paired = f"paired band ±{pct(p['band'], False)} ({100 * CONFIDENCE:.0f} % interval of a measured speedup)"
     if not p["judged"]:
-        judgement = (f"paired band {pct(p['band'], False)} is wider than the {pct(t['speedup_error'], False)} target"
+        judgement = (f"{paired} is wider than the {pct(t['speedup_error'], False)} target"
                      + (f" by {100 * p['wider_by']:.1f} points" if p["wider_by"] is not None else "")
                      + ": too noisy to judge")
     elif spec and all(m["meets_paired"] for m in spec):
-        judgement = f"meets the {t['label']} targets ({pct(t['speedup_error'], False)}, {pct(t['regret'], False)})"
+        judgement = f"{paired}: meets the {t['label']} targets ({pct(t['speedup_error'], False)}, {pct(t['regret'], False)})"
     else:
         missed = [m["method"] for m in spec if not m["meets_paired"]]
-        judgement = f"misses the {t['label']} targets: {', '.join(missed)}"
+        judgement = f"{paired}: misses the {t['label']} targets: {', '.join(missed)}"
     absolute = (f"noise band {pct(a['band'], False)}: absolute errors judged against {pct(t['absolute_error'], False)}"
                 if a["judged"] else
                 f"noise band {pct(a['band'], False)}: absolute errors not judged (band wider than the "

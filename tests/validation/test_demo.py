@@ -101,3 +101,20 @@ def test_the_demo_calibrates_inside_the_budget_and_profiles_only_its_preset(monk
     platform = demo_job.host_platform(False, "cpu", "tiny")
     assert platform.device("cpu") and seen["calibrate"] == {} and seen["quick"] and seen["models"] == ["demo:tiny"]
     assert "at most 75 s of micro-benchmarks" in capsys.readouterr().err
+
+
+def test_the_prediction_table_names_the_configurations_near_each_best():
+    """Where the optimum is flat the table says which configurations a recalibration might pick instead."""
+    from real.validation.demo_job import prediction_table
+
+    top = [{"tree_width": w, "draft_depth": 3, "tokens_per_s": t} for w, t in ((16, 1000.0), (12, 990.0), (24, 981.0),
+                                                                               (8, 950.0))]
+    rows = [{"method": "medusa", "tree_width": 16, "draft_depth": 3, "tokens_per_step": 2.5, "step_ms": 2.5,
+             "tokens_per_s": 1000.0, "speedup_vs_ar": 1.6, "top": top},
+            {"method": "ar", "tree_width": 1, "draft_depth": 0, "tokens_per_step": 1.0, "step_ms": 1.6,
+             "tokens_per_s": 625.0, "speedup_vs_ar": 1.0, "top": top[:1]},
+            {"method": "chain", "error": "no draft"}]
+    lines = prediction_table(rows).splitlines()
+    assert "within 2 % of it" in lines[0]
+    assert lines[1].endswith("w 12-24, d 3") and lines[2].endswith("-")      # w=8 is 5 % off: not near
+    assert "no prediction: no draft" in lines[3]

@@ -156,6 +156,9 @@ def test_every_configuration_is_timed_in_blocks_with_ar(tiny_demo):
     chain, ar = measure_grid(tiny_demo, points, configs, prompts, 10, 3, tick=lambda: ticks.append(1))
     assert len(ticks) == 3 and len(chain.step_samples) == len(chain.ar_step_samples) == 3
     assert ar.step_samples == ar.ar_step_samples and len(ar.step_samples) == 3
+    # one pair per prompt in every block: greedy decoding gives each prompt the same tokens in every block
+    assert [len(b) for b in chain.pairs["decode_s"]] == [2, 2, 2] and chain.pairs["ar_tokens"] == ar.pairs["tokens"]
+    assert chain.pairs["tokens"][0] == chain.pairs["tokens"][2] and all(t > 0 for b in chain.pairs["decode_s"] for t in b)
     assert chain.tokens_per_step > 1.0 and ar.tokens_per_step == 1.0
     with pytest.raises(HetSpecError, match="needs its ar point"):
         measure_grid(tiny_demo, points[:1], configs[:1], prompts, 4, 1)

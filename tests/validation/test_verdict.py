@@ -13,8 +13,11 @@ from real.validation.verdict import (
     QUICK_TARGETS,
     headline,
     headline_figures,
+    measured_speedup,
     record,
+    speedup_interval,
     speedup_samples,
+    speedup_uncertainty,
     verdict,
     verdict_table,
 )
@@ -28,35 +31,45 @@ PREDICTED_TPS = {k: 1.3 * v * (1.05 if k == "chain g=2" else 1.0) for k, v in TR
 TOKENS = 64
 
 
+PROMPTS = 2
+
+
 class SlowingMachine:
     """A fake machine: each run takes its configuration's quiet time times the machine's slowdown at that
-    moment, on a fake clock; the slowdown moves between 1x and 2.2x from one block to the next (the pattern
-    of a shared machine), the same for both runs of a block."""
+    moment, on a fake clock; the slowdown moves between 1x and 2.2x from one A/B pair to the next (the pattern
+    of a shared machine), the same for both runs of a pair."""
 
     def __init__(self, pattern=(1.0, 2.2, 1.4, 1.9, 1.1, 2.0)):
         self.pattern, self.now, self.runs = pattern, 0.0, 0
 
-    def run(self, label: str) -> tuple[float, float]:
-        slowdown = self.pattern[(self.runs // 2) % len(self.pattern)]    # one slowdown per A/B block
+    def run(self, label: str) -> float:
+        slowdown = self.pattern[(self.runs // 2) % len(self.pattern)]    # one slowdown per A/B pair
         seconds = TOKENS / TRUE_TPS[label] * slowdown
         self.now += seconds
         self.runs += 1
-        return seconds, TOKENS / seconds
+        return seconds
+
+
+def row_of(label: str, mine, ar) -> dict:
+    """A results.json row from a configuration's blocks of pair timings and its ar's (``[block][prompt]`` s)."""
+    per_block = TOKENS * len(mine[0])
+    tps = [per_block / sum(b) for b in mine]
+    steps = [1e3 * sum(b) / per_block for b in mine]
+    return {"method": label.split()[0], "label": label, "missing": None,
+            "pred_tokens_per_s": PREDICTED_TPS[label], "pred_step_ms": 1e3 / PREDICTED_TPS[label],
+            "meas_tokens_per_s": sorted(tps)[len(tps) // 2], "meas_step_ms": sorted(steps)[len(steps) // 2],
+            "meas_tokens_per_s_samples": tps, "meas_step_ms_samples": steps,
+            "ar_tokens_per_s_samples": [per_block / sum(b) for b in ar],
+            "ar_step_ms_samples": [1e3 * sum(b) / per_block for b in ar],
+            "pairs": {"decode_s": mine, "tokens": [[TOKENS] * len(b) for b in mine],
+                      "ar_decode_s": ar, "ar_tokens": [[TOKENS] * len(b) for b in ar]}}
 
 
 def rows_from(machine: SlowingMachine, repeats: int = 3) -> list[dict]:
     labels = list(TRUE_TPS)
-    own, paired = paired_blocks(len(labels), 0, repeats, lambda i, first: machine.run(labels[i]))
-    rows = []
-    for label, mine, ar in zip(labels, own, paired):
-        tps = [t for _, t in mine]
-        steps = [1e3 * s / TOKENS for s, _ in mine]
-        rows.append({"method": label.split()[0], "label": label, "missing": None,
-                     "pred_tokens_per_s": PREDICTED_TPS[label], "pred_step_ms": 1e3 / PREDICTED_TPS[label],
-                     "meas_tokens_per_s": sorted(tps)[len(tps) // 2], "meas_step_ms": sorted(steps)[len(steps) // 2],
-                     "meas_tokens_per_s_samples": tps, "meas_step_ms_samples": steps,
-                     "ar_tokens_per_s_samples": [t for _, t in ar], "ar_step_ms_samples": [1e3 * s / TOKENS for s, _ in ar]})
-    return rows
+    own, paired = paired_blocks(len(labels), 0, repeats, lambda i, part, first: machine.run(labels[i]),
+                                parts=PROMPTS)
+    return [row_of(label, mine, ar) for label, mine, ar in zip(labels, own, paired)]
 
 
 def test_paired_ratios_hold_under_a_slowdown_pattern_while_the_absolute_errors_are_flagged():
@@ -107,12 +120,29 @@ def test_a_wrong_pick_costs_regret_and_misses_the_targets():
 
 def test_paired_speedups_too_noisy_to_judge_say_so_with_their_band():
     rows = rows_from(SlowingMachine())
-    for r in rows:                       # the ar of each pair timed in another state of the machine
+    factors = ((2.0, 0.7), (1.0, 1.5), (0.6, 1.2))       # the ar of each pair timed in another state of the machine
+    for r in rows:
         if r["method"] != "ar":
-            r["ar_tokens_per_s_samples"] = [a * f for a, f in zip(r["ar_tokens_per_s_samples"], (0.5, 1.0, 1.6))]
+            r["pairs"]["ar_decode_s"] = [[t * f for t, f in zip(b, fs)] for b, fs in zip(r["pairs"]["ar_decode_s"], factors)]
     v = verdict(rows, QUICK_TARGETS)
     assert not v["paired"]["judged"] and v["paired"]["band"] > QUICK_TARGETS.speedup_error
-    assert "too noisy to judge" in headline(v) and "paired band" in headline(v)
+    line = headline(v)
+    assert "too noisy to judge" in line and f"paired band ±{100 * v['paired']['band']:.1f} %" in line
+
+
+def test_the_paired_band_is_noise_only_a_prompts_own_speedup_is_not():
+    """Two prompts whose speedups differ (2x and 1x) but repeat exactly: no noise, so no band; the same pairs with
+    one block's timings moved get a band, and a single block has none to tell noise by."""
+    exact = [[1.0, 2.0]] * 4
+    row = row_of("chain g=1", exact, [[2.0, 2.0]] * 4)
+    assert measured_speedup(row) == pytest.approx((2 * TOKENS / 3.0) / (2 * TOKENS / 4.0))
+    assert speedup_interval(row) == pytest.approx((4 / 3, 4 / 3)) and speedup_uncertainty(row) == pytest.approx(0.0)
+    noisy = row_of("chain g=1", [[1.0, 2.0], [1.3, 2.0], [1.0, 2.6], [0.9, 2.0]], [[2.0, 2.0]] * 4)
+    lo, hi = speedup_interval(noisy)
+    assert lo < measured_speedup(noisy) < hi and speedup_uncertainty(noisy) > 0.02
+    assert speedup_interval(noisy) == speedup_interval(noisy)          # a fixed seed: the same pairs, the same interval
+    single = row_of("chain g=1", [[1.0, 2.0]], [[2.0, 2.0]])
+    assert math.isnan(speedup_uncertainty(single))
 
 
 def test_the_record_is_flat_and_names_its_kind():

@@ -67,19 +67,33 @@ def test_paired_blocks_time_each_item_beside_the_baseline_in_alternating_order()
     from real.run.repeats import paired_blocks
 
     order = []
-    own, paired = paired_blocks(3, 0, 2, lambda i, first: order.append((i, first)) or len(order))
+    own, paired = paired_blocks(3, 0, 2, lambda i, part, first: order.append((i, first)) or len(order))
     # repeat 1: items 1, 2; repeat 2 rotated: 2, 1; the baseline first, then second, block by block
     assert [i for i, _ in order] == [0, 1, 2, 0, 0, 2, 1, 0]
     assert [first for _, first in order] == [True, True, True, False, False, False, False, False]
-    assert own[1] == [2, 7] and paired[1] == [1, 8]          # each item's runs and the baseline's of its blocks
-    assert own[2] == [3, 6] and paired[2] == [4, 5]
-    assert own[0] == paired[0] == [1, 4, 5, 8]               # the baseline's every run, in order
+    assert own[1] == [[2], [7]] and paired[1] == [[1], [8]]      # each item's runs and the baseline's of its blocks
+    assert own[2] == [[3], [6]] and paired[2] == [[4], [5]]
+    assert own[0] == paired[0] == [[1], [4], [5], [8]]           # the baseline's every block, in order
+
+
+def test_a_block_is_one_pair_per_part_alternating_which_runs_first():
+    from real.run.repeats import paired_blocks
+
+    order = []
+    own, paired = paired_blocks(2, 0, 2, lambda i, part, first: order.append((i, part)) or len(order), parts=3)
+    # block 1: parts 0, 1, 2 with the baseline first, second, first; block 2 starts with the item first
+    assert order == [(0, 0), (1, 0), (1, 1), (0, 1), (0, 2), (1, 2),
+                     (1, 0), (0, 0), (0, 1), (1, 1), (1, 2), (0, 2)]
+    assert own[1] == [[2, 3, 6], [7, 10, 11]] and paired[1] == [[1, 4, 5], [8, 9, 12]]
+    assert own[0] == paired[0] == paired[1]
+    with pytest.raises(HetSpecError, match="parts"):
+        paired_blocks(2, 0, 1, lambda i, part, first: 0, parts=0)
 
 
 def test_paired_blocks_of_the_baseline_alone_are_its_repeats_and_a_bad_baseline_is_refused():
     from real.run.repeats import paired_blocks
 
-    own, paired = paired_blocks(1, 0, 3, lambda i, first: first)
-    assert own == paired == [[True, False, False]]
+    own, paired = paired_blocks(1, 0, 3, lambda i, part, first: first)
+    assert own == paired == [[[True], [False], [False]]]
     with pytest.raises(HetSpecError, match="baseline 2"):
-        paired_blocks(2, 2, 1, lambda i, first: 0)
+        paired_blocks(2, 2, 1, lambda i, part, first: 0)

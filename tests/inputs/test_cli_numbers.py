@@ -168,6 +168,45 @@ def test_run_compare_says_which_methods_run_without_a_knob(monkeypatch, capsys):
         capsys.readouterr().err
 
 
+def test_a_sweep_option_some_methods_take_narrows_those_and_names_the_others(tmp_path, capsys):
+    out = tmp_path / "t.csv"
+    assert main(["sweep", "--models", "llama3.1-8b", "--platforms", "tenstorrent-n150x8", "--methods", "ar,alspec",
+                 "--acceptance", "alspec-llama3.1-8b", "--option", "lam=0.2", "--no-progress", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "hetspec: note: --option lam does not apply to ar: swept over their own search space" in err
+    import pandas as pd
+
+    table = pd.read_csv(out)
+    assert set(table.loc[table["method"] == "alspec", "lam"]) == {0.2}
+    assert table.loc[table["method"] != "alspec", "lam"].isna().all()
+
+
+#: Every knob flag of the decode methods (sim.knobs.KNOBS), an --option and the simulator's tree file.
+KNOB_FLAGS = ("--tree-width", "--width", "--draft-depth", "--gamma", "--partition-ratio", "--top-k", "--drafter",
+              "--lambda", "--window", "--workers", "--memory-budget", "--tree", "--option", "--tree-choices")
+
+
+def test_the_knob_flags_listed_are_every_knob():
+    from sim.knobs import KNOBS
+
+    assert {k.flag for k in KNOBS.values()} <= set(KNOB_FLAGS)
+
+
+@pytest.mark.parametrize("command", ["validate", "demo"])
+@pytest.mark.parametrize("knob", KNOB_FLAGS)
+def test_validate_and_demo_take_no_knob_and_refuse_one(monkeypatch, capsys, command, knob):
+    """validate and demo run their own fixed grid: a knob is not taken, so argparse refuses it (exit 2)
+    before anything runs."""
+    import real.validation.commands as commands
+
+    for handler in ("handle_validate", "handle_demo"):
+        monkeypatch.setattr(commands, handler, lambda args: pytest.fail("ran with a stray knob"))
+    with pytest.raises(SystemExit) as exit_:
+        main([command, knob, "8"])
+    assert exit_.value.code == 2
+    assert f"hetspec: error: unrecognized arguments: {knob} 8" in capsys.readouterr().err
+
+
 # ---------------------------------------------------------------------- the helpers themselves
 def test_check_int_refuses_bools_and_floats():
     from hwmodels.errors import HetSpecError

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hwmodels.errors import HetSpecError, PresetError
-from sim.model_spec import field_float, field_int
+from sim.model_fields import field_float, field_int
 
 GGUF_MAGIC = b"GGUF"
 #: Versions with 64-bit counts and lengths (version 1 used 32-bit ones and is no longer written).
@@ -292,7 +292,7 @@ def spec_fields(gf: GGUFFile, name: str | None = None) -> dict:
     if arch != "llama":
         raise PresetError(where, "general.architecture", f"{arch!r} is not supported (HetSpec runs the llama "
                                                          f"architecture)")
-    # every number by the checkers of a config.json (sim.model_spec): one definition of each type and range
+    # every number by the checkers of a config.json (sim.model_fields): one definition of each type and range
     if field_int(meta, where, "llama.expert_count", default=0, low=0):
         raise PresetError(where, "llama.expert_count", "mixture-of-experts models are not supported")
     n_layers = field_int(meta, where, "llama.block_count")

@@ -18,6 +18,7 @@ from pathlib import Path
 from hwmodels.datafile import read_data_file
 from hwmodels.dtypes import DTYPE_BYTES, check_dtype
 from hwmodels.errors import HetSpecError, PresetError, UnknownNameError
+from sim.model_fields import field_bool, field_float, field_int
 
 ARCHS = ("llama", "gpt2")
 
@@ -292,45 +293,6 @@ def _check_llama_features(config: dict, where: str) -> None:
     for key in ("attention_bias", "mlp_bias"):
         if config.get(key):
             raise PresetError(where, key, "biases are not supported (HetSpec's llama projections have none)")
-
-
-def field_int(config: dict, where: str, *keys: str, default: int | None = None, low: int = 1) -> int:
-    """The first of ``keys`` present (not null) as an integer >= ``low``; ``default`` when none is.
-    ``true``, ``"256"`` and ``256.9`` are not integers: one line naming the file and the field. The one
-    definition of a count's type and range, for a ``config.json`` and a GGUF file's metadata alike."""
-    for key in keys:
-        value = config.get(key)
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int):
-            if isinstance(value, float) and value.is_integer() and value >= low:
-                return int(value)                  # 4096.0: an integer written as a float
-            raise PresetError(where, key, f"must be an integer >= {low}, got {value!r}")
-        if value < low:
-            raise PresetError(where, key, f"must be an integer >= {low}, got {value}")
-        return value
-    if default is None:
-        raise PresetError(where, keys[0], "missing field")
-    return default
-
-
-def field_float(config: dict, where: str, key: str, default: float) -> float:
-    """``key`` as a finite number > 0 (``default`` when absent or null); config.json and GGUF metadata alike."""
-    value = config.get(key)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
-        raise PresetError(where, key, f"must be a finite number > 0, got {value!r}")
-    return float(value)
-
-
-def field_bool(config: dict, where: str, key: str, default: bool) -> bool:
-    value = config.get(key)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise PresetError(where, key, f"must be true or false, got {value!r}")
-    return value
 
 
 def spec_from_hf_config(config: dict, name: str, where: str = "config") -> ModelSpec:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hwmodels.errors import HetSpecError, PresetError
+from sim.model_fields import field_float, field_int
 
 GGUF_MAGIC = b"GGUF"
 #: Versions with 64-bit counts and lengths (version 1 used 32-bit ones and is no longer written).
@@ -286,53 +287,65 @@ def spec_fields(gf: GGUFFile, name: str | None = None) -> dict:
     HetSpec's model lacks, a missing, misshapen or extra tensor fails with one line naming the file and the
     field."""
     where = str(gf.path)
+    meta = gf.metadata
     arch = gf.value("general.architecture", str)
     if arch != "llama":
         raise PresetError(where, "general.architecture", f"{arch!r} is not supported (HetSpec runs the llama "
                                                          f"architecture)")
-    if gf.value("llama.expert_count", int, required=False, default=0):
+    # every number by the checkers of a config.json (sim.model_fields): one definition of each type and range
+    if field_int(meta, where, "llama.expert_count", default=0, low=0):
         raise PresetError(where, "llama.expert_count", "mixture-of-experts models are not supported")
-    n_heads = gf.value("llama.attention.head_count")
-    n_kv = gf.value("llama.attention.head_count_kv", default=n_heads)
-    hidden = gf.value("llama.embedding_length")
-    if n_heads <= 0 or n_kv <= 0 or n_heads % n_kv or hidden % n_heads:
-        raise PresetError(where, "llama.attention.head_count", f"{n_heads} heads ({n_kv} KV heads) of a {hidden}-wide "
-                                                               f"model: heads must divide it, KV heads the heads "
-                                                               f"(not divisible)")
-    head_dim = gf.value("llama.attention.key_length", default=hidden // n_heads)
-    value_dim = gf.value("llama.attention.value_length", default=head_dim)
+    n_layers = field_int(meta, where, "llama.block_count")
+    hidden = field_int(meta, where, "llama.embedding_length")
+    intermediate = field_int(meta, where, "llama.feed_forward_length")
+    n_heads = field_int(meta, where, "llama.attention.head_count")
+    n_kv = field_int(meta, where, "llama.attention.head_count_kv", default=n_heads)
+    if n_heads % n_kv:
+        raise PresetError(where, "llama.attention.head_count_kv", f"{n_kv} KV heads do not divide the {n_heads} "
+                                                                  f"heads (not divisible)")
+    head_dim = field_int(meta, where, "llama.attention.key_length", default=hidden // n_heads or 1)
+    if "llama.attention.key_length" not in meta and hidden % n_heads:
+        raise PresetError(where, "llama.attention.head_count", f"{n_heads} heads of a {hidden}-wide model: heads "
+                                                               f"must divide it (not divisible)")
+    value_dim = field_int(meta, where, "llama.attention.value_length", default=head_dim)
     if value_dim != head_dim:
         raise PresetError(where, "llama.attention.value_length", f"{value_dim} differs from the key length "
                                                                  f"{head_dim} (not supported)")
-    rotary = gf.value("llama.rope.dimension_count", default=head_dim)
+    rotary = field_int(meta, where, "llama.rope.dimension_count", default=head_dim)
     if rotary != head_dim:
         raise PresetError(where, "llama.rope.dimension_count", f"{rotary} rotary dimensions of a {head_dim}-wide "
                                                                f"head: partial rotary is not supported")
     scaling = gf.value("llama.rope.scaling.type", str, required=False, default="none")
     if scaling not in ("none", "linear"):
         raise PresetError(where, "llama.rope.scaling.type", f"{scaling!r} is not supported (none, linear)")
-    rope = ({"rope_type": "linear", "factor": gf.value("llama.rope.scaling.factor", (int, float))}
+    rope = ({"rope_type": "linear", "factor": field_float(meta, where, "llama.rope.scaling.factor", None)}
             if scaling == "linear" else {})
-    tokens = gf.metadata.get("tokenizer.ggml.tokens")
+    if scaling == "linear" and rope["factor"] is None:
+        raise PresetError(where, "llama.rope.scaling.factor", "missing field")
+    tokens = meta.get("tokenizer.ggml.tokens")
     embd = gf.tensors.get("token_embd.weight")
-    vocab = gf.value("llama.vocab_size", required=False,
-                     default=len(tokens) if isinstance(tokens, list) else embd.shape[0] if embd is not None else None)
-    if vocab is None:
+    vocab_default = len(tokens) if isinstance(tokens, list) else embd.shape[0] if embd is not None else None
+    if meta.get("llama.vocab_size") is None and vocab_default is None:
         raise PresetError(where, "llama.vocab_size", "missing field (and no tokenizer.ggml.tokens)")
     fields = dict(
-        name=name or gf.path.stem, arch="llama", n_layers=gf.value("llama.block_count"), hidden=hidden,
-        intermediate=gf.value("llama.feed_forward_length"), n_heads=n_heads, n_kv_heads=n_kv, vocab=vocab,
-        max_position=gf.value("llama.context_length", default=4096),
-        rope_theta=float(gf.value("llama.rope.freq_base", (int, float), default=10000.0)), rope_scaling=rope,
-        norm_eps=float(gf.value("llama.attention.layer_norm_rms_epsilon", (int, float), default=1e-5)),
+        name=name or gf.path.stem, arch="llama", n_layers=n_layers, hidden=hidden, intermediate=intermediate,
+        n_heads=n_heads, n_kv_heads=n_kv, vocab=field_int(meta, where, "llama.vocab_size", default=vocab_default),
+        max_position=field_int(meta, where, "llama.context_length", default=4096),
+        rope_theta=field_float(meta, where, "llama.rope.freq_base", 10000.0), rope_scaling=rope,
+        norm_eps=field_float(meta, where, "llama.attention.layer_norm_rms_epsilon", 1e-5),
         tie_embeddings="output.weight" not in gf.tensors, source=where, attn_head_dim=head_dim,
-        bos_token_id=gf.value("tokenizer.ggml.bos_token_id", required=False),
-        eos_token_id=gf.value("tokenizer.ggml.eos_token_id", required=False))
+        bos_token_id=_token_id(meta, where, "tokenizer.ggml.bos_token_id"),
+        eos_token_id=_token_id(meta, where, "tokenizer.ggml.eos_token_id"))
     formats = check_tensors(gf, fields)
     dtypes = {_PLAIN_DTYPES.get(f.type) for f in formats if f.op.endswith("_proj")}
     fields["dtype"] = dtypes.pop() if len(dtypes) == 1 and None not in dtypes else "fp16"
     fields["weight_formats"] = formats
     return fields
+
+
+def _token_id(meta: dict, where: str, key: str) -> int | None:
+    """An optional token id: absent, or an integer >= 0."""
+    return field_int(meta, where, key, low=0) if meta.get(key) is not None else None
 
 
 def check_tensors(gf: GGUFFile, fields: dict) -> tuple[WeightFormat, ...]:

@@ -18,6 +18,7 @@ from pathlib import Path
 from hwmodels.datafile import read_data_file
 from hwmodels.dtypes import DTYPE_BYTES, check_dtype
 from hwmodels.errors import HetSpecError, PresetError, UnknownNameError
+from sim.model_fields import field_bool, field_float, field_int
 
 ARCHS = ("llama", "gpt2")
 
@@ -294,44 +295,6 @@ def _check_llama_features(config: dict, where: str) -> None:
             raise PresetError(where, key, "biases are not supported (HetSpec's llama projections have none)")
 
 
-def _field_int(config: dict, where: str, *keys: str, default: int | None = None, low: int = 1) -> int:
-    """The first of ``keys`` present (not null) as an integer >= ``low``; ``default`` when none is.
-    ``true``, ``"256"`` and ``256.9`` are not integers: one line naming the file and the field."""
-    for key in keys:
-        value = config.get(key)
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int):
-            if isinstance(value, float) and value.is_integer() and value >= low:
-                return int(value)                  # 4096.0: an integer written as a float
-            raise PresetError(where, key, f"must be an integer >= {low}, got {value!r}")
-        if value < low:
-            raise PresetError(where, key, f"must be an integer >= {low}, got {value}")
-        return value
-    if default is None:
-        raise PresetError(where, keys[0], "missing field")
-    return default
-
-
-def _field_float(config: dict, where: str, key: str, default: float) -> float:
-    """``key`` as a finite number > 0 (``default`` when absent or null)."""
-    value = config.get(key)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
-        raise PresetError(where, key, f"must be a finite number > 0, got {value!r}")
-    return float(value)
-
-
-def _field_bool(config: dict, where: str, key: str, default: bool) -> bool:
-    value = config.get(key)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise PresetError(where, key, f"must be true or false, got {value!r}")
-    return value
-
-
 def spec_from_hf_config(config: dict, name: str, where: str = "config") -> ModelSpec:
     """A :class:`ModelSpec` from a Hugging Face config dict (Llama family, Mistral, Qwen2, GPT-2).
 
@@ -350,33 +313,33 @@ def spec_from_hf_config(config: dict, name: str, where: str = "config") -> Model
     dtype = _hf_dtype(config, where)
     try:
         if model_type == "gpt2":
-            hidden = _field_int(config, where, "n_embd", "hidden_size")
-            n_heads = _field_int(config, where, "n_head", "num_attention_heads")
+            hidden = field_int(config, where, "n_embd", "hidden_size")
+            n_heads = field_int(config, where, "n_head", "num_attention_heads")
             return ModelSpec(
-                name=name, arch="gpt2", n_layers=_field_int(config, where, "n_layer", "num_hidden_layers"),
-                hidden=hidden, intermediate=_field_int(config, where, "n_inner", default=4 * hidden),
-                n_heads=n_heads, n_kv_heads=n_heads, vocab=_field_int(config, where, "vocab_size"),
-                max_position=_field_int(config, where, "n_positions", "n_ctx", default=1024),
-                norm_eps=_field_float(config, where, "layer_norm_epsilon", 1e-5), tie_embeddings=True, dtype=dtype,
+                name=name, arch="gpt2", n_layers=field_int(config, where, "n_layer", "num_hidden_layers"),
+                hidden=hidden, intermediate=field_int(config, where, "n_inner", default=4 * hidden),
+                n_heads=n_heads, n_kv_heads=n_heads, vocab=field_int(config, where, "vocab_size"),
+                max_position=field_int(config, where, "n_positions", "n_ctx", default=1024),
+                norm_eps=field_float(config, where, "layer_norm_epsilon", 1e-5), tie_embeddings=True, dtype=dtype,
                 source=where,
             )
-        n_heads = _field_int(config, where, "num_attention_heads")
+        n_heads = field_int(config, where, "num_attention_heads")
         _check_llama_features(config, where)
         theta, rope = _hf_rope(config, where)
         if isinstance(theta, bool) or not math.isfinite(theta) or theta <= 0:
             raise PresetError(where, "rope_theta", f"must be a finite number > 0, got {theta!r}")
         head_dim = config.get("head_dim")
         return ModelSpec(
-            name=name, arch="llama", n_layers=_field_int(config, where, "num_hidden_layers"),
-            hidden=_field_int(config, where, "hidden_size"),
-            intermediate=_field_int(config, where, "intermediate_size"), n_heads=n_heads,
-            n_kv_heads=_field_int(config, where, "num_key_value_heads", default=n_heads),
-            vocab=_field_int(config, where, "vocab_size"),
-            max_position=_field_int(config, where, "max_position_embeddings", default=4096),
+            name=name, arch="llama", n_layers=field_int(config, where, "num_hidden_layers"),
+            hidden=field_int(config, where, "hidden_size"),
+            intermediate=field_int(config, where, "intermediate_size"), n_heads=n_heads,
+            n_kv_heads=field_int(config, where, "num_key_value_heads", default=n_heads),
+            vocab=field_int(config, where, "vocab_size"),
+            max_position=field_int(config, where, "max_position_embeddings", default=4096),
             rope_theta=theta, rope_scaling=rope,
-            norm_eps=_field_float(config, where, "rms_norm_eps", 1e-5),
-            tie_embeddings=_field_bool(config, where, "tie_word_embeddings", False), dtype=dtype, source=where,
-            attn_head_dim=_field_int(config, where, "head_dim") if head_dim is not None else None,
+            norm_eps=field_float(config, where, "rms_norm_eps", 1e-5),
+            tie_embeddings=field_bool(config, where, "tie_word_embeddings", False), dtype=dtype, source=where,
+            attn_head_dim=field_int(config, where, "head_dim") if head_dim is not None else None,
             bos_token_id=config.get("bos_token_id"), eos_token_id=config.get("eos_token_id"),
         )
     except PresetError:

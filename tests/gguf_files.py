@@ -44,7 +44,7 @@ def write_tiny_llama(path: Path, qtype: str = "F32", shape: dict | None = None, 
                      tokens: list[str] | None = None, merges: list[str] | None = None) -> dict[str, np.ndarray]:
     """Write a Llama GGUF file: projections in ``qtype`` (F32, F16, Q8_0, Q4_1, ...), norms in F32, the
     embedding in ``qtype`` too; Q and K permuted as llama.cpp's converter does. ``metadata``: keys to
-    override (value None: left out); ``drop``: GGUF tensors to leave out. Returns the HF weights."""
+    override (value None: left out; a negative integer is written as int32, any other as uint32); ``drop``: GGUF tensors to leave out. Returns the HF weights."""
     import gguf
     from gguf.constants import GGMLQuantizationType
 
@@ -62,7 +62,7 @@ def write_tiny_llama(path: Path, qtype: str = "F32", shape: dict | None = None, 
         if isinstance(value, bool):
             w.add_bool(key, value)
         elif isinstance(value, int):
-            w.add_uint32(key, value)
+            (w.add_int32 if value < 0 else w.add_uint32)(key, value)
         elif isinstance(value, float):
             w.add_float32(key, value)
         else:
@@ -101,3 +101,14 @@ def _gguf_name(hf: str) -> str:
     parts = hf.split(".")
     role = ".".join(parts[3:-1])
     return f"blk.{parts[2]}.{next(g for g, h in _LAYER.items() if h == role)}.weight"
+
+
+def patch_tensor_type(path: Path, tensor: str, type_id: int) -> None:
+    """Overwrite the type id of ``tensor``'s record in the header (name, n_dims, dims, then the type)."""
+    data = bytearray(path.read_bytes())
+    name = tensor.encode()
+    at = data.index(name) + len(name)
+    n_dims = int.from_bytes(data[at:at + 4], "little")
+    at += 4 + 8 * n_dims
+    data[at:at + 4] = type_id.to_bytes(4, "little")
+    path.write_bytes(bytes(data))

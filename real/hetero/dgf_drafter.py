@@ -19,7 +19,9 @@ trees are shallow).
 
 Files (``<demo cache>/<preset>/dgf/``): ``dgf_config.json`` (blocks, shapes, the demo models'
 fingerprint) and ``dgf.safetensors`` (the fusion, the blocks; the embedding and the LM head are
-the target's and are tied back on load), ``summary.json``.
+the target's and are tied back on load), ``summary.json`` (the training's numbers and the SHA-256
+content hash of the other two, :mod:`real.train.cache_hashes`, checked before they load, as the demo
+cache's are).
 """
 
 from __future__ import annotations
@@ -267,9 +269,39 @@ def cached_dgf_key(folder: Path) -> dict | None:
         return None
 
 
+def save_dgf(drafter: DgfDrafter, folder: Path, key: dict, summary: dict) -> dict:
+    """Write the drafter (config, weights) and then ``summary.json`` with their content hashes; returns the
+    summary as written. The summary comes last: a run killed before it leaves hashes that do not match."""
+    from real.train.cache_hashes import file_hash
+
+    folder = Path(folder)
+    drafter.save(folder, key)
+    summary = {**summary, "files": {name: file_hash(folder / name) for name in (CONFIG_FILE, WEIGHTS_FILE)}}
+    write_text(folder / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def load_cached_dgf(folder: Path, target) -> tuple[DgfDrafter, dict]:
+    """The drafter cached in ``folder`` and its summary, once every file matches the content hash the summary
+    recorded at training; one line naming the damaged, missing or unhashed file otherwise."""
+    from real.train.cache_hashes import check_content_hashes
+
+    folder = Path(folder)
+    summary_path = folder / SUMMARY_FILE
+    try:
+        summary = json.loads(summary_path.read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise HetSpecError(f"{summary_path} cannot be read ({type(exc).__name__})") from None
+    if not isinstance(summary, dict):
+        raise HetSpecError(f"{summary_path}: top level must be an object")
+    check_content_hashes(folder, summary.get("files"), summary_path)
+    return DgfDrafter.load(folder, target), summary
+
+
 def ensure_dgf(demo, force: bool = False, progress: bool = True) -> tuple[DgfDrafter, dict]:
     """The DGF drafter of a loaded demo preset: from ``<demo folder>/dgf`` when it was trained for
-    these demo models with this recipe, else trained now (a few minutes) and cached there."""
+    these demo models with this recipe and its files match their content hashes, else trained now (a few
+    minutes; a damaged cache with a line naming the file) and cached there."""
     from real.train import corpus
     from real.train.generate import greedy_continuations
 
@@ -279,8 +311,8 @@ def ensure_dgf(demo, force: bool = False, progress: bool = True) -> tuple[DgfDra
     cached = cached_dgf_key(folder)
     if not force and cached is not None and all(cached.get(k) == v for k, v in key.items()):
         try:
-            return DgfDrafter.load(folder, demo.target), json.loads((folder / SUMMARY_FILE).read_text())
-        except HetSpecError as exc:            # a truncated or garbled file: retrain, saying which
+            return load_cached_dgf(folder, demo.target)
+        except HetSpecError as exc:            # a damaged, edited or unhashed file: retrain, saying which
             print(f"hetspec: the DGF drafter cache is damaged ({exc}); retraining it", file=sys.stderr)
     t0 = time.perf_counter()
     if progress:
@@ -302,6 +334,4 @@ def ensure_dgf(demo, force: bool = False, progress: bool = True) -> tuple[DgfDra
                "eval": f"teacher-forced top-1 agreement with the target's next token on {recipe.eval_prompts} "
                        f"evaluation continuations"}
     drafter.requires_grad_(False)
-    drafter.save(folder, key)
-    write_text(folder / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
-    return drafter, summary
+    return drafter, save_dgf(drafter, folder, key, summary)

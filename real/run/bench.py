@@ -38,6 +38,9 @@ DEFAULT_TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 MAX_TOKENS = 256
 #: Bytes of each buffer of the CPU copy probe: far beyond any last-level cache.
 CPU_COPY_BYTES = 512 * 2**20
+#: Most interleaved repeats one run takes: each repeat times every token count of every layout, samples the
+#: copy bandwidth and decodes; medians settle long before, and a larger count is refused with this bound.
+MAX_REPEATS = 100
 CUDA_COPY_BYTES = 2**30
 
 
@@ -172,9 +175,10 @@ def _step_fn(model, cache, q: int, context: int, device):
 
 
 def time_steps(models: Sequence, tokens: Sequence[int], context: int, repeats: int, device,
-               probe: CopyProbe | None = None) -> list[dict[int, float]]:
+               probe: CopyProbe | None = None, tick=None) -> list[dict[int, float]]:
     """Median ms of one forward per q for each of ``models`` (all (model, q) items, and the copy probe,
-    interleaved over the repeats; the device drained around each call)."""
+    interleaved over the repeats; the device drained around each call). ``tick`` is called after each
+    timing (a progress bar's ``update``)."""
     import torch
 
     from real.run.repeats import interleaved
@@ -200,14 +204,14 @@ def time_steps(models: Sequence, tokens: Sequence[int], context: int, repeats: i
             _sync(device)
             return time.perf_counter() - t
 
-        samples = interleaved(len(items), repeats, measure)
+        samples = interleaved(len(items), repeats, measure, tick=tick)
     per_q = len(tokens)
     return [{q: 1e3 * statistics.median(s[0] for s in samples[m * per_q + i]) for i, q in enumerate(tokens)}
             for m in range(len(models))]
 
 
 def time_decode(models: Sequence, context: int, new_tokens: int, repeats: int,
-                probe: CopyProbe | None = None) -> list[float]:
+                probe: CopyProbe | None = None, tick=None) -> list[float]:
     """Median ms per token of a greedy ar decode (the real decode loop) after a ``context``-token prompt,
     for each of ``models`` (interleaved per repeat, the copy probe sampled before each round)."""
     import torch
@@ -226,6 +230,8 @@ def time_decode(models: Sequence, context: int, new_tokens: int, repeats: int,
         for i in [(rep + k) % len(models) for k in range(len(models))]:
             result = ar.generate(bundles[i], prompt, new_tokens, ar.ArConfig(), Clock())
             per_token[i].append(result.decode_s / result.steps)
+            if tick is not None:
+                tick()
     return [1e3 * statistics.median(t) for t in per_token]
 
 
@@ -233,7 +239,10 @@ def run_bench(model_name: str = "random-smollm-360m", device: str | None = None,
               tokens: Sequence[int] = DEFAULT_TOKENS, context: int = 256, repeats: int = 5, decode: int = 32,
               threads: int | None = None, graphs: str = "auto", layout: str = "auto",
               progress: bool = True) -> BenchResult:
+    """The bench of ``model_name`` on ``device``; ``progress``: a line per phase and a progress bar over every
+    timing on stderr (the bar only on a terminal)."""
     import torch
+    from tqdm import tqdm
 
     from real.model.executor import attach, detach
     from real.model.packing import LAYOUTS, layout_for, pack
@@ -246,8 +255,9 @@ def run_bench(model_name: str = "random-smollm-360m", device: str | None = None,
             else "fp32"
     placement = resolve(device, dtype, graphs)
     dev = torch.device(placement.device)
-    if min(tokens) < 1 or context < 1 or repeats < 1 or decode < 0:
-        raise HetSpecError("--tokens, --context and --repeats must be >= 1 and --decode >= 0")
+    if min(tokens) < 1 or context < 1 or decode < 0:
+        raise HetSpecError("--tokens and --context must be >= 1 and --decode >= 0")
+    check_repeats(repeats)
     if context + max(tokens) + decode + 8 > spec.max_position:
         raise HetSpecError(f"--context {context} + {max(tokens)} tokens + --decode {decode} exceed "
                            f"{spec.name}'s {spec.max_position} positions")
@@ -273,26 +283,34 @@ def run_bench(model_name: str = "random-smollm-360m", device: str | None = None,
     models = {name: pack(random_transformer(spec, device=dev, dtype=placement.torch_dtype()), name) for name in names}
     weight = streamed_bytes(spec, placement.torch_dtype().itemsize)
     probe = CopyProbe(dev)
-    say(f"bench: eager steps at {', '.join(map(str, tokens))} tokens, copy bandwidth sampled between them")
-    eager = dict(zip(names, time_steps([models[n] for n in names], tokens, context, repeats, dev, probe)))
     decode_layout = chosen(1)
+    decode_names = (names if layout == "all" else [decode_layout]) if decode else []
+    used = sorted({chosen(q) for q in tokens})
+    timings = repeats * (len(names) * len(tokens) + 1 + len(decode_names))   # + 1: the copy probe's sample
+    if placement.graphs:
+        timings += repeats * (len(used) * len(tokens) + 1 + (1 if decode else 0))
+    bar = tqdm(total=timings, desc="bench", unit="timing", disable=None if progress else True, leave=False)
+    say(f"bench: eager steps at {', '.join(map(str, tokens))} tokens, copy bandwidth sampled between them")
+    eager = dict(zip(names, time_steps([models[n] for n in names], tokens, context, repeats, dev, probe,
+                                       tick=bar.update)))
     decode_by_layout = {}
     if decode:
-        decode_names = names if layout == "all" else [decode_layout]
         decode_by_layout = dict(zip(decode_names, time_decode([models[n] for n in decode_names], context, decode,
-                                                              repeats, probe)))
+                                                              repeats, probe, tick=bar.update)))
     decode_eager = decode_by_layout.get(decode_layout)
     graph, decode_graph = {}, None
     if placement.graphs:
         say("bench: the same steps replayed as CUDA graphs")
-        used = sorted({chosen(q) for q in tokens})
         for name in used:
             attach(models[name], graphs=True)
-        timed = dict(zip(used, time_steps([models[n] for n in used], tokens, context, repeats, dev, probe)))
+        timed = dict(zip(used, time_steps([models[n] for n in used], tokens, context, repeats, dev, probe,
+                                          tick=bar.update)))
         graph = {q: timed[chosen(q)][q] for q in tokens}
-        decode_graph = time_decode([models[decode_layout]], context, decode, repeats, probe)[0] if decode else None
+        decode_graph = time_decode([models[decode_layout]], context, decode, repeats, probe,
+                                   tick=bar.update)[0] if decode else None
         for name in used:
             detach(models[name])
+    bar.close()
     copy_gbps = probe.gbps()
     probe.close()
     rows = tuple(StepRow(q, chosen(q), eager[chosen(q)][q], graph.get(q),
@@ -318,7 +336,8 @@ def add_arguments(p) -> None:
     p.add_argument("--tokens", default=",".join(map(str, DEFAULT_TOKENS)), metavar="Q1,Q2,...",
                    help=f"token counts of the steps, 1 to {MAX_TOKENS} (default 1 to 256 in powers of two)")
     p.add_argument("--context", type=int, default=256, help="cached tokens before each step (default 256)")
-    p.add_argument("--repeats", type=int, default=5, help="interleaved repeats per token count (default 5)")
+    p.add_argument("--repeats", type=int, default=5,
+                   help=f"interleaved repeats per token count (default 5, at most {MAX_REPEATS})")
     p.add_argument("--decode", type=int, default=32, help="tokens of the ar decode timed (default 32; 0: none)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch intra-op threads on a CPU (default: $OMP_NUM_THREADS, else every core this process may use)")
@@ -326,6 +345,13 @@ def add_arguments(p) -> None:
                    help="weight layout in memory (real.model.packing): auto picks per token count as hetspec run "
                         "does; all times every layout at every token count (interleaved)")
     p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def check_repeats(repeats) -> int:
+    """``--repeats`` in [1, :data:`MAX_REPEATS`]."""
+    from sim.cli_numbers import check_int
+
+    return check_int(repeats, "--repeats", 1, MAX_REPEATS)
 
 
 def parse_tokens(text: str) -> tuple[int, ...]:
@@ -338,6 +364,7 @@ def handle(args) -> int:
     from real.model.placement import check_device_name
 
     tokens = parse_tokens(args.tokens)
+    check_repeats(args.repeats)             # before any model is built
     check_device_name(args.device)
     result = run_bench(args.model, args.device, args.dtype, tokens, args.context, args.repeats, args.decode,
                        args.threads, args.graphs, args.layout, progress=not args.json)

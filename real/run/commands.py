@@ -17,6 +17,9 @@ def register(subparsers) -> None:
 
 # ---------------------------------------------------------------------------- hetspec run
 METHODS = ("ar", "chain", "draft-tree", "medusa", "hcmp", "dovetail", "alspec")
+#: Repeats of ``run --compare`` when none are asked, and the most it takes: the medians settle long before,
+#: and a larger count is refused with this bound (each repeat decodes every prompt with every method).
+COMPARE_REPEATS, MAX_COMPARE_REPEATS = 3, 100
 
 
 def register_run(subparsers) -> None:
@@ -31,7 +34,9 @@ def register_run(subparsers) -> None:
     p.add_argument("--compare", default=None, metavar="M1,M2,...",
                    help="time these methods on the same prompts in interleaved repeats; speedups "
                         "are ratios of median tokens/s against the first")
-    p.add_argument("--repeats", type=int, default=3, help="repeats per method with --compare (default 3)")
+    p.add_argument("--repeats", type=int, default=None, metavar="N",
+                   help=f"repeats per method with --compare (default {COMPARE_REPEATS}, at most {MAX_COMPARE_REPEATS}); each repeat "
+                        "decodes every prompt with every method, and a progress bar counts the decodes")
     add_preset_flags(p)
     add_model_flags(p)
     add_knob_flags(p)
@@ -154,6 +159,9 @@ def handle_run(args: argparse.Namespace) -> int:
         raise HetSpecError("give exactly one of --method M or --compare M1,M2,...")
     if args.compare is not None:
         return _handle_compare(args)
+    if args.repeats is not None:
+        raise HetSpecError(f"--repeats {args.repeats} times the methods of --compare; one --method decodes "
+                           "its prompts once")
     request = _request(args, args.method, only_applicable=False)   # validated before torch loads
     _check_placement(request)
     args.preset = resolve_models(args)
@@ -185,8 +193,11 @@ def _handle_compare(args: argparse.Namespace) -> int:
         raise HetSpecError("--trace records one method; it does not combine with --compare")
     import sys
 
+    from sim.cli_numbers import check_int
     from sim.knobs import check_applies_to_any, flag
 
+    args.repeats = COMPARE_REPEATS if args.repeats is None else \
+        check_int(args.repeats, "--repeats", 1, MAX_COMPARE_REPEATS)          # before any model is loaded
     methods = parse_methods(args.compare)
     for knob, without in check_applies_to_any(methods, {k: getattr(args, k) for k in RUN_KNOB_ARGS}).items():
         print(f"hetspec: note: {flag(knob)} does not apply to {', '.join(without)}: they run with their own "

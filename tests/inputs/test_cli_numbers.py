@@ -41,6 +41,59 @@ def test_a_sweep_beyond_its_problem_cap_is_one_line(tmp_path, capsys):
                    match="the sweep holds 200,000 problems")
 
 
+def test_bench_refuses_repeats_beyond_its_bound_before_building_a_model(monkeypatch, capsys):
+    from real.run import bench
+
+    monkeypatch.setattr(bench, "run_bench", lambda *a, **k: pytest.fail("built the model first"))
+    for repeats in ("0", str(bench.MAX_REPEATS + 1)):
+        one_line_error(capsys, "bench", "--repeats", repeats,
+                       match=f"--repeats must be in [1, {bench.MAX_REPEATS}] (got {repeats})")
+
+
+def test_run_compare_refuses_repeats_beyond_its_bound_before_loading_anything(monkeypatch, capsys):
+    import real.run.commands as commands
+
+    monkeypatch.setattr(commands, "resolve_preset", lambda args: pytest.fail("loaded the models first"))
+    one_line_error(capsys, "run", "--compare", "ar,chain", "--repeats", "100000",
+                   match=f"--repeats must be in [1, {commands.MAX_COMPARE_REPEATS}] (got 100000)")
+
+
+def test_run_repeats_without_compare_is_refused_not_dropped(capsys):
+    one_line_error(capsys, "run", "--method", "chain", "--repeats", "5",
+                   match="--repeats 5 times the methods of --compare")
+
+
+def test_bench_counts_every_timing_on_a_progress_bar(monkeypatch):
+    """The bar's total is the run's timings, and it reaches it; it is drawn only on a terminal (disable=None)."""
+    import tqdm as tqdm_module
+
+    from real.model import random_models
+    from real.run import bench
+    from sim.model_spec import ModelSpec
+
+    tiny = ModelSpec(name="random-tiny", n_layers=1, hidden=32, intermediate=64, n_heads=2, n_kv_heads=1, vocab=50,
+                     dtype="fp32", max_position=128, tie_embeddings=True)
+    monkeypatch.setitem(random_models.RANDOM_SHAPES, "random-tiny", tiny)
+    monkeypatch.setattr(bench, "CPU_COPY_BYTES", 2**20)
+    bars = []
+
+    class Bar(tqdm_module.tqdm):
+        def __init__(self, *a, **k):
+            bars.append((k.get("disable"), self))
+            self.ticks = 0
+            super().__init__(*a, **{**k, "disable": True})
+
+        def update(self, n=1):
+            self.ticks += n
+
+    monkeypatch.setattr(tqdm_module, "tqdm", Bar)
+    bench.run_bench("random-tiny", device="cpu", tokens=(1, 2), context=8, repeats=3, decode=2, threads=1,
+                    progress=True)
+    (disable, bar), = bars
+    assert disable is None
+    assert bar.total == 3 * (2 + 1 + 1) and bar.ticks == bar.total      # 2 token counts, the copy probe, the decode
+
+
 def test_bench_refuses_token_counts_beyond_its_help(capsys):
     one_line_error(capsys, "bench", "--tokens", "300", match="--tokens '300': token counts must be <= 256 (got 300)")
 
@@ -113,6 +166,45 @@ def test_run_compare_says_which_methods_run_without_a_knob(monkeypatch, capsys):
         main(["run", "--compare", "ar,chain", "--draft-depth", "2"])
     assert "hetspec: note: --draft-depth does not apply to ar: they run with their own defaults" in \
         capsys.readouterr().err
+
+
+def test_a_sweep_option_some_methods_take_narrows_those_and_names_the_others(tmp_path, capsys):
+    out = tmp_path / "t.csv"
+    assert main(["sweep", "--models", "llama3.1-8b", "--platforms", "tenstorrent-n150x8", "--methods", "ar,alspec",
+                 "--acceptance", "alspec-llama3.1-8b", "--option", "lam=0.2", "--no-progress", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "hetspec: note: --option lam does not apply to ar: swept over their own search space" in err
+    import pandas as pd
+
+    table = pd.read_csv(out)
+    assert set(table.loc[table["method"] == "alspec", "lam"]) == {0.2}
+    assert table.loc[table["method"] != "alspec", "lam"].isna().all()
+
+
+#: Every knob flag of the decode methods (sim.knobs.KNOBS), an --option and the simulator's tree file.
+KNOB_FLAGS = ("--tree-width", "--width", "--draft-depth", "--gamma", "--partition-ratio", "--top-k", "--drafter",
+              "--lambda", "--window", "--workers", "--memory-budget", "--tree", "--option", "--tree-choices")
+
+
+def test_the_knob_flags_listed_are_every_knob():
+    from sim.knobs import KNOBS
+
+    assert {k.flag for k in KNOBS.values()} <= set(KNOB_FLAGS)
+
+
+@pytest.mark.parametrize("command", ["validate", "demo"])
+@pytest.mark.parametrize("knob", KNOB_FLAGS)
+def test_validate_and_demo_take_no_knob_and_refuse_one(monkeypatch, capsys, command, knob):
+    """validate and demo run their own fixed grid: a knob is not taken, so argparse refuses it (exit 2)
+    before anything runs."""
+    import real.validation.commands as commands
+
+    for handler in ("handle_validate", "handle_demo"):
+        monkeypatch.setattr(commands, handler, lambda args: pytest.fail("ran with a stray knob"))
+    with pytest.raises(SystemExit) as exit_:
+        main([command, knob, "8"])
+    assert exit_.value.code == 2
+    assert f"hetspec: error: unrecognized arguments: {knob} 8" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------- the helpers themselves

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from gguf_files import TINY, write_tiny_llama
+from gguf_files import TINY, patch_tensor_type, write_tiny_llama
 
 from hwmodels.errors import HetSpecError
 from sim.model_gguf import read_gguf
@@ -87,17 +87,6 @@ def test_a_preset_spec_prices_its_weights_at_the_compute_dtype():
 
 
 # ---------------------------------------------------------------------- refused in one line
-def _patch_type(path, tensor: str, type_id: int) -> None:
-    """Overwrite the type id of ``tensor``'s record in the header (name, n_dims, dims, then the type)."""
-    data = bytearray(path.read_bytes())
-    name = tensor.encode()
-    at = data.index(name) + len(name)
-    n_dims = int.from_bytes(data[at:at + 4], "little")
-    at += 4 + 8 * n_dims
-    data[at:at + 4] = type_id.to_bytes(4, "little")
-    path.write_bytes(bytes(data))
-
-
 @pytest.mark.parametrize("case,match", [
     ({"arch": "qwen2"}, "general.architecture: 'qwen2' is not supported"),
     ({"drop": ("blk.1.ffn_up.weight",)}, "tensor blk.1.ffn_up.weight: missing"),
@@ -118,7 +107,7 @@ def test_what_it_cannot_honour_is_refused_naming_the_file_and_field(tmp_path, ca
 def test_an_unknown_tensor_type_and_a_broken_file_are_refused(tmp_path):
     path = tmp_path / "odd.gguf"
     write_tiny_llama(path, "F32")
-    _patch_type(path, "token_embd.weight", 250)
+    patch_tensor_type(path, "token_embd.weight", 250)
     with pytest.raises(HetSpecError, match="tensor token_embd.weight: unknown tensor type id 250"):
         load_gguf_spec(path)
     write_tiny_llama(path, "F32")

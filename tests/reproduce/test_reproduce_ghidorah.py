@@ -83,3 +83,15 @@ def test_binding_contention_does_not_make_the_medusa_em_gap(report):
     assert what_if.kind == "alternative" and what_if.paper == 1.20
     assert 1.0 <= what_if.hetspec < 1.1
     assert ghidorah.BINDING_CONTENTION * 59.7 < 21.0       # below the fitted CPU + GPU draw: contention binds
+
+
+def test_contention_does_not_bind_under_the_fitted_draws(report):
+    """The fitted GPU and CPU draws (~21 GB/s) stay under the LPDDR4x's 0.8 x 59.7 GB/s ceiling, so the searched
+    (contention-aware) ratio is the standalone one within 0.01; the report names the ceiling it would need."""
+    draw = ghidorah.concurrent_draw()
+    assert draw["draw"] == pytest.approx(20.9, abs=0.2) and draw["draw"] < draw["ceiling"]
+    assert draw["binds_below"] == pytest.approx(0.35, abs=0.01)
+    for searched, standalone in ghidorah.ratio_vs_standalone().values():
+        assert abs(searched - standalone) < 0.01
+    assert "below 0.35 of 59.7 GB/s to bind" in report.discussion
+

@@ -23,8 +23,18 @@ tree, so it starts with the round while the draft drafts; the two models never c
 same time (the target computes after both). Round time ``max(draft, load) + verify`` instead of
 ``draft + load + verify``. Departure, marked: LLMCad preloads up to the memory bound while drafting
 and drafts speculatively during the rest of the load; in a steady state where the load outlasts
-the drafting both reduce to this overlap, and the speculative tokens are subsumed by the tree
-budget (a larger tree costs nothing while the load runs).
+the drafting both reduce to this overlap; the speculative tokens are the option below.
+
+**Speculative generation** (LLMCad §3.4, option ``speculate=1`` with ``pipeline=1``): the draft
+keeps drafting while the target's verification loads, and its tokens are kept if the verification
+finds no error. Priced in the fallback's Markov chain (:func:`fallback_chain`): from a round of
+main-branch depth ``k`` whose load outlasts its own drafting by the drafting of the whole
+depth-cap tree (``draft(k) + draft(cap) <= load``), a round that accepts all ``k`` and whose
+target token is the draft's guess (``p0^(k+1)``) is followed by a round that verifies the
+depth-cap tree drafted under that load; the drafting itself is free (under the load), the tokens
+per verification grow. A round whose load is shorter speculates nothing (departure, marked: a
+partial speculative branch is not priced). Only the calibrated chain speculates (a replayed or
+measured profile's rounds are kept as measured).
 
 **Tree** (``tree_shape="greedy"``): per-rank acceptance probabilities ``p_r`` (the probability
 that the draft's rank-r candidate is the target's token, the same at every depth) make node
@@ -71,7 +81,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from hwmodels.errors import HetSpecError, UnknownNameError
-from hwmodels.platform import GB, STORAGE, Link, Platform
+from hwmodels.platform import GB, Link
 from sim.closed_form import step_seconds
 from sim.model_spec import ModelSpec, get_model
 from sim.plan import StepPlan, Task, delay_task, graph_tasks
@@ -81,6 +91,8 @@ from sim.strategies.base import (DEFAULT_DRAFT_MODEL, Estimate, Knob, Problem, S
 from sim.strategies.chain import draft_pass_tasks
 from sim.strategies.draft_tree_fallback import (conditioned_accuracy, fallback_chain, measured_rounds, replayed_rounds,
                                                 round_tree, stop_depth)
+from sim.strategies.draft_tree_memory import (  # noqa: F401 - the memory plan, re-exported
+    BUDGET_SLACK_BYTES, MemoryPlan, load_seconds, memory_plan, storage_link, swap_all_budget_gb)
 from sim.strategies.hcmp_threads import split_costs
 from sim.strategies.loop_passes import full_share_tree
 from sim.strategies.streaming_pipeline import READS_PER_LAYER, LayerPlan, layer_plan, pipeline_round
@@ -103,82 +115,6 @@ MAX_DRAFT_DEPTH = 16
 #: The draft model of a target's family (LLMCad Table 3 pairs), else the default draft.
 FAMILY_DRAFT = {"gpt2-large": "gpt2", "llama2-13b": "llama2-7b", "llama2-70b": "llama2-7b",
                 "vicuna-13b": "vicuna-7b", "vicuna-33b": "vicuna-7b", "llama3-70b": "llama3.1-8b"}
-#: Float round-off allowed when a budget is exactly what the draft, caches and staging need.
-BUDGET_SLACK_BYTES = 1024.0
-
-
-# ---------------------------------------------------------------------- memory and storage
-@dataclass(frozen=True)
-class MemoryPlan:
-    """Where the target's weights live under a memory budget (bytes)."""
-
-    budget: float
-    target_weights: float
-    draft_resident: float     # the draft's weights and KV cache
-    kv: float                 # the target's KV cache
-    staging: float            # one target layer streamed through (0 when nothing streams)
-    resident: float           # target bytes that stay in memory across forwards
-    streamed: float           # target bytes read from storage every forward
-
-    @property
-    def fits(self) -> bool:
-        return self.streamed == 0.0
-
-
-def memory_plan(problem: Problem, draft: ModelSpec | None, budget_bytes: float, tokens: int,
-                keep_resident: bool = True) -> MemoryPlan:
-    """Split the target's weights into resident and streamed bytes under ``budget_bytes``.
-
-    The budget first holds the draft model (weights and a KV cache of ``context + tokens``), the
-    target's KV cache and, if anything must stream, one target layer being loaded. With
-    ``keep_resident`` the rest of the budget keeps the target's first bytes resident (LLMCad's
-    loader fills memory up to its bound); without it a model that does not fit is re-read whole
-    every forward (a swapping engine whose page cache, least-recently-used, never hits on a cyclic
-    scan larger than itself: LLMCad §2.2 and Table 1). One line if the draft and caches do not fit.
-    """
-    model = problem.model
-    W = model.weight_bytes()
-    ctx = (problem.context + tokens) * problem.batch
-    kv = model.kv_bytes_per_token() * ctx
-    draft_res = 0.0 if draft is None else draft.weight_bytes() + draft.kv_bytes_per_token() * ctx
-    if W + kv + draft_res <= budget_bytes:
-        return MemoryPlan(budget_bytes, W, draft_res, kv, 0.0, W, 0.0)
-    staging = model.params_per_layer * W / model.params
-    free = budget_bytes - draft_res - kv - staging
-    if free < -BUDGET_SLACK_BYTES:
-        what = f"the draft model {draft.name} ({draft_res / GB:.2f} GB with its KV cache), " if draft else ""
-        raise HetSpecError(f"memory budget {budget_bytes / GB:.2f} GB is too small: it must hold {what}the target's "
-                           f"KV cache ({kv / GB:.2f} GB) and one streamed layer ({staging / GB:.2f} GB)")
-    resident = min(max(free, 0.0), W) if keep_resident else 0.0
-    return MemoryPlan(budget_bytes, W, draft_res, kv, staging, resident, W - resident)
-
-
-def swap_all_budget_gb(problem: Problem, draft: ModelSpec | None = None, tokens: int = 1) -> float:
-    """The smallest budget that runs: the draft, the KV caches and one streamed layer, no resident target
-    weights (a swapping engine that re-reads every weight each forward, LLMCad §2.2)."""
-    model = problem.model
-    ctx = (problem.context + tokens) * problem.batch
-    draft_res = 0.0 if draft is None else draft.weight_bytes() + draft.kv_bytes_per_token() * ctx
-    staging = model.params_per_layer * model.weight_bytes() / model.params
-    return (draft_res + model.kv_bytes_per_token() * ctx + staging) / GB
-
-
-def storage_link(platform: Platform, device: str) -> Link:
-    """The storage link feeding ``device``: one that ends at it, else one ending at a device that
-    shares its memory (a unified-memory SoC loads into the one DRAM)."""
-    link = platform.storage_link(device)
-    if link is not None:
-        return link
-    for l in platform.links:
-        if l.kind == "storage":
-            other = l.dst if l.src == STORAGE else l.src
-            if other == device or platform.shares_memory(other, device):
-                return l
-    raise HetSpecError(f"platform {platform.name} has no storage link to {device}: its weights cannot stream")
-
-
-def load_seconds(platform: Platform, device: str, nbytes: float) -> float:
-    return storage_link(platform, device).transfer_s(nbytes)
 
 
 # ---------------------------------------------------------------------- acceptance: ranks and fallback
@@ -236,6 +172,8 @@ class DraftTreeStrategy(Strategy):
                    "source=storage)",
         "resident": "option: keep (default: the target's part under the budget stays in memory) or none "
                     "(a model that does not fit is re-read whole every forward)",
+        "speculate": "option: 1 = the draft keeps drafting while the verification loads and a round that finds no "
+                     "error hands its speculative tokens to the next (LLMCad §3.4; needs pipeline=1), 0 = not (0)",
         "staging": "option: k staging buffers of a loader that streams whole layers one by one (HetSpec's real "
                    "loader: 1); default: the whole streamed part loads while the draft drafts",
         "cache_tokens": "option (with staging): tokens both KV caches hold in the memory plan (default: context + "
@@ -279,8 +217,14 @@ class DraftTreeStrategy(Strategy):
         if staging is not None and (isinstance(staging, bool) or not isinstance(staging, (int, np.integer))
                                     or staging < 1):
             raise HetSpecError(f"draft-tree: option staging must be an integer >= 1 (got {staging!r})")
+        speculate = config.option("speculate", 0)
+        if speculate not in (0, 1, True, False):
+            raise HetSpecError(f"draft-tree: option speculate must be 0 or 1 (got {speculate!r})")
+        if speculate and (not pipeline or staging is not None):
+            raise HetSpecError("draft-tree: option speculate=1 needs pipeline=1 and no staging (the draft speculates "
+                               "while the whole streamed part loads)")
         opts = {**config.options, "variant": variant, "fallback": fallback, "alpha0": float(alpha0),
-                "pipeline": int(bool(pipeline)),
+                "pipeline": int(bool(pipeline)), "speculate": int(bool(speculate)),
                 "memory_budget_gb": float(budget_gb), "resident": resident}
         keep = resident == "keep"
         if variant != "llmcad":
@@ -339,14 +283,30 @@ class DraftTreeStrategy(Strategy):
             tree = next((t for t in prefixes if main_branch_depth(t) >= k), prefixes[-1])
             return (Round(tree, tree.expected_accepted_length(acc), 1.0),)
         replayed = replayed_rounds(problem.acceptance.meta, cap)
-        pi = replayed[0] if replayed is not None else fallback_chain(round(p[0], 12), cap)
+        trees = [next((t for t in prefixes if main_branch_depth(t) >= k), prefixes[-1]) for k in range(1, cap + 1)]
+        speculate = self._speculates(problem, config, trees) if replayed is None else None
+        pi = replayed[0] if replayed is not None else fallback_chain(round(p[0], 12), cap, speculate)
         out = []
         for k in range(1, cap + 1):
-            tree = next((t for t in prefixes if main_branch_depth(t) >= k), prefixes[-1])
+            tree = trees[k - 1]
             rates = conditioned_accuracy(acc, replayed[1][k - 1]) if replayed is not None else acc
             if pi[k - 1] > 0:
                 out.append(Round(tree, tree.expected_accepted_length(rates), float(pi[k - 1])))
         return tuple(out)
+
+    def _speculates(self, problem: Problem, config: StrategyConfig,
+                    trees: Sequence[TokenTree]) -> tuple[bool, ...] | None:
+        """Per main-branch depth k (``trees[k - 1]``): whether the load leaves the draft time to draft the
+        depth-cap tree after its own (option ``speculate``); None without the option."""
+        if not config.option("speculate"):
+            return None
+        plan = self.memory(problem, config)
+        if plan.streamed <= 0:
+            return (False,) * len(trees)
+        load = load_seconds(problem.platform, config.device, plan.streamed)
+        draft = _draft_seconds(problem, self._draft(problem, config), config.draft_device,
+                               np.array([t.n_internal for t in trees]))
+        return tuple(bool(d + draft[-1] <= load) for d in draft)
 
     def _round_parts(self, problem: Problem, config: StrategyConfig, trees: Sequence[TokenTree],
                      plan: MemoryPlan) -> dict[str, np.ndarray]:

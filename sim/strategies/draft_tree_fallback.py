@@ -49,17 +49,27 @@ def stop_depth(alpha: float, p0: float, cap: int) -> int:
 
 
 @lru_cache(maxsize=256)
-def fallback_chain(p0: float, cap: int) -> np.ndarray:
+def fallback_chain(p0: float, cap: int, speculate: tuple[bool, ...] | None = None) -> np.ndarray:
     """Stationary distribution of the round's main-branch depth k = 1..cap under Eq. 3 (index k - 1).
 
     State k stands for the thresholds that stop at k; its representative alpha is the geometric
     midpoint ``p0^(k - 1/2)``. A round accepts j of its k main-branch tokens with probability
     ``p0^j (1 - p0)`` (j < k) or ``p0^k`` (all): all -> alpha / 2, else alpha = (k - j) / k.
+
+    ``speculate[k - 1]`` (LLMCad §3.4's speculative generation): a round of k whose verification
+    leaves the draft time to draft the whole depth-``cap`` tree beyond its main branch. Its
+    speculative tokens are kept when the verification finds no error and the target's own token is
+    the draft's guess it continued from (``p0^(k+1)``): the next round verifies them, a round of
+    ``cap``; the rest of the all-accepted mass (``p0^k (1 - p0)``) discards them and halves alpha.
     """
     P = np.zeros((cap, cap))
     for k in range(1, cap + 1):
         alpha = p0 ** (k - 0.5) if p0 > 0 else 1.0
-        P[k - 1, stop_depth(alpha * ALPHA_DECAY, p0, cap) - 1] += p0 ** k
+        if speculate is not None and speculate[k - 1]:
+            P[k - 1, cap - 1] += p0 ** (k + 1)
+            P[k - 1, stop_depth(alpha * ALPHA_DECAY, p0, cap) - 1] += p0 ** k * (1.0 - p0)
+        else:
+            P[k - 1, stop_depth(alpha * ALPHA_DECAY, p0, cap) - 1] += p0 ** k
         for j in range(k):
             P[k - 1, stop_depth((k - j) / k, p0, cap) - 1] += (p0 ** j) * (1.0 - p0)
     # stationary: left eigenvector of eigenvalue 1 (power iteration is enough for <= 32 states)

@@ -28,7 +28,7 @@ SECTIONS = ("## Results", "## What does not match, and why", "## What the paper 
 SUMMARY_KEYS = {"paper", "choices_reproduced", "choices", "fit_choices", "fit_rows", "consistency_matched",
                 "consistency_checks", "predictions", "median_abs_rel_error", "fits", "report", "seconds"}
 #: Per paper: (choices reproduced from independent data, choices, fit rows, consistency checks).
-COUNTS = {"medusa": (12, 13, 183, 121), "ghidorah": (6, 8, 6, 0), "dovetail": (4, 5, 2, 7), "llmcad": (2, 3, 4, 0),
+COUNTS = {"medusa": (12, 13, 183, 121), "ghidorah": (6, 8, 6, 0), "dovetail": (4, 5, 2, 7), "llmcad": (2, 4, 4, 0),
           "alspec": (2, 3, 1, 23)}
 PAPERS = paper_names()
 
@@ -139,12 +139,12 @@ def test_the_three_counts_per_paper(reproduced, paper):
 
 
 def test_choices_reproduced_from_independent_data_across_the_papers(reproduced):
-    """At least 24 of the 32 choices (26), none of them decided by a number fitted to its own figure."""
+    """At least 24 of the 33 choices (26), none of them decided by a number fitted to its own figure."""
     out, summaries = reproduced
     reproduced_total = sum(s["choices_reproduced"] for s in summaries.values())
-    assert (reproduced_total, sum(s["choices"] for s in summaries.values())) == (26, 32)
+    assert (reproduced_total, sum(s["choices"] for s in summaries.values())) == (26, 33)
     text = (out / "summary.md").read_text()
-    assert "| **all papers** | 26/32 | 196 | 150/151 |" in text
+    assert "| **all papers** | 26/33 | 196 | 150/151 |" in text
     for paper in PAPERS:
         assert f"| {paper} | " in text
 

@@ -83,3 +83,32 @@ def test_binding_contention_does_not_make_the_medusa_em_gap(report):
     assert what_if.kind == "alternative" and what_if.paper == 1.20
     assert 1.0 <= what_if.hetspec < 1.1
     assert ghidorah.BINDING_CONTENTION * 59.7 < 21.0       # below the fitted CPU + GPU draw: contention binds
+
+
+def test_contention_does_not_bind_under_the_fitted_draws(report):
+    """The fitted GPU and CPU draws (~21 GB/s) stay under the LPDDR4x's 0.8 x 59.7 GB/s ceiling, so the searched
+    (contention-aware) ratio is the standalone one within 0.01; the report names the ceiling it would need."""
+    draw = ghidorah.concurrent_draw()
+    assert draw["draw"] == pytest.approx(20.9, abs=0.2) and draw["draw"] < draw["ceiling"]
+    assert draw["binds_below"] == pytest.approx(0.35, abs=0.01)
+    for searched, standalone in ghidorah.ratio_vs_standalone().values():
+        assert abs(searched - standalone) < 0.01
+    assert "below 0.35 of 59.7 GB/s to bind" in report.discussion
+
+
+def test_the_medusa_em_gap_needs_implausibly_many_syncs(report):
+    """For the paper's 1.20x at w = 16 Medusa+EM would have to lose ~150 ms a step: ~47 page syncs per layer at the
+    0.1 ms bound, where its split pays four."""
+    gap = ghidorah.em_gap_inputs()
+    assert gap["extra_s"] == pytest.approx(0.15, abs=0.02)
+    assert gap["syncs_per_layer"] > 10 * 4
+    assert f"{gap['syncs_per_layer']:.0f} more page syncs per layer" in report.discussion
+
+
+def test_no_one_cpu_attention_rate_gives_both_ends_of_fig_10a():
+    """Fig. 10(a): the fitted CPU rate halves long-context attention (0.50 against 0.70); a CPU at 0.3 of it in the
+    attention reaches 0.70 at 2048 but breaks the flat short-context end (paper 1.00 at 16)."""
+    assert ghidorah.attention_ratio(2048) == pytest.approx(0.50, abs=0.02)
+    slow = ghidorah.FIG10A_CPU_SHARE
+    assert ghidorah.attention_ratio(2048, cpu_bw_scale=slow) == pytest.approx(ghidorah.FIG10A[2048], abs=0.03)
+    assert ghidorah.attention_ratio(16, cpu_bw_scale=slow) < 0.6 < ghidorah.FIG10A[16]

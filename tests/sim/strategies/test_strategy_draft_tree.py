@@ -144,6 +144,34 @@ def test_fallback_chain_is_a_stationary_distribution():
     assert all(b > a for a, b in zip(mean_k, mean_k[1:]))     # a better draft drafts longer rounds
 
 
+def test_speculation_sends_the_all_accepted_rounds_with_a_matching_guess_to_the_cap():
+    """LLMCad §3.4: a round of k that speculates hands the next round the depth-cap tree with probability
+    p0^(k+1); the rest of its all-accepted mass halves alpha as before; no speculation is the plain chain."""
+    p0, cap = 0.8, 12
+    plain = fallback_chain(p0, cap)
+    np.testing.assert_allclose(fallback_chain(p0, cap, (False,) * cap), plain)
+    spec = fallback_chain(p0, cap, (True,) * cap)
+    assert spec.sum() == pytest.approx(1.0) and spec[-1] > plain[-1]
+    assert float(np.arange(1, cap + 1) @ spec) > float(np.arange(1, cap + 1) @ plain)
+
+
+def test_speculation_needs_a_load_longer_than_two_trees_of_drafting():
+    """Under a budget that streams the target the draft has seconds to speculate: more tokens per round at
+    the same load and verification time; with the target resident nothing streams and nothing changes."""
+    p = problem()
+    base = estimate(p, config(17, 16, memory_budget_gb=SWAP_ALL))
+    spec = estimate(p, config(17, 16, memory_budget_gb=SWAP_ALL, speculate=1))
+    assert spec.tokens_per_step > 1.05 * base.tokens_per_step
+    assert spec.breakdown["load"] == pytest.approx(base.breakdown["load"])
+    assert spec.tokens_per_s > base.tokens_per_s
+    resident = estimate(p, config(17, 16, memory_budget_gb=8.0, speculate=1))
+    assert resident.tokens_per_step == pytest.approx(estimate(p, config(17, 16, memory_budget_gb=8.0)).tokens_per_step)
+    fast = with_storage_scale(TX2, 1e4)     # a load shorter than the drafting: nothing to speculate under
+    fp = problem(fast)
+    assert estimate(fp, config(17, 16, memory_budget_gb=SWAP_ALL, speculate=1)).tokens_per_step == pytest.approx(
+        estimate(fp, config(17, 16, memory_budget_gb=SWAP_ALL)).tokens_per_step)
+
+
 def test_adaptive_rounds_are_greedy_prefixes_reaching_each_depth():
     p = problem()
     cfg = STRATEGY.resolve(p, config(17, 16, memory_budget_gb=SWAP_ALL))
@@ -234,6 +262,9 @@ def test_drawn_rounds_average_to_the_expectation():
     (config(variant="beam"), UnknownNameError, "unknown draft-tree variant 'beam'"),
     (config(fallback="never"), UnknownNameError, "unknown draft-tree fallback 'never'"),
     (config(pipeline=2), HetSpecError, "option pipeline must be 0 or 1"),
+    (config(speculate=2), HetSpecError, "option speculate must be 0 or 1"),
+    (config(speculate=1, pipeline=0), HetSpecError, "speculate=1 needs pipeline=1 and no staging"),
+    (config(speculate=1, staging=1), HetSpecError, "speculate=1 needs pipeline=1 and no staging"),
     (config(fallback="threshold", alpha0=1.5), HetSpecError, r"option alpha0 must be in \(0, 1\)"),
     (config(memory_budget_gb=-1), HetSpecError, "memory_budget_gb must be a number > 0"),
     (config(width=1), HetSpecError, r"tree budget \(tree_width\) must be >= 2"),

@@ -16,7 +16,7 @@ from tqdm.auto import tqdm
 
 from hwmodels.errors import HetSpecError
 from real.decode import decoder
-from real.decode.common import Clock, traced_phase_seconds
+from real.decode.common import Clock
 from real.model.packing import layout_for
 from real.model.placement import place_models
 from real.run.demo_run import request_config
@@ -29,6 +29,7 @@ from real.run.session import (
     forward_tokens,
     generator,
     load_models,
+    phase_breakdown,
     placement_of,
     run_prompts,
     torch_threads,
@@ -97,17 +98,6 @@ class Comparison:
                          f"{t.draft_passes_per_step:10.2f} {ph['draft']:14.2f} {ph['verify']:7.2f} "
                          f"{ph['accept']:7.2f} {ph['other']:6.2f}  {'yes' if self.same_tokens(t.method) else 'no'}")
         return "\n".join(lines)
-
-
-def phase_breakdown(run: RunResult) -> dict[str, float]:
-    """Milliseconds per decode step spent in each traced phase; ``other`` is the rest of the step
-    (Python bookkeeping between the traced intervals). ``ar``'s whole step is its ``decode`` record,
-    reported under ``verify`` (the target pass)."""
-    per = traced_phase_seconds(run.records)
-    steps = max(run.steps, 1)
-    out = {k: v * 1e3 / steps for k, v in per.items()}
-    out["other"] = run.decode_s * 1e3 / steps - sum(out.values())
-    return out
 
 
 def compare(requests: list[RunRequest], repeats: int = 3, progress: bool = True) -> Comparison:

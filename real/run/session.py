@@ -19,7 +19,7 @@ import torch
 
 from hwmodels.errors import HetSpecError
 from real.decode import decoder
-from real.decode.common import Clock, DecodeResult, Sampling
+from real.decode.common import Clock, DecodeResult, Sampling, traced_phase_seconds
 from real.run.request import (
     RunRequest,
     check_profile_args,
@@ -127,6 +127,17 @@ class RunResult:
             "tokens": [list(r.ids) for r in self.results],
             "accepted_per_step": [list(r.accepted_per_step) for r in self.results],
         }
+
+
+def phase_breakdown(run: RunResult) -> dict[str, float]:
+    """Milliseconds per decode step spent in each traced phase; ``other`` is the rest of the step
+    (Python bookkeeping between the traced intervals). ``ar``'s whole step is its ``decode`` record,
+    reported under ``verify`` (the target pass)."""
+    per = traced_phase_seconds(run.records)
+    steps = max(run.steps, 1)
+    out = {k: v * 1e3 / steps for k, v in per.items()}
+    out["other"] = run.decode_s * 1e3 / steps - sum(out.values())
+    return out
 
 
 def run_prompts(models, method: str, config, prompts, max_new_tokens: int, seed: int = 0,

@@ -61,7 +61,7 @@ def measure_grid(models, points: Sequence[GridPoint], configs: Sequence, prompts
 def summarize(points: Sequence[GridPoint], own, paired) -> tuple[Measurement, ...]:
     """Per point, its blocks' runs (``own[i]``, :class:`~real.run.session.RunResult`) and the ar runs paired
     with them (``paired[i]``) summarized."""
-    from real.run.compare import phase_breakdown
+    from real.run.session import phase_breakdown
     from real.run.repeats import median, median_index
 
     out = []

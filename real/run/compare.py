@@ -19,6 +19,7 @@ from real.decode import decoder
 from real.decode.common import Clock
 from real.model.packing import layout_for
 from real.model.placement import place_models
+from real.run.checkpoint_models import load_run_models
 from real.run.demo_run import request_config
 from real.run.repeats import interleaved, median_index
 from real.run.request import RunRequest
@@ -28,7 +29,6 @@ from real.run.session import (
     evaluation_prompts,
     forward_tokens,
     generator,
-    load_models,
     phase_breakdown,
     placement_of,
     run_prompts,
@@ -112,7 +112,7 @@ def compare(requests: list[RunRequest], repeats: int = 3, progress: bool = True)
         raise HetSpecError(f"--repeats must be >= 1, got {repeats}")
     first = requests[0]
     placement = placement_of(first)          # every request carries the same --device/--dtype/--graphs
-    loaded = load_models(first.preset, progress, paths=first.model_paths)
+    loaded = load_run_models(first.preset, progress, paths=first.model_paths)
     # each method's models in the weight layout for its forwards (one copy per distinct layout)
     bundles: dict[str, object] = {}
     models_of = []

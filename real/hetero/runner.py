@@ -89,17 +89,17 @@ def agreement(tokens, reference) -> dict:
 
 def run_hetero_demo(request: RunRequest, trace: str | None = None, progress: bool = True):
     """``hetspec run`` for hcmp / dovetail / alspec / draft-tree --memory-budget on a demo preset."""
+    from real.run.checkpoint_models import load_run_models
     from real.run.session import (
         build_config,
         demo_profile,
         evaluation_prompts,
-        load_models,
         models_label,
         torch_threads,
     )
 
     check_trace_path(trace)
-    models = load_models(request.preset, progress, paths=request.model_paths)
+    models = load_run_models(request.preset, progress, paths=request.model_paths)
     accuracy = None
     if request.method == "hcmp" and request.tree_file is None:
         accuracy = demo_profile(models, request.preset).medusa_accuracy

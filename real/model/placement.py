@@ -87,6 +87,17 @@ def default_device() -> str:
     return "cuda:0" if torch.cuda.is_available() else "cpu"
 
 
+def gpu_facts() -> dict | None:
+    """The first CUDA device's name, memory and versions, or ``None`` without CUDA."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    props = torch.cuda.get_device_properties(0)
+    return {"name": props.name, "memory_mib": props.total_memory // 2**20, "cuda": torch.version.cuda,
+            "capability": f"{props.major}.{props.minor}", "count": torch.cuda.device_count()}
+
+
 def resolve(device: str | None = None, dtype: str | None = None, graphs: str = "auto") -> Placement:
     """The placement of ``--device``/``--dtype``/``--graphs`` on this machine; one line if it cannot run here."""
     import torch

@@ -1,8 +1,9 @@
 """Running decode methods on demo models: what ``hetspec run`` and ``hetspec profile-acceptance`` do.
 
-:mod:`~real.run.request` checks the knobs without torch; :mod:`~real.run.session` loads models,
-builds a method's config and decodes prompts; :mod:`~real.run.demo_run` is the ``run`` command on a
-demo preset (single worker here, several through :mod:`real.hetero.runner`);
+:mod:`~real.run.request` checks the knobs without torch; :mod:`~real.run.session` loads the demo models,
+builds a method's config and decodes prompts; :mod:`~real.run.checkpoint_models` loads models given by path;
+:mod:`~real.run.demo_run` is the ``run`` and ``profile-acceptance`` commands (single worker here, several
+through :mod:`real.hetero.runner`);
 :mod:`~real.run.compare` times methods side by side; :mod:`~real.run.repeats` is the one
 interleaved-repeat measurement protocol every timed experiment uses; :mod:`~real.run.acceptance`
 measures an acceptance profile on calibration prompts."""

@@ -92,3 +92,16 @@ def load_checkpoint_models(paths: ModelPaths, dtype: str | torch.dtype = torch.f
                "paths": {"target": paths.target, "draft": paths.draft, "heads": paths.heads}}
     return CheckpointModels(target, draft, heads, tokenizer, cache_root() / "checkpoints" / fingerprint,
                             summary=summary)
+
+
+def load_run_models(preset: str, progress: bool = True, placement=None, target_tokens: int | None = None,
+                    paths: ModelPaths | None = None):
+    """The models of a real-path command: those of ``paths`` where given (:func:`load_checkpoint_models`), else
+    the demo models of ``preset`` (:func:`real.run.session.load_models`); either made ready alike
+    (:func:`real.run.session.ready_models`: eval mode, and placed where ``placement`` says)."""
+    from real.run.session import load_models, ready_models
+
+    if paths is None:
+        return load_models(preset, progress, placement, target_tokens)
+    models = load_checkpoint_models(paths, placement.torch_dtype() if placement is not None else torch.float32)
+    return ready_models(models, placement, target_tokens)

@@ -265,7 +265,7 @@ def handle_profile(args: argparse.Namespace) -> int:
 
     placement = resolve(args.device, args.dtype, args.graphs)     # before any model is loaded or trained
     args.preset = resolve_models(args)
-    from real.run.session import profile_demo
+    from real.run.demo_run import profile_demo
 
     paths = ModelPaths(args.target, args.draft, args.heads) if args.target is not None else None
     profile = profile_demo(args.preset, args.out, args.prompts, args.prompt_tokens, args.max_new_tokens, placement,

@@ -16,9 +16,10 @@ from tqdm.auto import tqdm
 
 from hwmodels.errors import HetSpecError
 from real.decode import decoder
-from real.decode.common import Clock, traced_phase_seconds
+from real.decode.common import Clock
 from real.model.packing import layout_for
 from real.model.placement import place_models
+from real.run.checkpoint_models import load_run_models
 from real.run.demo_run import request_config
 from real.run.repeats import interleaved, median_index
 from real.run.request import RunRequest
@@ -28,7 +29,7 @@ from real.run.session import (
     evaluation_prompts,
     forward_tokens,
     generator,
-    load_models,
+    phase_breakdown,
     placement_of,
     run_prompts,
     torch_threads,
@@ -99,17 +100,6 @@ class Comparison:
         return "\n".join(lines)
 
 
-def phase_breakdown(run: RunResult) -> dict[str, float]:
-    """Milliseconds per decode step spent in each traced phase; ``other`` is the rest of the step
-    (Python bookkeeping between the traced intervals). ``ar``'s whole step is its ``decode`` record,
-    reported under ``verify`` (the target pass)."""
-    per = traced_phase_seconds(run.records)
-    steps = max(run.steps, 1)
-    out = {k: v * 1e3 / steps for k, v in per.items()}
-    out["other"] = run.decode_s * 1e3 / steps - sum(out.values())
-    return out
-
-
 def compare(requests: list[RunRequest], repeats: int = 3, progress: bool = True) -> Comparison:
     """Time every request's method on the same evaluation prompts, ``repeats`` interleaved times.
 
@@ -122,7 +112,7 @@ def compare(requests: list[RunRequest], repeats: int = 3, progress: bool = True)
         raise HetSpecError(f"--repeats must be >= 1, got {repeats}")
     first = requests[0]
     placement = placement_of(first)          # every request carries the same --device/--dtype/--graphs
-    loaded = load_models(first.preset, progress, paths=first.model_paths)
+    loaded = load_run_models(first.preset, progress, paths=first.model_paths)
     # each method's models in the weight layout for its forwards (one copy per distinct layout)
     bundles: dict[str, object] = {}
     models_of = []

@@ -1,24 +1,30 @@
-"""``hetspec run`` on a demo preset: choose the single-worker path (:mod:`real.run.session`) or the
-heterogeneous one (:mod:`real.hetero.runner`: several workers, or weights streamed under a memory
-budget), build the method's config, decode the evaluation prompts, write the trace."""
+"""``hetspec run`` on a demo preset or on models given by path: choose the single-worker path
+(:mod:`real.run.session`) or the heterogeneous one (:mod:`real.hetero.runner`: several workers, or weights
+streamed under a memory budget), build the method's config, decode the evaluation prompts, write the trace;
+and ``hetspec profile-acceptance`` (:func:`profile_demo`) on the same models."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from real.hetero.runner import run_hetero_demo, uses_hetero_runner
 from real.model.placement import default_threads
-from real.run.request import RunRequest, check_trace_path
+from real.run.checkpoint_models import load_run_models
+from real.run.request import RunRequest, check_profile_args, check_trace_path
 from real.run.session import (
     RunResult,
     build_config,
     demo_profile,
     evaluation_prompts,
     forward_tokens,
-    load_models,
+    model_prompts,
+    models_fingerprint,
     models_label,
     placement_of,
     run_prompts,
     torch_threads,
 )
+from sim.acceptance_profile import AcceptanceProfile
 from sim.trace import write_trace
 
 
@@ -46,7 +52,7 @@ def run_demo(request: RunRequest, trace: str | None = None, progress: bool = Tru
         return run_hetero_demo(request, trace, progress)
     check_trace_path(trace)
     placement = placement_of(request)      # one line if --device names a device this machine lacks
-    models = load_models(request.preset, progress, placement, forward_tokens(request), paths=request.model_paths)
+    models = load_run_models(request.preset, progress, placement, forward_tokens(request), request.model_paths)
     config = request_config(request, models)
     with torch_threads(request.threads):
         result = run_prompts(models, request.method, config, evaluation_prompts(models, request),
@@ -62,3 +68,29 @@ def run_demo(request: RunRequest, trace: str | None = None, progress: bool = Tru
             "summary_lines": [f"  device          {placement.describe()}",
                               f"  first output    {first_output(models, result)}"]}
     return result, info
+
+
+def profile_demo(preset: str, out: str | Path, prompts: int, prompt_tokens: int,
+                 max_new_tokens: int, placement=None, draft_tree_widths=(), paths=None,
+                 prompts_from: str | None = None) -> AcceptanceProfile:
+    """``hetspec profile-acceptance``: measure on calibration prompts and write the profile to ``out``
+    (on ``placement``'s device and dtype, :class:`real.model.placement.Placement`; default: the CPU);
+    ``draft_tree_widths``: tree budgets whose real draft-tree rounds it also counts; ``paths``: models
+    given by path (:class:`real.run.request.ModelPaths`) instead of the preset's; ``prompts_from``: text
+    files to cut the prompts from instead of the corpus's calibration split."""
+    from real.run.acceptance import measure_profile
+
+    check_profile_args(str(out), prompts, prompt_tokens, max_new_tokens)
+    models = load_run_models(preset, placement=placement, paths=paths)
+    calibration = model_prompts(models, "calibration", prompts, prompt_tokens, 0, prompts_from)
+    where = {"device": placement.device, "dtype": placement.dtype} if placement is not None else {}
+    name = f"demo-{preset}" if paths is None else Path(paths.target).stem
+    profile = measure_profile(models, calibration, max_new_tokens, name=name,
+                              source=f"measured by hetspec profile-acceptance on {prompts} "
+                                     f"{'prompts of ' + prompts_from if prompts_from else 'calibration prompts'} "
+                                     f"of {models_label(models)}",
+                              meta={"preset": preset, "prompt_tokens": prompt_tokens,
+                                    "models_fingerprint": models_fingerprint(models), **where},
+                              draft_tree_widths=draft_tree_widths)
+    profile.save(out)
+    return profile

@@ -13,20 +13,10 @@ from datetime import datetime
 from pathlib import Path
 
 from hwmodels import atomic_files
+from real.model.placement import gpu_facts
 from sim.records import RESULTS_FILE, write_machine_json
 
 SPECULATIVE = ("chain", "draft-tree", "medusa")
-
-
-def gpu_facts() -> dict | None:
-    """The first CUDA device's name, memory and versions, or ``None`` without CUDA."""
-    import torch
-
-    if not torch.cuda.is_available():
-        return None
-    props = torch.cuda.get_device_properties(0)
-    return {"name": props.name, "memory_mib": props.total_memory // 2**20, "cuda": torch.version.cuda,
-            "capability": f"{props.major}.{props.minor}", "count": torch.cuda.device_count()}
 
 
 def step_status(path: Path) -> int | None:

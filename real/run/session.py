@@ -3,8 +3,9 @@
 :class:`RunRequest` holds the command-line knobs and validates them before anything is loaded;
 :func:`build_config` turns them into a method's config; :func:`run_prompts` decodes every prompt
 (after an untimed warm-up) and returns a :class:`RunResult`, whose :meth:`RunResult.to_json` is
-the ``--json`` output. the ``run`` command on a demo preset is
-:mod:`real.run.demo_run`.
+the ``--json`` output; :func:`phase_breakdown` splits its steps by traced phase. :func:`load_models` loads
+the demo models of a preset (models given by path: :mod:`real.run.checkpoint_models`); the ``run`` command
+is :mod:`real.run.demo_run`.
 """
 
 from __future__ import annotations
@@ -19,12 +20,8 @@ import torch
 
 from hwmodels.errors import HetSpecError
 from real.decode import decoder
-from real.decode.common import Clock, DecodeResult, Sampling
-from real.run.request import (
-    RunRequest,
-    check_profile_args,
-    load_tree_file,
-)
+from real.decode.common import Clock, DecodeResult, Sampling, traced_phase_seconds
+from real.run.request import RunRequest, load_tree_file
 from sim.acceptance_profile import AcceptanceProfile
 from sim.trace import TraceRecord
 from sim.tree import TokenTree
@@ -129,6 +126,17 @@ class RunResult:
         }
 
 
+def phase_breakdown(run: RunResult) -> dict[str, float]:
+    """Milliseconds per decode step spent in each traced phase; ``other`` is the rest of the step
+    (Python bookkeeping between the traced intervals). ``ar``'s whole step is its ``decode`` record,
+    reported under ``verify`` (the target pass)."""
+    per = traced_phase_seconds(run.records)
+    steps = max(run.steps, 1)
+    out = {k: v * 1e3 / steps for k, v in per.items()}
+    out["other"] = run.decode_s * 1e3 / steps - sum(out.values())
+    return out
+
+
 def run_prompts(models, method: str, config, prompts, max_new_tokens: int, seed: int = 0,
                 warmup: bool = True, worker: str = "cpu", progress: bool = False) -> RunResult:
     """Decode every prompt with ``method``; prompt i samples with seed ``seed + i``. ``progress``:
@@ -195,46 +203,18 @@ def demo_profile(models, preset: str) -> AcceptanceProfile:
     return profile
 
 
-def profile_demo(preset: str, out: str | Path, prompts: int, prompt_tokens: int,
-                 max_new_tokens: int, placement=None, draft_tree_widths=(), paths=None,
-                 prompts_from: str | None = None) -> AcceptanceProfile:
-    """``hetspec profile-acceptance``: measure on calibration prompts and write the profile to ``out``
-    (on ``placement``'s device and dtype, :class:`real.model.placement.Placement`; default: the CPU);
-    ``draft_tree_widths``: tree budgets whose real draft-tree rounds it also counts; ``paths``: models
-    given by path (:class:`real.run.request.ModelPaths`) instead of the preset's; ``prompts_from``: text
-    files to cut the prompts from instead of the corpus's calibration split."""
-    from real.run.acceptance import measure_profile
+def load_models(preset: str, progress: bool = True, placement=None, target_tokens: int | None = None):
+    """The demo models of ``preset``, trained first where not cached, made ready as :func:`ready_models` says
+    (models given by path: :func:`real.run.checkpoint_models.load_run_models`)."""
+    from real.train.demo import load_demo
 
-    check_profile_args(str(out), prompts, prompt_tokens, max_new_tokens)
-    models = load_models(preset, placement=placement, paths=paths)
-    calibration = model_prompts(models, "calibration", prompts, prompt_tokens, 0, prompts_from)
-    where = {"device": placement.device, "dtype": placement.dtype} if placement is not None else {}
-    name = f"demo-{preset}" if paths is None else Path(paths.target).stem
-    profile = measure_profile(models, calibration, max_new_tokens, name=name,
-                              source=f"measured by hetspec profile-acceptance on {prompts} "
-                                     f"{'prompts of ' + prompts_from if prompts_from else 'calibration prompts'} "
-                                     f"of {models_label(models)}",
-                              meta={"preset": preset, "prompt_tokens": prompt_tokens,
-                                    "models_fingerprint": models_fingerprint(models), **where},
-                              draft_tree_widths=draft_tree_widths)
-    profile.save(out)
-    return profile
+    return ready_models(load_demo(preset, progress=progress), placement, target_tokens)
 
 
-def load_models(preset: str, progress: bool = True, placement=None, target_tokens: int | None = None,
-                paths=None):
-    """The demo models of ``preset`` (or the models of ``paths``, a :class:`real.run.request.ModelPaths`)
-    in eval mode; with a :class:`real.model.placement.Placement`, moved to its device and dtype, weights
-    in the layout for ``target_tokens`` per verification (None: as loaded) and CUDA graphs attached where
-    it says (:func:`real.model.placement.place_models`)."""
-    if paths is not None:
-        from real.run.checkpoint_models import load_checkpoint_models
-
-        models = load_checkpoint_models(paths, placement.torch_dtype() if placement is not None else torch.float32)
-    else:
-        from real.train.demo import load_demo
-
-        models = load_demo(preset, progress=progress)
+def ready_models(models, placement=None, target_tokens: int | None = None):
+    """``models`` in eval mode; with a :class:`real.model.placement.Placement`, moved to its device and dtype,
+    weights in the layout for ``target_tokens`` per verification (None: as loaded) and CUDA graphs attached
+    where it says (:func:`real.model.placement.place_models`)."""
     for model in (models.target, models.draft, models.heads):
         if model is not None:
             model.eval()

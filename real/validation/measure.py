@@ -83,7 +83,7 @@ def pairs_of(blocks, ar_blocks) -> dict:
 def summarize(points: Sequence[GridPoint], own, paired) -> tuple[Measurement, ...]:
     """Per point, its blocks' runs (``own[i][block][prompt]``, :class:`~real.run.session.RunResult`) and the ar
     runs paired with them (``paired[i]``) summarized."""
-    from real.run.compare import phase_breakdown
+    from real.run.session import phase_breakdown
     from real.run.repeats import median, median_index
 
     out = []

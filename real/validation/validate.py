@@ -342,7 +342,7 @@ def validate(out: str | Path | None = None, preset: str | None = None, quick: bo
 def write_run_machine(out: Path, command: str, started: datetime, host, device: str) -> Path:
     """``machine.json`` beside the report: this machine, the command, its start and end, and the calibration
     that priced it (the GPU's facts where the run decoded on one)."""
-    from real.run.gpu_record import gpu_facts
+    from real.model.placement import gpu_facts
     from sim.records import write_machine_json
 
     calibration = {"platform": shown_path(host.path), "description": host.description}

@@ -51,7 +51,9 @@ def interleaved(n: int, repeats: int, measure: Callable[[int, int, int], T], rou
 
 
 def paired_blocks(n: int, baseline: int, repeats: int, measure: Callable[[int, int, bool], T], parts: int = 1,
-                  tick: Callable[[], None] | None = None) -> tuple[list[list[list[T]]], list[list[list[T]]]]:
+                  tick: Callable[[], None] | None = None, max_repeats: int | None = None,
+                  more: Callable[[int, list, list], bool] | None = None,
+                  ) -> tuple[list[list[list[T]]], list[list[list[T]]]]:
     """Every item but ``baseline`` timed ``repeats`` times in an A/B block with ``baseline``.
 
     A block is ``parts`` pairs (the validation: one per evaluation prompt); a pair is the baseline and the item
@@ -62,8 +64,16 @@ def paired_blocks(n: int, baseline: int, repeats: int, measure: Callable[[int, i
     measured before (a warm-up is due). Returns ``(own, paired)``: ``own[i][block][part]`` the item's
     measurements, ``paired[i][block][part]`` the baseline's of the same pairs; the baseline's own row holds its
     every block of the run, in order, and ``paired[baseline]`` the same. ``tick`` after every block.
+
+    ``repeats`` is the least number of repeats; up to ``max_repeats`` (default ``repeats``) are taken while
+    ``more(repeats done, own, paired)`` says so (asked after every repeat but the last possible one; its
+    answer counts from the ``repeats``-th on): a measurement that stops once it is precise enough, or once its
+    time is spent.
     """
     _check_counts(n, repeats, parts)
+    max_repeats = repeats if max_repeats is None else max_repeats
+    if max_repeats < repeats:
+        raise HetSpecError(f"paired blocks: at most {max_repeats} repeats is fewer than the least, {repeats}")
     if not 0 <= baseline < n:
         raise HetSpecError(f"paired blocks: baseline {baseline} is not one of the {n} items")
     own: list[list[list[T]]] = [[] for _ in range(n)]
@@ -77,7 +87,11 @@ def paired_blocks(n: int, baseline: int, repeats: int, measure: Callable[[int, i
         return result
 
     block = 0
-    for rep in range(repeats):
+    for rep in range(max_repeats if others else repeats):
+        if rep > 0:
+            go_on = more(rep, own, paired) if more is not None else False
+            if rep >= repeats and not go_on:
+                break
         for k in rotation(len(others), rep) if others else []:
             i = others[k]
             mine, base = [], []

@@ -190,7 +190,8 @@ def register_validate(subparsers) -> None:
                    help="heterogeneous section: the best alspec (S, lambda) keeps at least this share of the exact "
                         "greedy tokens (default 0.99)")
     p.add_argument("--repeats", type=int, default=None, metavar="N",
-                   help="A/B blocks with ar per configuration (default 3); more blocks narrow the paired band")
+                   help="exactly N A/B blocks with ar per configuration (default: at least 3, further rounds while "
+                        "the paired band is wider than half the speedup target and the run's time budget lasts)")
     p.add_argument("--json", action="store_true",
                    help="print the verdict (per pricing and method: speedup error, regret, best configs, absolute "
                         "errors, whether the noise band lets them be judged) as JSON")
@@ -252,7 +253,7 @@ def handle_validate(args: argparse.Namespace) -> int:
     if floor is not None:
         parts.insert(-1, f"--alspec-agreement {floor:g}")
     if repeats is not None:
-        settings = replace(grid_settings(args.quick), repeats=repeats)
+        settings = grid_settings(args.quick).with_repeats(repeats)
         parts.insert(-1, f"--repeats {repeats}")
     section, stale = _hetero_section(args, repeats, floor)
     doc = validate(out, preset=args.preset, quick=args.quick, device=args.device, platform=args.platform,

@@ -41,24 +41,74 @@ class Measurement:
     verified_per_step: float        # tokens in each verification pass: proposed + 1 (the root)
 
 
+@dataclass(frozen=True)
+class Stopping:
+    """How many A/B blocks a configuration gets: at least ``least``; then further rounds (one block of every
+    configuration each) while the paired band (:func:`real.validation.verdict.paired_band`) is wider than
+    ``settled`` and another round as long as the longest yet fits ``budget_s`` from the first block, up to
+    ``most`` blocks. A fixed count is ``least == most``."""
+
+    least: int
+    most: int
+    budget_s: float | None = None
+    settled: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.least < 1 or self.most < self.least:
+            raise HetSpecError(f"A/B blocks: at least {self.least} and at most {self.most} is not a range of counts")
+
+
+def fixed(repeats: int) -> Stopping:
+    return Stopping(repeats, repeats)
+
+
+def keep_measuring(stop: Stopping, done: int, elapsed_s: float, longest_round_s: float, band: float) -> bool:
+    """Whether another round of blocks is taken after ``done`` rounds (``elapsed_s`` since the first block; the
+    longest round so far; the paired band so far, NaN where it cannot be told yet)."""
+    import math
+
+    if done < stop.least:
+        return True
+    if done >= stop.most or (math.isfinite(band) and band <= stop.settled):
+        return False
+    return stop.budget_s is None or elapsed_s + longest_round_s <= stop.budget_s
+
+
 def measure_grid(models, points: Sequence[GridPoint], configs: Sequence, prompts: Sequence[Sequence[int]],
-                 max_new_tokens: int, repeats: int, worker: str = "cpu",
-                 tick: Callable[[], None] | None = None) -> tuple[Measurement, ...]:
-    """Decode ``prompts`` with every (point, config) in ``repeats`` A/B blocks with the grid's ``ar`` point,
-    one pair a prompt (module docstring); ``tick`` after every block."""
+                 max_new_tokens: int, stop: Stopping | int, worker: str = "cpu",
+                 tick: Callable[[], None] | None = None, clock: Callable[[], float] | None = None,
+                 ) -> tuple[Measurement, ...]:
+    """Decode ``prompts`` with every (point, config) in A/B blocks with the grid's ``ar`` point, one pair a
+    prompt (module docstring), as many blocks as ``stop`` says (an int: that many); ``tick`` after every block."""
+    import time
+
     from real.run.repeats import paired_blocks
     from real.run.session import run_prompts
+    from real.validation.verdict import paired_band
 
+    stop = fixed(stop) if isinstance(stop, int) else stop
+    clock = clock or time.monotonic
     baseline = next((i for i, p in enumerate(points) if p.method == "ar"), None)
     if baseline is None:
         raise HetSpecError("the validation grid needs its ar point: every configuration is timed against it")
     prompts = [list(p) for p in prompts]
+    rounds = {"start": None, "last": None, "longest": 0.0}
 
     def run(i: int, part: int, first: bool):
+        if rounds["start"] is None:
+            rounds["start"] = rounds["last"] = clock()
         return run_prompts(models, points[i].method, configs[i], [prompts[part]], max_new_tokens, seed=part,
                            warmup=first, worker=worker)
 
-    own, paired = paired_blocks(len(points), baseline, repeats, run, parts=len(prompts), tick=tick)
+    def more(done: int, own, paired) -> bool:
+        now = clock()
+        rounds["longest"], rounds["last"] = max(rounds["longest"], now - rounds["last"]), now
+        band = paired_band([{"method": p.method, "pairs": pairs_of(own[i], paired[i])}
+                            for i, p in enumerate(points) if i != baseline])
+        return keep_measuring(stop, done, now - rounds["start"], rounds["longest"], band)
+
+    own, paired = paired_blocks(len(points), baseline, stop.least, run, parts=len(prompts), tick=tick,
+                                max_repeats=stop.most, more=more)
     return summarize(points, own, paired)
 
 

@@ -72,24 +72,41 @@ class Settings:
     eval_prompts: int            # evaluation prompts every A/B block decodes
     prompt_tokens: int
     max_new_tokens: int
-    repeats: int                 # A/B blocks per configuration
+    repeats: int                 # A/B blocks per configuration, at least
     random_models: tuple[str, ...]
     random_tokens: tuple[int, ...]
     random_repeats: int
     random_context: int
     label: str = "full"
+    most_repeats: int | None = None         # A/B blocks at most (None: ``repeats``)
+    measure_budget_s: float | None = None   # seconds of A/B blocks after which no further round starts
+    settled_band: float = 0.0               # a paired band this narrow needs no further round
+
+    def stopping(self):
+        """When the A/B blocks stop (:class:`real.validation.measure.Stopping`)."""
+        from real.validation.measure import Stopping
+
+        return Stopping(self.repeats, self.most_repeats or self.repeats, self.measure_budget_s, self.settled_band)
+
+    def with_repeats(self, repeats: int) -> Settings:
+        """Exactly ``repeats`` A/B blocks per configuration (``--repeats``)."""
+        return replace(self, repeats=repeats, most_repeats=repeats, measure_budget_s=None)
 
 
 #: Quick: the demo's validation, in a few minutes on 2 cores with the tiny preset. Full: more prompts,
 #: tokens and blocks, every token count of the random models. Tokens per step vary from prompt to prompt
 #: (sd 0.76 of 3.55 for Medusa's 16-token tree on 12 evaluation prompts of the small demo models), so the
 #: prompt samples bound how close a prediction can come: 12 prompts carry a standard error of 6 %, 48 under 3 %.
+#: The A/B blocks go on past the third while the paired band is wider than half the speedup target and time
+#: is left: a round of the quick grid (one block of each of its 18 configurations) took about 15 s on the
+#: tiny models on 2 cores, so the quick budget fits about ten rounds on a quiet machine, fewer on a busy one.
 QUICK = Settings(calibration_prompts=48, eval_prompts=6, prompt_tokens=64, max_new_tokens=64, repeats=3,
                  random_models=(), random_tokens=(1, 4, 16, 64), random_repeats=3, random_context=128,
-                 label="quick")
+                 label="quick", most_repeats=12, measure_budget_s=150.0, settled_band=0.05)
 FULL = Settings(calibration_prompts=96, eval_prompts=48, prompt_tokens=64, max_new_tokens=96, repeats=3,
                 random_models=("random-smollm-135m", "random-smollm-360m"), random_tokens=(1, 2, 4, 8, 16, 32, 64),
-                random_repeats=5, random_context=256, label="full")
+                random_repeats=5, random_context=256, label="full", most_repeats=6, measure_budget_s=900.0,
+                settled_band=0.025)
 
 
 def settings_for(quick: bool) -> Settings:
@@ -280,16 +297,26 @@ def validate(out: str | Path | None = None, preset: str | None = None, quick: bo
         if preds_profiled and variant.source.get("older_than_host"):
             print(f"warning: {variant.source['older_than_host']}", file=sys.stderr)
 
-    blocks = (len(grid) - 1) * settings.repeats
-    banner(f"[5/6] real runs: {len(grid)} configurations, each in {settings.repeats} A/B blocks with ar, on "
-           f"{settings.eval_prompts} evaluation prompts x {settings.max_new_tokens} tokens", progress)
+    stop = settings.stopping()
+    per_round = max(len(grid) - 1, 1)
+    count = (f"{stop.least}" if stop.least == stop.most else
+             f"{stop.least} to {stop.most}" + (f" (further rounds while the paired band is over "
+                                                f"±{100 * stop.settled:.1f} % and within {stop.budget_s:.0f} s)"
+                                                if stop.budget_s else ""))
+    banner(f"[5/6] real runs: {len(grid)} configurations, each in {count} A/B blocks with ar, one pair per "
+           f"evaluation prompt ({settings.eval_prompts} x {settings.max_new_tokens} tokens)", progress)
     evaluation = [list(p) for p in corpus_prompts(models.tokenizer, "evaluation", settings.eval_prompts,
                                                   settings.prompt_tokens, seed=0)]
     configs = [real_config(p, profile.medusa_accuracy, trees.get(p)) for p in grid]
-    with tqdm(total=blocks, desc="A/B blocks", unit="block", disable=not progress,
+    with tqdm(total=per_round * stop.least, desc="A/B blocks", unit="block", disable=not progress,
               file=sys.stderr) as bar, torch_threads(threads):
-        meas = measure_grid(models, grid, configs, evaluation, settings.max_new_tokens, settings.repeats,
-                            worker=device, tick=bar.update)
+        def tick() -> None:
+            if bar.n >= bar.total:           # a further round: the bar grows by it
+                bar.total += per_round
+            bar.update()
+
+        meas = measure_grid(models, grid, configs, evaluation, settings.max_new_tokens, stop, worker=device,
+                            tick=tick)
 
     random_rows = []
     if settings.random_models:

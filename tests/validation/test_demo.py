@@ -62,7 +62,7 @@ def test_the_demo_prints_every_methods_best_configuration_and_the_verdict(tiny_d
     from real.validation.validate import QUICK
 
     monkeypatch.setenv("HETSPEC_PLATFORMS_DIR", host_platform_folder(tmp_path))
-    settings = replace(QUICK, calibration_prompts=3, eval_prompts=1, prompt_tokens=16, max_new_tokens=12, repeats=2)
+    settings = replace(QUICK, calibration_prompts=3, eval_prompts=1, prompt_tokens=16, max_new_tokens=12).with_repeats(2)
     grid = (GridPoint("ar"), GridPoint("chain", 2), GridPoint("chain", 3), GridPoint("draft-tree", 4),
             GridPoint("medusa", 4))
     done = run_demo(preset="tiny", out=tmp_path / "demo", validate_settings=settings, grid=grid)

@@ -81,7 +81,7 @@ def test_validate_end_to_end_on_tiny(tiny_demo, tmp_path, monkeypatch):
     monkeypatch.setenv("HETSPEC_PLATFORMS_DIR", folder)
     write_cpu_profile(tiny_demo, folder)      # what `hetspec calibrate --device cpu` adds
     settings = replace(QUICK, calibration_prompts=3, eval_prompts=1, prompt_tokens=16, max_new_tokens=12,
-                       repeats=2, random_models=())
+                       random_models=()).with_repeats(2)
     grid = (GridPoint("ar"), GridPoint("chain", 2), GridPoint("medusa", 4))
     out = tmp_path / "report"
     doc = validate(out, preset="tiny", progress=False, settings=settings, grid=grid, command="test", quick=True)
@@ -162,6 +162,48 @@ def test_every_configuration_is_timed_in_blocks_with_ar(tiny_demo):
     assert chain.tokens_per_step > 1.0 and ar.tokens_per_step == 1.0
     with pytest.raises(HetSpecError, match="needs its ar point"):
         measure_grid(tiny_demo, points[:1], configs[:1], prompts, 4, 1)
+
+
+def test_the_blocks_stop_when_the_band_settles_or_the_budget_is_spent():
+    from real.validation.measure import Stopping, keep_measuring
+
+    stop = Stopping(3, 10, budget_s=100.0, settled=0.05)
+    assert keep_measuring(stop, 2, 500.0, 60.0, 0.01)            # the least is always taken
+    assert keep_measuring(stop, 3, 40.0, 20.0, 0.12)             # wide, and another round fits
+    assert not keep_measuring(stop, 3, 90.0, 20.0, 0.12)         # wide, but the round would end past 100 s
+    assert not keep_measuring(stop, 3, 40.0, 20.0, 0.04)         # settled
+    assert keep_measuring(stop, 3, 40.0, 20.0, float("nan"))     # not told yet
+    assert not keep_measuring(stop, 10, 40.0, 1.0, 0.5)          # the most
+    assert not keep_measuring(Stopping(3, 3), 3, 0.0, 0.0, 0.5)  # a fixed count
+    with pytest.raises(HetSpecError, match="not a range"):
+        Stopping(3, 2)
+
+
+def test_the_grid_measures_rounds_inside_its_time_budget(tiny_demo):
+    """On a fake clock that moves 1 s per decode, a 40 s budget stops the blocks where the next round would pass
+    it, whatever the band: three rounds of 12 s (2 configurations x 3 prompts x 2 runs), then no fourth
+    (36 + 12 > 40)."""
+    from real.validation.measure import Stopping, measure_grid
+
+    points = (GridPoint("ar"), GridPoint("chain", 2), GridPoint("chain", 3))
+    configs = [real_config_of(p) for p in points]
+    now = [0.0]
+    import real.run.session as session
+
+    real_run = session.run_prompts
+
+    def timed(*a, **k):
+        now[0] += 1.0
+        return real_run(*a, **k)
+
+    prompts = [[5, 6, 7, 8], [9, 10, 11, 12], [13, 14, 15]]
+    stop = Stopping(2, 10, budget_s=40.0, settled=0.0)
+    try:
+        session.run_prompts = timed
+        meas = measure_grid(tiny_demo, points, configs, prompts, 6, stop, clock=lambda: now[0])
+    finally:
+        session.run_prompts = real_run
+    assert [len(m.pairs["decode_s"]) for m in meas] == [6, 3, 3]      # ar: the blocks of both configurations
 
 
 def real_config_of(point):

@@ -97,3 +97,22 @@ def test_paired_blocks_of_the_baseline_alone_are_its_repeats_and_a_bad_baseline_
     assert own == paired == [[[True], [False], [False]]]
     with pytest.raises(HetSpecError, match="baseline 2"):
         paired_blocks(2, 2, 1, lambda i, part, first: 0)
+
+
+def test_paired_blocks_take_further_repeats_while_asked_up_to_the_most():
+    from real.run.repeats import paired_blocks
+
+    asked = []
+
+    def more(done, own, paired):
+        asked.append((done, len(own[1])))
+        return done < 4                        # a fifth repeat is not asked for
+
+    own, _ = paired_blocks(2, 0, 2, lambda i, part, first: 0, max_repeats=6, more=more)
+    assert len(own[1]) == 4 and asked == [(1, 1), (2, 2), (3, 3), (4, 4)]
+    own, _ = paired_blocks(2, 0, 2, lambda i, part, first: 0, max_repeats=3, more=lambda *a: True)
+    assert len(own[1]) == 3                    # never past the most
+    own, _ = paired_blocks(2, 0, 2, lambda i, part, first: 0, max_repeats=6, more=lambda *a: False)
+    assert len(own[1]) == 2                    # never under the least
+    with pytest.raises(HetSpecError, match="fewer than the least"):
+        paired_blocks(2, 0, 3, lambda i, part, first: 0, max_repeats=2)

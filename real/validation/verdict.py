@@ -89,10 +89,10 @@ def pair_tables(row: dict) -> tuple[np.ndarray, ...]:
     return t, np.ones_like(t), t_ar, np.ones_like(t_ar)
 
 
-def pooled(t, n, t_ar, n_ar) -> np.ndarray:
-    """The speedup of pairs summed over their last axis (prompts): tokens/s over the paired ar's."""
+def pooled(t, n, t_ar, n_ar, axis=-1) -> np.ndarray:
+    """The speedup of pairs summed over ``axis``: tokens/s over the paired ar's."""
     with np.errstate(divide="ignore", invalid="ignore"):
-        return (n.sum(-1) / t.sum(-1)) / (n_ar.sum(-1) / t_ar.sum(-1))
+        return (n.sum(axis) / t.sum(axis)) / (n_ar.sum(axis) / t_ar.sum(axis))
 
 
 def measured_speedup(row: dict) -> float:
@@ -110,16 +110,17 @@ def speedup_samples(row: dict) -> list[float]:
 
 def speedup_interval(row: dict) -> tuple[float, float]:
     """The :data:`CONFIDENCE` interval of ``row``'s measured speedup: a bootstrap that redraws, for every prompt
-    apart, which of its blocks' pairs counts, its reach from the measured speedup widened by ``sqrt(B / (B - 1))``
+    apart, its ``B`` pairs among its blocks' with replacement, its reach from the measured speedup widened by ``sqrt(B / (B - 1))``
     for ``B`` blocks (the small-sample correction of a bootstrap's spread). NaN with fewer than two blocks:
     nothing to tell noise by."""
     tables = pair_tables(row)
     blocks, prompts = tables[0].shape if tables[0].ndim == 2 else (0, 0)
     if blocks < 2:
         return float("nan"), float("nan")
-    pick = np.random.default_rng(0).integers(0, blocks, size=(BOOTSTRAP_DRAWS, prompts))
+    # each draw: for every prompt, as many of its pairs as it has blocks, drawn among them with replacement
+    pick = np.random.default_rng(0).integers(0, blocks, size=(BOOTSTRAP_DRAWS, blocks, prompts))
     cols = np.arange(prompts)
-    draws = pooled(*(x[pick, cols] for x in tables))
+    draws = pooled(*(x[pick, cols] for x in tables), axis=(-2, -1))
     lo, hi = np.quantile(draws, [(1 - CONFIDENCE) / 2, (1 + CONFIDENCE) / 2])
     centre, widen = measured_speedup(row), math.sqrt(blocks / (blocks - 1))   # a bootstrap of B values reads
     return float(centre - widen * (centre - lo)), float(centre + widen * (hi - centre))   # the spread sqrt((B-1)/B) narrow

@@ -162,3 +162,13 @@ def test_errors_over_the_limit_are_not_presented_as_results():
     from real.validation.verdict import pct
 
     assert pct(0.123) == "12.3 %" and pct(1.7) == "> 100 % (not a result)" and pct(float("nan")) == "n/a"
+
+
+def test_the_paired_band_narrows_as_the_blocks_add_up():
+    """The band is the uncertainty of the pooled speedup, not the spread of one block: the same noise over four
+    times the blocks leaves about half of it (1 / sqrt(4))."""
+    noise = [[1.0, 2.0], [1.3, 2.0], [1.0, 2.6], [0.9, 2.0], [1.1, 1.7]]
+    few = row_of("chain g=1", noise, [[2.0, 2.0]] * len(noise))
+    many = row_of("chain g=1", noise * 4, [[2.0, 2.0]] * len(noise) * 4)
+    assert measured_speedup(few) == pytest.approx(measured_speedup(many))
+    assert 0.35 < speedup_uncertainty(many) / speedup_uncertainty(few) < 0.65

@@ -21,6 +21,12 @@ whose ``bw_efficiency``, ``compute_efficiency`` and ``op_overhead_us`` *are* the
 (checked when the platform loads, :func:`hwmodels.profile.check_profiled_device`); every priced operator
 says which (``source``: ``profile`` or ``fallback: <why>``).
 
+``forward_rest`` (what a model's whole eager forward takes beyond its operators' rows) has no FLOPs or bytes,
+so its roofline is zero. Where the profile has no row for the call it is never left at zero while the profile
+measured a rest at all (:func:`rest_fallback`): the model's own row at the nearest measured token count, else
+the rest per layer of the profiled model nearest in hidden size, times the model's layers; the source says
+which. Only a profile without any ``forward_rest`` row prices it at 0 (it measured none), and says so.
+
 An attention call is one fused kernel: its measured time goes to the operator that launches it
 (``attn_score``, or ``tree_score`` without a cache) and the fused rest of the group costs nothing;
 if the call falls back, each part is priced by the roofline as usual.
@@ -32,6 +38,7 @@ the eager model launches for each (``Op.eager_launches``). Graph mode and the ro
 
 from __future__ import annotations
 
+import re
 from bisect import bisect_left
 from dataclasses import dataclass
 from functools import lru_cache
@@ -142,6 +149,42 @@ def lookup_scalar(profile: OpProfile, mode: str, table: str, shape: str, tokens:
     return ((1 - w) * parts[0][0] + w * parts[1][0], (1 - w) * parts[0][1] + w * parts[1][1])
 
 
+REST = "forward_rest"
+_REST_KEY = re.compile(r"^L(\d+)H(\d+)")
+
+
+def rest_fallback(profile: OpProfile, mode: str, shape: str, tokens: float) -> tuple[float, str]:
+    """(seconds, why) of a ``forward_rest`` call of ``shape`` (:func:`sim.step_graph.forward_key`) at ``tokens``
+    that the profile's rows do not cover: its own rows at the nearest measured token count; for a model without
+    rows, the rest per layer of the profiled model nearest in hidden size (then more layers) at the nearest
+    token count it measured, times this model's layers; 0 only where the profile has no ``forward_rest`` rows."""
+    lines = _lists(profile, mode)
+
+    def at(key: tuple[str, str]) -> tuple[float, int]:
+        _, tok, kern, launch = lines[key][0]
+        near = min(max(tokens, tok[0]), tok[-1])
+        return _interp(near, tok, kern) + _interp(near, tok, launch), int(near)
+
+    own = (REST, shape)
+    if own in lines:
+        seconds, near = at(own)
+        tok = lines[own][0][1]
+        if tok[0] <= tokens <= tok[-1]:
+            return seconds, f"forward_rest {shape}: its rows at {tokens:g} tokens"
+        return seconds, (f"forward_rest {shape}: {tokens:g} tokens outside the profiled {tok[0]:g}..{tok[-1]:g}; "
+                         f"its row at {near} tokens")
+    m = _REST_KEY.match(shape)
+    others = [(key, _REST_KEY.match(key[1])) for key in lines if key[0] == REST]
+    others = [(key, int(o.group(1)), int(o.group(2))) for key, o in others if o]
+    if not m or not others:
+        return 0.0, f"forward_rest {shape} not profiled (the profile has no forward_rest rows to scale from)"
+    layers, hidden = int(m.group(1)), int(m.group(2))
+    key, ref_layers, _ = min(others, key=lambda o: (abs(np.log(o[2] / hidden)), -o[1], o[0][1]))
+    seconds, near = at(key)
+    return seconds * layers / ref_layers, (f"forward_rest {shape} not profiled; {key[1]}'s rest at {near} tokens "
+                                           f"per layer x {layers} layers")
+
+
 def _profile_shape(op: Op) -> str:
     return op.shape if op.table != "attention" or op.batch == 1 else f"{op.shape}b{op.batch}"
 
@@ -230,6 +273,10 @@ def op_time(op: Op, device: Device, dtype: str, bw_bytes_per_s: float | None = N
             bw = bw_bytes_per_s or device.mem_bw_bytes_per_s * device.bw_efficiency
             return OpTiming(kern + launch, kern, min(nbytes / bw, kern), launch, flops), PROFILE
     why = _why_not(profile, op, tokens, dtype, scaled)
+    if op.table == REST and not scaled:     # the roofline has nothing to price it by: never left at zero
+        seconds, rest_why = rest_fallback(profile, mode, op.shape, tokens)
+        why = rest_why if dtype == profile.dtype else f"{why}; {rest_why}"
+        return OpTiming(seconds, 0.0, 0.0, seconds, 0.0), f"fallback: {why}"
     return (roofline_time(device, flops, nbytes, dtype, tokens=op.tokens or None, density=op.density,
                           launches=fallback_launches(op, device), bw_bytes_per_s=bw_bytes_per_s, resident=resident,
                           rows=op.weight_rows, batched=op.batched),
@@ -252,8 +299,8 @@ def profiled_seconds(poly, device: Device, dtype: str, arr: dict, b, fallback: n
     ``resident``: the model's weights stay in the cache (:func:`table_for`)."""
     timing = timing_of(device)
     profile, mode = timing.profile, timing.mode
-    if dtype != profile.dtype:
-        return fallback
+    if dtype != profile.dtype:     # nothing is looked up; a forward_rest is still never left at zero
+        return _rest_fallbacks(poly, profile, mode, arr, fallback.copy())
     b_arr = np.broadcast_to(np.asarray(b, dtype=float), fallback.shape[:-1])
     out = fallback.copy()
     if b_arr.size == 1:    # one configuration (strategies price one at a time): plain Python lookups
@@ -268,6 +315,8 @@ def profiled_seconds(poly, device: Device, dtype: str, arr: dict, b, fallback: n
             found = lookup_scalar(profile, mode, table, shape, toks[j], keys[j] if table == "attention" else 0)
             if found is not None:
                 flat[j] = 0.0 if table == "attention" and poly.launches[j] == 0 else found[0] + found[1]
+            elif table == REST:
+                flat[j] = rest_fallback(profile, mode, shape, float(toks[j]))[0]
         return out
     attention: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     full = fallback.shape[:-1] + (len(poly.tables),)
@@ -293,7 +342,22 @@ def profiled_seconds(poly, device: Device, dtype: str, arr: dict, b, fallback: n
         else:
             kern, launch, covered = lookup(profile, mode, table_for(profile, table, shape, resident), shape, tok, 0)
             value = kern + launch
+            if table == REST and not covered.all():
+                rest = np.vectorize(lambda t: rest_fallback(profile, mode, shape, float(t))[0], otypes=[float])
+                value = np.where(covered, value, rest(tok))
+                covered = np.ones_like(covered)
         out[..., j] = np.where(covered, value, fallback[..., j])
+    return out
+
+
+def _rest_fallbacks(poly, profile: OpProfile, mode: str, arr: dict, out: np.ndarray) -> np.ndarray:
+    """``out`` with every ``forward_rest`` column of ``poly`` priced by :func:`rest_fallback` (another dtype than
+    the profile's: nothing is looked up, but the rest of the eager forward is no roofline's to price)."""
+    toks = np.broadcast_to(arr["profile_tokens"], out.shape)
+    for j, (table, shape) in enumerate(zip(poly.tables, poly.shapes)):
+        if table == REST:
+            rest = np.vectorize(lambda t: rest_fallback(profile, mode, shape, float(t))[0], otypes=[float])
+            out[..., j] = rest(toks[..., j])
     return out
 
 

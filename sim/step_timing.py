@@ -4,6 +4,7 @@ profile where its platform file selects one (:mod:`sim.op_timing`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from hwmodels.platform import Device
 from hwmodels.roofline import OpTiming, roofline_time
@@ -74,3 +75,51 @@ def price_step(graph: StepGraph, device: Device, bw_bytes_per_s: float | None = 
     resident = device.holds(weight_working_set(graph.model, graph.dtype))
     return StepPrice(graph, device, tuple(price_op(op, device, graph.dtype, bw_bytes_per_s, resident)
                                           for op in priced_ops(graph, device)))
+
+
+#: What each kind of fallback says in :func:`fallback_note`, by a phrase of its ``fallback: <why>`` source.
+_FALLBACK_KINDS = (("dtype", "at another dtype than the profile's"), ("share of the operator", "shares of an operator"),
+                   ("outside the profiled", "outside the profiled token counts or keys"),
+                   ("not profiled", "shapes not in the profile"), ("", "without a profile key"))
+_NO_TABLE = "of kinds the profile has no row of"
+_SHAPES = "shapes not in the profile"
+
+
+def fallback_note(price: StepPrice, model: str) -> str | None:
+    """One line on the operators of a step priced on a profiled device that its profile does not cover (their
+    ``fallback: <why>`` source), grouped by why, and what would price them by measurement: for shapes not in
+    the profile, ``hetspec calibrate --models <model>`` (``model`` as the user named it) on the device the
+    profile measured; for another dtype, ``--dtype`` of the profile's. None when every operator was measured
+    (or the device is priced by the roofline)."""
+    import re
+
+    from sim.op_timing import timing_of
+
+    timing = timing_of(price.device)
+    fell = [p for p in price.ops if p.source.startswith("fallback")]
+    if timing is None or not fell:
+        return None
+    groups: dict[str, list[str]] = {}
+    profile = timing.profile
+    tables = {table for table, _ in profile.tables}
+    for p in fell:
+        kind = next(text for phrase, text in _FALLBACK_KINDS if phrase in p.source)
+        if kind == _SHAPES and p.op.table not in tables:    # no shape of it measured: a larger profile has none
+            kind = _NO_TABLE
+        if p.op.name not in groups.setdefault(kind, []):
+            groups[kind].append(p.op.name)
+    parts = [f"{len(names)} {kind} ({', '.join(names)})" for kind, names in groups.items()]
+    hints = []
+    if _SHAPES in groups:
+        # the torch device the profile measured, as `hetspec calibrate --device` writes it: "<name> (cpu)"
+        found = re.search(r"\((cpu\d*|cuda(?::\d+)?)\)\s*$", profile.device or "")
+        device = found.group(1) if found else ""
+        flag = "" if device == "cpu" else f" --device {device or 'D'}"
+        hints.append(f"`hetspec calibrate{flag} --models {model}` would profile them"
+                     + ("" if device else " on the device the profile measured"))
+    if "at another dtype than the profile's" in groups:
+        hints.append(f"--dtype {profile.dtype} prices them by the profile")
+    names = {p.op.name for p in fell}
+    how = "the roofline" + ("; forward_rest by the profile's nearest rest" if "forward_rest" in names else "")
+    return (f"fallback: {len(names)} of {len(price.ops)} operators priced without a measured row of "
+            f"{Path(profile.path).name} ({how}): " + "; ".join(parts) + ("; " + "; ".join(hints) if hints else ""))

@@ -54,8 +54,12 @@ def register_calibrate(subparsers) -> None:
                         "worker pinned to core N) instead: writes a measured operator profile (CSV) and a platform "
                         "whose device is priced by it (TOML)")
     p.add_argument("--models", default=None, metavar="M1,M2",
-                   help="with --device: the models whose operator shapes the profile covers (presets, config.json "
-                        "paths, demo:tiny, demo:small; default: the demo models, plus llama2-7b on CUDA)")
+                   help="the models whose operator shapes the operator profile covers: presets, GGUF files, "
+                        "config.json files or Hugging Face model folders, demo:tiny, demo:small. Without --device: "
+                        "the CPU's operator profile beside the calibration covers them in addition to the demo models "
+                        "(so that "
+                        "--platform profiled-cpu prices them by measurement); with --device: instead of the default "
+                        "(the demo models, plus llama2-7b on CUDA)")
     p.add_argument("--dtype", default=None, choices=("fp32", "fp16", "bf16"),
                    help="with --device: the dtype profiled (default fp32 on a CPU, fp16 on CUDA)")
     p.set_defaults(func=handle_calibrate)
@@ -80,8 +84,14 @@ def handle_calibrate(args: argparse.Namespace) -> int:
             raise HetSpecError("--budget, --strict, --profile and --record go with the host calibration "
                                "(without --device)")
         return _profile_device(args)
-    if args.models is not None or args.dtype is not None:
-        raise HetSpecError("--models and --dtype go with --device (the operator profile of a torch device)")
+    if args.dtype is not None:
+        raise HetSpecError("--dtype goes with --device (the operator profile of a torch device)")
+    extra = None
+    if args.models is not None:
+        if args.quick:
+            raise HetSpecError("--models and --quick: the quick run writes no operator profile to cover them; "
+                               "drop --quick")
+        extra = _model_names(args.models)     # a bad name or path: one line, before anything is measured
     from real.validation.calibration.calibrate import budget_for, calibrate, summary_lines
     from real.validation.calibration.hetero_probes import hetero_probes
     from real.validation.calibration.host_facts import raw_path, settings_for
@@ -103,7 +113,7 @@ def handle_calibrate(args: argparse.Namespace) -> int:
         # the CPU's operator profile beside it, which `hetspec validate` prices the grid with next to the roofline
         from real.validation.calibration.cpu_profiles import profile_cpu_beside
 
-        for line in profile_cpu_beside(path, quick=not args.profile, one_thread=args.profile):
+        for line in profile_cpu_beside(path, quick=not args.profile, one_thread=args.profile, extra_models=extra):
             print(line)
             lines.append(line)
     if args.record is not None:
@@ -135,6 +145,24 @@ def _calibration_record(folder: str, platform_path, lines: list[str], started) -
     print(f"wrote the run record {out}")
 
 
+def _model_names(text: str) -> list[str]:
+    """The names of ``--models`` (comma-separated), each resolved once (a preset, a GGUF file, a config.json or a
+    model folder, ``demo:<preset>``), so that a bad one is one line before anything is measured."""
+    from hwmodels.errors import HetSpecError
+    from real.validation.profiler.profile_device import resolve_models
+
+    names = [m.strip() for m in text.split(",") if m.strip()]
+    if not names:
+        raise HetSpecError(f"--models {text!r}: give at least one model (a preset, a .gguf file, a config.json or a "
+                           "model folder, demo:tiny, demo:small)")
+    for name in names:
+        try:
+            resolve_models([name])
+        except HetSpecError as exc:
+            raise HetSpecError(f"--models {name}: {exc}") from None
+    return names
+
+
 def _say(text: str) -> None:
     import sys
 
@@ -146,7 +174,7 @@ def _profile_device(args: argparse.Namespace) -> int:
     full profile guarded against the cores slowed from outside."""
     from real.validation.profiler import profile_device
 
-    names = [m.strip() for m in args.models.split(",") if m.strip()] if args.models else None
+    names = _model_names(args.models) if args.models is not None else None
     parts = ["hetspec calibrate", f"--device {args.device}"] + ([f"--models {args.models}"] if args.models else []) + \
         ([f"--dtype {args.dtype}"] if args.dtype else []) + (["--quick"] if args.quick else [])
     guard = None

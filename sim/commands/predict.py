@@ -159,8 +159,9 @@ def cmd_predict(args: argparse.Namespace) -> int:
     header = {"model": problem.model.name, "platform": problem.platform.name, "method": args.method,
               "acceptance": problem.acceptance.name if problem.acceptance else None, "context": problem.context,
               "batch": problem.batch, "dtype": problem.model.dtype}
+    note = best_fallback_note(problem, result.best, args.model)
     if args.json:
-        print(json.dumps({**header, **result.to_json(with_table=not args.no_table)}, indent=1))
+        print(json.dumps({**header, **result.to_json(with_table=not args.no_table), "fallback": note}, indent=1))
         return 0
     best = result.best
     print(f"{problem.model.name} on {problem.platform.name}, method {args.method}, acceptance "
@@ -176,7 +177,25 @@ def cmd_predict(args: argparse.Namespace) -> int:
                         "step_s", "tokens_per_step", "tokens_per_s", "speedup_vs_ar") if c in result.columns]
     order = sorted(range(result.rows), key=lambda i: -result.columns["tokens_per_s"][i])[: args.top]
     print(format_rows(cols, [[result.columns[c][i] for c in cols] for i in order]))
+    if note:
+        print(note)
     return 0
+
+
+def best_fallback_note(problem, best: dict, model: str) -> str | None:
+    """:func:`sim.step_timing.fallback_note` of the target's step of the best configuration on its device (one
+    line where a measured profile prices it and does not cover every operator; None otherwise)."""
+    from sim.op_timing import is_profiled
+    from sim.step_graph import build_step_graph
+    from sim.step_timing import fallback_note, price_step
+
+    device = best.get("device")
+    if device not in problem.platform.devices or not is_profiled(problem.platform.device(device)):
+        return None
+    width = best.get("tree_width") or 1
+    width = int(width) if width == width else 1      # NaN: a method without a width
+    graph = build_step_graph(problem.model, width, problem.context, problem.batch, problem.dtype)
+    return fallback_note(price_step(graph, problem.platform.device(device)), model)
 
 
 def format_rows(names: list[str], rows: list[list], left: tuple[int, ...] = (), sep: str = " ") -> str:

@@ -10,7 +10,7 @@ from hwmodels.loader import get_platform
 from sim.model_spec import get_model
 from sim.step_graph import build_step_graph
 from sim.op_timing import is_profiled
-from sim.step_timing import price_step
+from sim.step_timing import fallback_note, price_step
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -43,8 +43,9 @@ def cmd_step(args: argparse.Namespace) -> int:
     graph = build_step_graph(model, args.tokens, args.context, args.batch, args.dtype)
     warn_memory(model, device, args.context, args.batch, args.tokens, args.dtype)
     price = price_step(graph, device)
+    note = fallback_note(price, args.model)    # operators a measured profile does not cover, in one line
     if args.json:
-        out = {"platform": platform.name, **price.to_dict()}
+        out = {"platform": platform.name, **price.to_dict(), "fallback": note}
         print(json.dumps(out, indent=2))
         return 0
     print(f"{model.name} on {platform.name}/{device.name}: q={graph.tokens} s={graph.context} b={graph.batch} "
@@ -60,4 +61,6 @@ def cmd_step(args: argparse.Namespace) -> int:
     # widths from the cells, so no value runs into its neighbour however large it is
     print(format_rows(["operator", "weights", "x", "GFLOP", "MB", "FLOP/B", "time ms", "bound"] + ["source"] * profiled,
                       rows, left=(0, 1, 7, 8), sep="  "))
+    if note:
+        print(note)
     return 0

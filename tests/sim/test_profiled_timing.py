@@ -137,6 +137,8 @@ def _with_forward_rest(device, rows):
 
 
 def test_the_forward_rest_of_a_profiled_model_is_priced_in_eager_mode_only():
+    from dataclasses import replace
+
     from sim.step_graph import forward_key
 
     model = get_model("llama2-7b")
@@ -155,13 +157,22 @@ def test_the_forward_rest_of_a_profiled_model_is_priced_in_eager_mode_only():
     assert rest(eager, 4).time_s == pytest.approx((500 + 3 / 7 * 400) * 1e-6)
     # a forward of b sequences of q tokens looks the rest up at b*q tokens, as the linears
     assert rest(eager, 4, b=2).time_s == pytest.approx(900e-6)
-    # outside the rows, or for a model without rows: nothing, and the source says why
-    for priced in (rest(eager, 9), rest(eager, 1, m=get_model("vicuna-13b"))):
-        assert priced.time_s == 0.0 and priced.source.startswith("fallback: ")
-    assert "forward_rest L40H5120" in rest(eager, 1, m=get_model("vicuna-13b")).source
+    # outside the rows: the nearest row; a model without rows: the profiled model's rest per layer times its
+    # layers; never zero while the profile measured a rest, and the source says which
+    beyond = rest(eager, 9)
+    assert beyond.time_s == pytest.approx(900e-6) and "9 tokens outside the profiled 1..8" in beyond.source
+    other = rest(eager, 1, m=get_model("vicuna-13b"))
+    assert other.time_s == pytest.approx(500e-6 * 40 / 32)
+    assert other.source.startswith("fallback: forward_rest L40H5120") and key in other.source
+    # a profile without any forward_rest row measured none: 0, and it says so
+    bare = rest(EAGER.device("gpu"), 1)
+    assert bare.time_s == 0.0 and "no forward_rest rows" in bare.source
+    plat_rest = replace(EAGER, devices={**EAGER.devices, "gpu": eager})
+    for m, q in ((get_model("vicuna-13b"), 3), (model, 12)):    # the closed form prices the fallback alike
+        want = price_step(build_step_graph(m, q, 512), eager, standalone_bw(plat_rest, "gpu")).total_s
+        assert float(step_seconds(m, plat_rest, "gpu", q, 512)) == pytest.approx(want, rel=1e-9)
     # the vectorised closed form adds the same
     base = step_seconds(model, EAGER, "gpu", np.arange(1, 9), 512)
-    from dataclasses import replace
     plat = replace(EAGER, devices={**EAGER.devices, "gpu": eager})
     np.testing.assert_allclose(step_seconds(model, plat, "gpu", np.arange(1, 9), 512) - base,
                                np.interp(np.arange(1, 9), [1, 8], [500e-6, 900e-6]), rtol=1e-9, atol=1e-12)

@@ -15,13 +15,14 @@ from real.validation.profiler.profile_device import profile_and_write
 
 
 def profile_cpu_beside(host_path: str | Path, quick: bool, progress: bool = True,
-                       one_thread: bool = False, force: bool = False, models=None) -> list[str]:
+                       one_thread: bool = False, force: bool = False, models=None, extra_models=None) -> list[str]:
     """The CPU's operator profile written beside a freshly calibrated ``host.toml`` (``profiled-cpu``), with
     the calibration's threads and OpenMP settings: what ``hetspec validate`` prices the grid with next to
     the roofline (:mod:`real.validation.backends`). ``one_thread``, on a machine of several cores: also the
     single-thread worker on the first core this process may use (``profiled-cpuN``), what ``hetspec validate
     --device cpuN`` prices with. ``models``: the model names whose shapes it covers (default: both demo presets'
-    :func:`~real.validation.profiler.profile_device.default_models`). ``force``: its guard waits and retakes for as long as the cores stay slowed,
+    :func:`~real.validation.profiler.profile_device.default_models`); ``extra_models``: names whose shapes it
+    covers in addition (``hetspec calibrate --models``: presets, GGUF files, config.json paths). ``force``: its guard waits and retakes for as long as the cores stay slowed,
     where it would otherwise stop after :data:`~real.validation.trust.GUARD_GIVE_UP_S`."""
     from hwmodels.loader import load_platform_file
     from real.hetero.workers import allowed_cores
@@ -33,7 +34,12 @@ def profile_cpu_beside(host_path: str | Path, quick: bool, progress: bool = True
     if one_thread and torch.get_num_threads() > 1 and len(cores) > 1:
         worker = f"cpu{cores[0]}"
         devices[worker] = worker if worker in host.devices else "cpu0"   # the host names its workers by index
+    from real.validation.profiler.profile_device import default_models
+
     command = "hetspec calibrate" + (" --quick" if quick else "")
+    if extra_models:
+        models = list(models or default_models("cpu")) + [m for m in extra_models if m not in (models or ())]
+        command += " --models " + ",".join(extra_models)
     lines = []
     for device_text, host_device in devices.items():
         out = Path(host_path).parent / f"{profiled_platform_name(device_text)}.toml"

@@ -197,8 +197,16 @@ def profile_device(device_text: str, models, settings: ProfileSettings = Profile
 
     # every model in the dtype the rows are timed in: the forwards' ``forward_rest`` rows are what the profile's
     # pricing of them in that dtype leaves
-    models = [spec.with_dtype(dtype) for spec in models]
-    forward_models = [spec for spec in models if spec.arch == "llama"]
+    from sim.step_graph import forward_key
+
+    # as the real path runs them: a GGUF file's weights dequantized to the profiled dtype
+    models = [spec.dequantized(dtype) for spec in models]
+    # one whole forward per model shape (two names of one shape, e.g. a preset and its GGUF file, are one model)
+    shapes: dict = {}
+    for spec in models:
+        if spec.arch == "llama":
+            shapes.setdefault(forward_key(spec), spec)
+    forward_models = list(shapes.values())
     probe = None
     if device.type == "cpu":       # the forward that prices a launch inside the real model (eager_launch_in_forward)
         from real.validation.calibration.microbench import probe_specs
@@ -461,7 +469,8 @@ def default_models(device_text: str) -> list[str]:
 
 
 def resolve_models(names: Sequence[str]):
-    """ModelSpecs of ``names``: presets or config.json paths, and ``demo:<preset>`` (the demo recipe's shapes)."""
+    """ModelSpecs of ``names``: presets, GGUF files, config.json files or model folders
+    (:func:`sim.model_spec.get_model`), and ``demo:<preset>`` (the demo recipe's shapes)."""
     from sim.model_spec import get_model
 
     specs = []

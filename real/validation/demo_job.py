@@ -41,19 +41,26 @@ def banner(step: int, total: int, text: str) -> None:
     say(f"\n=== [{step}/{total}] {text}")
 
 
-def host_platform(recalibrate: bool, device: str, preset: str = "tiny"):
-    """The ``host`` platform: reused when fresh, else measured now inside the calibration's time budget, with
-    the CPU's quick operator profile of the ``preset`` demo models' shapes beside it (the second pricing)."""
+def host_platform(recalibrate: bool, device: str | None, preset: str = "tiny"):
+    """The ``host`` platform and the device the demo runs on: reused when fresh, else measured now inside the
+    calibration's time budget, with the CPU's quick operator profile of the ``preset`` demo models' shapes
+    beside it (the second pricing). ``device`` None (the default): ``cpu``, all threads, unless the calibration
+    finds the machine busy (all threads measuring slower than one: a multi-threaded operator waits for the
+    thread whose core another job holds); then the single-thread worker on the first core, which another job
+    slows far less, and its profile instead."""
     from hwmodels.loader import get_platform
     from real.validation.calibration.budget import DEFAULT_BUDGET_S
-    from real.validation.calibration.calibrate import calibrate, calibration_age_days, default_out, summary_lines
+    from real.validation.calibration.calibrate import (busy_warnings, calibrate, calibration_age_days, default_out,
+                                                         summary_lines)
+    from real.validation.calibration.cpu_profiles import first_worker, profile_cpu_beside
     from real.validation.calibration.host_facts import FRESH_DAYS
 
     path = default_out()
     age = calibration_age_days(path)
     if age is not None and age < FRESH_DAYS and not recalibrate:
         say(f"reusing {path} (calibrated {age:.1f} days ago; --recalibrate to measure again)")
-        return get_platform(str(path))
+        platform = get_platform(str(path))
+        return platform, device or "cpu"
     why = ("no host platform yet" if age is None else f"{path} is {age:.0f} days old" if not recalibrate
            else "--recalibrate")
     say(f"{why}: measuring this machine: at most {DEFAULT_BUDGET_S:.0f} s of micro-benchmarks, then the CPU's "
@@ -62,12 +69,18 @@ def host_platform(recalibrate: bool, device: str, preset: str = "tiny"):
     for line in summary_lines(platform, cal):
         say(line)
     say(f"wrote {path}")
-    from real.validation.calibration.cpu_profiles import profile_cpu_beside
-
-    for line in profile_cpu_beside(path, quick=True, models=[f"demo:{preset}"]):     # validate's second pricing
+    worker = first_worker(platform)
+    busy = device is None and worker is not None and worker in platform.devices and bool(busy_warnings(cal))
+    if busy:
+        say(f"the machine looks busy (all threads measured slower than one): the demo predicts and validates on "
+            f"the single-thread worker {worker}, which another job slows far less (--device cpu insists on all "
+            "threads)")
+    for line in profile_cpu_beside(path, quick=True, models=[f"demo:{preset}"], one_thread=busy,
+                                   all_threads=not busy):     # validate's second pricing
         say(line)
+    device = worker if busy else device or "cpu"
     platform.device(device)
-    return platform
+    return platform, device
 
 
 def predict_best(models, platform, device: str, profile, context: int) -> list[dict]:
@@ -190,8 +203,9 @@ def run_demo(preset: str | None = None, recalibrate: bool = False, out: str | Pa
     banner(2, total, "calibrate this machine (hetspec calibrate)")
     run_device = default_device_name(device)                  # where the validation decodes
     gpu = is_cuda_name(run_device)
-    device = "cpu" if gpu else run_device                     # the platform device the predictions use
-    platform = host_platform(recalibrate, device, preset)
+    platform, device = host_platform(recalibrate, None if device is None and not gpu else
+                                     "cpu" if gpu else run_device, preset)   # the device the predictions use
+    run_device = run_device if gpu else device
     threads = platform.device(device).cores
     if gpu:
         target = gpu_platform(run_device, dtype, graphs)

@@ -96,11 +96,42 @@ def test_the_demo_calibrates_inside_the_budget_and_profiles_only_its_preset(monk
 
     monkeypatch.setattr(cal_mod, "calibrate", fake_calibrate)
     monkeypatch.setattr(cal_mod, "summary_lines", lambda platform, cal: ["summary"])
-    monkeypatch.setattr(cpu_profiles, "profile_cpu_beside", lambda path, quick, models=None: seen.update(
-        quick=quick, models=models) or [])
-    platform = demo_job.host_platform(False, "cpu", "tiny")
-    assert platform.device("cpu") and seen["calibrate"] == {} and seen["quick"] and seen["models"] == ["demo:tiny"]
+    monkeypatch.setattr(cal_mod, "busy_warnings", lambda cal: [])
+    monkeypatch.setattr(cpu_profiles, "profile_cpu_beside", lambda path, quick, models=None, **kw: seen.update(
+        quick=quick, models=models, **kw) or [])
+    platform, device = demo_job.host_platform(False, None, "tiny")
+    assert device == "cpu" and platform.device("cpu") and seen["calibrate"] == {}
+    assert seen["quick"] and seen["models"] == ["demo:tiny"] and seen["all_threads"] and not seen["one_thread"]
     assert "at most 75 s of micro-benchmarks" in capsys.readouterr().err
+
+
+def test_a_busy_machine_moves_the_demo_to_a_single_thread_worker(monkeypatch, tmp_path, capsys):
+    """All threads calibrated slower than one (another job holds a core): the demo predicts, profiles and validates
+    on the single-thread worker; asked for a device, it keeps it."""
+    from real.validation import demo_job
+    from real.validation.calibration import calibrate as cal_mod
+    from real.validation.calibration import cpu_profiles
+
+    monkeypatch.setenv("HETSPEC_PLATFORMS_DIR", str(tmp_path))
+    seen = {}
+
+    def fake_calibrate(path, progress=True, **kw):
+        from hwmodels.loader import load_platform_file
+
+        folder = host_platform_folder(tmp_path / "made")
+        return load_platform_file(f"{folder}/host.toml"), path, None
+
+    monkeypatch.setattr(cal_mod, "calibrate", fake_calibrate)
+    monkeypatch.setattr(cal_mod, "summary_lines", lambda platform, cal: [])
+    monkeypatch.setattr(cal_mod, "busy_warnings", lambda cal: ["warning: the machine looks busy"])
+    monkeypatch.setattr(cpu_profiles, "first_worker", lambda host: "cpu0")
+    monkeypatch.setattr(cpu_profiles, "profile_cpu_beside", lambda path, quick, models=None, **kw: seen.update(kw) or [])
+    platform, device = demo_job.host_platform(False, None, "tiny")
+    assert device == "cpu0" and platform.device("cpu0").cores == 1
+    assert seen == {"one_thread": True, "all_threads": False}
+    assert "single-thread worker cpu0" in capsys.readouterr().err
+    _, device = demo_job.host_platform(True, "cpu", "tiny")           # --device cpu: all threads, as asked
+    assert device == "cpu" and seen == {"one_thread": False, "all_threads": True}
 
 
 def test_the_prediction_table_names_the_configurations_near_each_best():

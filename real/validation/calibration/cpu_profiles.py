@@ -15,7 +15,8 @@ from real.validation.profiler.profile_device import profile_and_write
 
 
 def profile_cpu_beside(host_path: str | Path, quick: bool, progress: bool = True,
-                       one_thread: bool = False, force: bool = False, models=None, extra_models=None) -> list[str]:
+                       one_thread: bool = False, force: bool = False, models=None, extra_models=None,
+                       all_threads: bool = True) -> list[str]:
     """The CPU's operator profile written beside a freshly calibrated ``host.toml`` (``profiled-cpu``), with
     the calibration's threads and OpenMP settings: what ``hetspec validate`` prices the grid with next to
     the roofline (:mod:`real.validation.backends`). ``one_thread``, on a machine of several cores: also the
@@ -23,16 +24,15 @@ def profile_cpu_beside(host_path: str | Path, quick: bool, progress: bool = True
     --device cpuN`` prices with. ``models``: the model names whose shapes it covers (default: both demo presets'
     :func:`~real.validation.profiler.profile_device.default_models`); ``extra_models``: names whose shapes it
     covers in addition (``hetspec calibrate --models``: presets, GGUF files, config.json paths). ``force``: its guard waits and retakes for as long as the cores stay slowed,
-    where it would otherwise stop after :data:`~real.validation.trust.GUARD_GIVE_UP_S`."""
+    where it would otherwise stop after :data:`~real.validation.trust.GUARD_GIVE_UP_S`. ``all_threads`` False
+    (with ``one_thread``): the single-thread worker only."""
     from hwmodels.loader import load_platform_file
-    from real.hetero.workers import allowed_cores
     from real.validation.gpu_target import profiled_platform_name
 
     host = load_platform_file(host_path)
-    devices = {"cpu": "cpu"}      # the device profiled -> the host's device whose cache it takes
-    cores = allowed_cores()
-    if one_thread and torch.get_num_threads() > 1 and len(cores) > 1:
-        worker = f"cpu{cores[0]}"
+    devices = {"cpu": "cpu"} if all_threads or not one_thread else {}   # profiled -> the host device whose cache
+    worker = first_worker(host)                                          # it takes
+    if one_thread and worker is not None:
         devices[worker] = worker if worker in host.devices else "cpu0"   # the host names its workers by index
     from real.validation.profiler.profile_device import default_models
 
@@ -50,6 +50,15 @@ def profile_cpu_beside(host_path: str | Path, quick: bool, progress: bool = True
         guard = None if quick else cpu_profile_guard(device_text, force)
         lines += profile_and_write(device_text, models, None, quick, out, command, progress, cache, guard)
     return lines
+
+
+def first_worker(host) -> str | None:
+    """The single-thread worker on the first core this process may use (``cpuN``), on a machine of several
+    cores whose torch runs several threads; None otherwise."""
+    from real.hetero.workers import allowed_cores
+
+    cores = allowed_cores()
+    return f"cpu{cores[0]}" if torch.get_num_threads() > 1 and len(cores) > 1 else None
 
 
 def cpu_profile_guard(device_text: str, force: bool = False):

@@ -4,7 +4,8 @@
    a minute on two cores; ``small`` takes 15-30 minutes, so the demo does not start it unasked:
    ``--preset small`` asks on a terminal, ``--train`` trains without asking).
 2. **Calibrate** this host (``hetspec calibrate``), unless a host platform younger than
-   :data:`real.validation.calibration.host_facts.FRESH_DAYS` days already exists (``--recalibrate`` forces it).
+   :data:`real.validation.calibration.host_facts.FRESH_DAYS` days already exists (``--recalibrate`` forces it);
+   a calibration that finds the machine busy moves the demo to the single-thread worker (:func:`host_platform`).
 3. **Predict** the best configuration of every decode method for the demo models on ``host``
    (the optimizer's full search, with the acceptance profile measured on calibration prompts).
 4. **Validate** quickly (``hetspec validate --quick``: every configuration in A/B blocks with ``ar``) into

@@ -133,10 +133,10 @@ def bracketed_forwards(before, after) -> list[tuple[int, float]]:
     return [(t, median(s)) for t, s in sorted(samples.items())]
 
 
-def forward_rest_rows(device, forwards, graphs: bool) -> list[tuple]:
+def forward_rest_rows(device, forwards, graphs: bool, context: int = REST_CONTEXT) -> list[tuple]:
     """Profile rows ``forward_rest`` of ``forwards`` ((spec, [(tokens, seconds)]) of :func:`bracketed_forwards`),
     for the profiled ``device`` in eager mode: what each forward took beyond the profile's price of it at
-    :data:`REST_CONTEXT` cached tokens, never below 0 (a forward timed faster than its rows: the rows were
+    ``context`` cached tokens, never below 0 (a forward timed faster than its rows: the rows were
     timed at a slower moment), in ``eager_launch_us``; a replayed graph (``graphs``) runs none of it."""
     from hwmodels.profile import in_mode
     from sim.step_graph import build_step_graph, forward_key
@@ -146,7 +146,7 @@ def forward_rest_rows(device, forwards, graphs: bool) -> list[tuple]:
     rows = []
     for spec, timed in forwards:
         for tokens, seconds in timed:
-            priced = price_step(build_step_graph(spec, tokens, REST_CONTEXT), eager).total_s
+            priced = price_step(build_step_graph(spec, tokens, context), eager).total_s
             rows.append(("forward_rest", forward_key(spec), tokens, 0, 0.0, max(seconds - priced, 0.0) * 1e6,
                          0.0 if graphs else math.nan))
     return rows

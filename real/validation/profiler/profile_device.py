@@ -388,6 +388,16 @@ def write_device_profile(prof: DeviceProfile, out: str | Path, command: str) -> 
         rows = [(*r[:5], launch_s * 1e6, r[6]) for r in rows]
         prof.forward_launch_us = launch_s * 1e6
         device = _written_device(prof, csv_path, header, rows, notes, mode, by)
+        # the probe's own rest: what its forward took beyond its rows once the launch is set (0 unless floored), so
+        # a pricing of the probe model finds its row rather than a rest scaled from another model's
+        from real.validation.calibration.microbench import PROBE_CONTEXT
+        from real.validation.profiler.forward_launch import forward_rest_rows
+        from sim.step_graph import forward_key
+
+        probe = model.with_dtype(prof.dtype)
+        if forward_key(probe) not in {forward_key(spec.with_dtype(prof.dtype)) for spec, _ in prof.forwards}:
+            rows = rows + forward_rest_rows(device, [(probe, [(1, seconds)])], graphs=False, context=PROBE_CONTEXT)
+            device = _written_device(prof, csv_path, header, rows, notes, mode, by)
     if prof.forwards:
         from real.validation.profiler.forward_launch import REST_CONTEXT, forward_rest_rows
 

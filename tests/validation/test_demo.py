@@ -102,7 +102,7 @@ def test_the_demo_calibrates_inside_the_budget_and_profiles_only_its_preset(monk
     platform, device = demo_job.host_platform(False, None, "tiny")
     assert device == "cpu" and platform.device("cpu") and seen["calibrate"] == {}
     assert seen["quick"] and seen["models"] == ["demo:tiny"] and seen["all_threads"] and not seen["one_thread"]
-    assert "at most 75 s of micro-benchmarks" in capsys.readouterr().err
+    assert "at most 65 s of micro-benchmarks" in capsys.readouterr().err
 
 
 def test_a_busy_machine_moves_the_demo_to_a_single_thread_worker(monkeypatch, tmp_path, capsys):

@@ -105,7 +105,10 @@ def optimal_values(accuracies, max_size: int, max_depth: int, max_children: int 
         G[0, 0] = 0.0
         K = np.zeros((R, C, N), dtype=np.int32)
         for r in range(R):
-            gain = acc[d, r] * f_child                       # [N] value of a rank-r child of size k
+            # [N] value of a rank-r child of size k; a size no subtree has stays impossible (0 x -inf is not 0)
+            gain = np.full(N, _NEG)
+            reachable = f_child > _NEG
+            gain[reachable] = acc[d, r] * f_child[reachable]
             new = G.copy()
             for c in range(1 if track else 0, C):
                 prev = G[c - 1] if track else G[0]

@@ -212,3 +212,18 @@ def test_sweep_with_worker_processes_gives_the_same_table():
     assert parallel.table.equals(serial.table) and parallel.skipped == serial.skipped
     with pytest.raises(HetSpecError, match="workers must be >= 1"):
         sweep(*args, workers=0, **kw)
+
+
+def test_a_rank_of_zero_accuracy_neither_warns_nor_hides_a_better_child():
+    """A zero accuracy times an impossible subtree (-inf) is not a value: the DP keeps such sizes impossible, so
+    no NaN reaches a comparison and the best tree is the one without the useless rank."""
+    import warnings
+
+    acc = [[0.6, 0.0, 0.3], [0.5, 0.0, 0.2]]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        table = optimal_values(acc, 6, 2)
+        tree = optimal_tree(acc, 4, 2)
+    assert all(x == -np.inf or np.isfinite(x) for x in table.best)
+    assert all(1 not in choice for choice in tree.choices)      # no rank-1 (zero accuracy) node
+    assert table.best[4] == pytest.approx(tree.expected_accepted_length([list(r) for r in acc]))

@@ -18,6 +18,7 @@ the same in every block), draft passes per step, and the per-phase time of the m
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -65,8 +66,6 @@ def fixed(repeats: int) -> Stopping:
 def keep_measuring(stop: Stopping, done: int, elapsed_s: float, longest_round_s: float, band: float) -> bool:
     """Whether another round of blocks is taken after ``done`` rounds (``elapsed_s`` since the first block; the
     longest round so far; the paired band so far, NaN where it cannot be told yet)."""
-    import math
-
     if done < stop.least:
         return True
     if done >= stop.most or (math.isfinite(band) and band <= stop.settled):

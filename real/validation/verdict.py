@@ -97,7 +97,10 @@ def pooled(t, n, t_ar, n_ar, axis=-1) -> np.ndarray:
 
 def measured_speedup(row: dict) -> float:
     """``row``'s measured speedup over ar, from all its pairs (module docstring)."""
-    tables = pair_tables(row)
+    return _pooled_all(pair_tables(row))
+
+
+def _pooled_all(tables) -> float:
     if tables[0].size == 0:
         return float("nan")
     return float(pooled(*(x.reshape(1, -1) for x in tables))[0])
@@ -110,26 +113,30 @@ def speedup_samples(row: dict) -> list[float]:
 
 def speedup_interval(row: dict) -> tuple[float, float]:
     """The :data:`CONFIDENCE` interval of ``row``'s measured speedup: a bootstrap that redraws, for every prompt
-    apart, its ``B`` pairs among its blocks' with replacement, its reach from the measured speedup widened by ``sqrt(B / (B - 1))``
-    for ``B`` blocks (the small-sample correction of a bootstrap's spread). NaN with fewer than two blocks:
-    nothing to tell noise by."""
-    tables = pair_tables(row)
+    apart, its ``B`` pairs among its blocks' with replacement, its reach from the measured speedup widened by
+    ``sqrt(B / (B - 1))`` for ``B`` blocks (the small-sample correction of a bootstrap's spread). NaN with fewer
+    than two blocks: nothing to tell noise by."""
+    return _interval(pair_tables(row))[1:]
+
+
+def _interval(tables) -> tuple[float, float, float]:
+    """(measured speedup, low, high) of :func:`speedup_interval`."""
+    centre = _pooled_all(tables)
     blocks, prompts = tables[0].shape if tables[0].ndim == 2 else (0, 0)
     if blocks < 2:
-        return float("nan"), float("nan")
+        return centre, float("nan"), float("nan")
     # each draw: for every prompt, as many of its pairs as it has blocks, drawn among them with replacement
     pick = np.random.default_rng(0).integers(0, blocks, size=(BOOTSTRAP_DRAWS, blocks, prompts))
     cols = np.arange(prompts)
     draws = pooled(*(x[pick, cols] for x in tables), axis=(-2, -1))
     lo, hi = np.quantile(draws, [(1 - CONFIDENCE) / 2, (1 + CONFIDENCE) / 2])
-    centre, widen = measured_speedup(row), math.sqrt(blocks / (blocks - 1))   # a bootstrap of B values reads
-    return float(centre - widen * (centre - lo)), float(centre + widen * (hi - centre))   # the spread sqrt((B-1)/B) narrow
+    widen = math.sqrt(blocks / (blocks - 1))     # a bootstrap of B values reads the spread sqrt((B-1)/B) narrow
+    return centre, float(centre - widen * (centre - lo)), float(centre + widen * (hi - centre))
 
 
 def speedup_uncertainty(row: dict) -> float:
     """The half-width of :func:`speedup_interval`, as a share of the measured speedup."""
-    lo, hi = speedup_interval(row)
-    s = measured_speedup(row)
+    s, lo, hi = _interval(pair_tables(row))
     return (hi - lo) / (2 * s) if s > 0 else float("nan")
 
 

@@ -30,8 +30,9 @@ def profile_cpu_beside(host_path: str | Path, quick: bool, progress: bool = True
     from real.validation.gpu_target import profiled_platform_name
 
     host = load_platform_file(host_path)
-    devices = {"cpu": "cpu"} if all_threads or not one_thread else {}   # profiled -> the host device whose cache
-    worker = first_worker(host)                                          # it takes
+    # the device profiled -> the host's device whose cache it takes
+    devices = {"cpu": "cpu"} if all_threads or not one_thread else {}
+    worker = first_worker(host)
     if one_thread and worker is not None:
         devices[worker] = worker if worker in host.devices else "cpu0"   # the host names its workers by index
     from real.validation.profiler.profile_device import default_models

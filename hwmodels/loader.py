@@ -25,6 +25,7 @@ cache_bw_gbps = { value = 90.0, source = "..." }              # optional: stream
 cache_gemm_efficiency_curve = { value = [[1, 0.4]], source = "..." }  # optional: weights in cache
 cache_op_overhead_us = { value = 7.0, source = "..." }        # optional: per launch, model in cache
 cache_loop_op_overhead_us = { value = 9.0, source = "..." }   # optional: the same, passes in a decode loop
+masked_overhead_factor = { value = 1.2, source = "..." }     # optional: a masked multi-token pass's fixed costs / one-token
 gemm_row_ns_curve = { value = [[1, 140.0], [8, 40.0]], source = "..." }  # optional: ns per streamed weight row
 batched_gemm_efficiency_curve = { value = [[1, 0.2]], source = "..." }  # optional: batched GEMMs (stacked weights)
 batched_gemm_row_ns_curve = { value = [[1, 35.0]], source = "..." }     # optional: their ns per streamed row
@@ -117,6 +118,7 @@ _DEVICE_NUMBERS = {
     "cache_bw_gbps": (False, "pos"),
     "cache_op_overhead_us": (False, "nonneg"),
     "cache_loop_op_overhead_us": (False, "nonneg"),
+    "masked_overhead_factor": (False, "pos"),
     "cache_rewarm": (False, "unit"),
     "cache_rewarm_keep": (False, "unit"),
 }

@@ -63,6 +63,10 @@ class Device:
     too narrow to compute, this one on a draft-sized model, where the threads of multi-threaded operators
     sleep between them and the model's data leaves the cache between its passes); the bare one stays the
     reference of costs measured on the narrow forward (``hcmp``'s split step, the drift check).
+    ``masked_overhead_factor`` (optional, > 0): the fixed costs of a forward of several new tokens under an
+    attention mask (a verification, a prefill) relative to those of a one-token forward, which needs no mask
+    (``ar``, a draft pass); every per-operator fixed cost above is a one-token pass's, and a masked pass
+    multiplies it by this factor (host calibration times both passes of one probe, paired).
     ``cache_rewarm`` (fraction in [0, 1], default 1): how much of the cold-to-warm gap a small model
     recovers on each pass after a larger one evicted it from the cache (1 = fully warm from its second
     pass, as an LRU cache would; a cache shared with busy neighbours re-warms more slowly).
@@ -116,6 +120,7 @@ class Device:
     cache_gemm_efficiency_curve: tuple[tuple[int, float], ...] | None = None
     cache_op_overhead_us: float | None = None
     cache_loop_op_overhead_us: float | None = None
+    masked_overhead_factor: float | None = None
     cache_rewarm: float | None = None
     cache_rewarm_keep: float | None = None
     gemm_row_ns_curve: tuple[tuple[int, float], ...] | None = None
@@ -184,14 +189,21 @@ class Device:
         limit = self.gemv_cache_gb if tokens == 1 and self.gemv_cache_gb is not None else self.cache_gb
         return nbytes <= limit * GB
 
-    def overhead_s(self, resident: bool = False) -> float:
+    def overhead_s(self, resident: bool = False, masked_pass: bool = False) -> float:
         """Fixed seconds per operator launch (resident: ``cache_loop_op_overhead_us``, else
-        ``cache_op_overhead_us``, when given)."""
+        ``cache_op_overhead_us``, when given), times ``masked_overhead_factor`` in a ``masked_pass`` (a forward
+        of several new tokens per sequence)."""
+        factor = self.masked_factor if masked_pass else 1.0
         if not resident:
-            return self.op_overhead_s
+            return self.op_overhead_s * factor
         if self.cache_loop_op_overhead_us is not None:
-            return self.cache_loop_op_overhead_us * US
-        return self.bare_cache_overhead_s
+            return self.cache_loop_op_overhead_us * US * factor
+        return self.bare_cache_overhead_s * factor
+
+    @property
+    def masked_factor(self) -> float:
+        """``masked_overhead_factor``, 1 where not given."""
+        return float(self.masked_overhead_factor) if self.masked_overhead_factor is not None else 1.0
 
     def rewarm_gap_share(self, j: int) -> float:
         """The share of the cold-to-warm gap a small model's ``j``-th pass after an eviction still pays

@@ -2,6 +2,9 @@
 
 time = launches * op_overhead + max(compute time, memory time), where
 
+- op_overhead is the device's fixed cost per launch, times its masked-pass factor in a forward of
+  several new tokens per sequence (:meth:`hwmodels.platform.Device.overhead_s`);
+
 - compute time = effective FLOPs / (peak FLOP/s at the dtype * achievable efficiency at M tokens),
   plus, for a linear of ``rows`` weight rows streaming from memory, ``rows`` times the device's
   row start-up cost at M tokens (``gemm_row_ns_curve``, where it is measured);
@@ -64,7 +67,8 @@ def achievable_bw(device: Device) -> float:
 
 def roofline_time(device: Device, flops: float, nbytes: float, dtype: str, tokens: int | None = None,
                   density: float = 1.0, launches: int = 1, bw_bytes_per_s: float | None = None,
-                  resident: bool = False, rows: int = 0, batched: bool = False) -> OpTiming:
+                  resident: bool = False, rows: int = 0, batched: bool = False,
+                  masked_pass: bool = False) -> OpTiming:
     """Time of one operator: ``flops`` FLOPs and ``nbytes`` bytes on ``device`` at ``dtype``.
 
     ``tokens`` is the GEMM M dimension (for tile quantization and the efficiency curve),
@@ -74,7 +78,9 @@ def roofline_time(device: Device, flops: float, nbytes: float, dtype: str, token
     (then the cache bandwidth replaces ``bw_bytes_per_s``: cache hits do not contend for DRAM),
     ``rows`` the weight rows of a linear layer (:attr:`sim.step_graph.Op.weight_rows`; 0 otherwise),
     ``batched`` whether it is a batched GEMM over stacked weights (:attr:`sim.step_graph.Op.batched`:
-    the device's batched curves price it where it has them).
+    the device's batched curves price it where it has them), ``masked_pass`` whether the operator belongs
+    to a forward of several new tokens per sequence, which runs under an attention mask (its fixed costs
+    are the device's times ``masked_overhead_factor``).
     """
     if flops < 0 or nbytes < 0:
         raise HetSpecError(f"operator FLOPs and bytes must be >= 0 (got {flops}, {nbytes})")
@@ -90,5 +96,5 @@ def roofline_time(device: Device, flops: float, nbytes: float, dtype: str, token
                              * device.compute_efficiency_at(tokens or 1, resident, batched))
     compute_s += device.row_start_s(tokens, rows, resident, batched)
     memory_s = nbytes / bw
-    overhead_s = launches * device.overhead_s(resident)
+    overhead_s = launches * device.overhead_s(resident, masked_pass)
     return OpTiming(overhead_s + max(compute_s, memory_s), compute_s, memory_s, overhead_s, eff_flops)

@@ -209,13 +209,15 @@ def efficiency_at(device: Device, tokens: np.ndarray, resident: bool = False) ->
 
 def roofline_arrays(device: Device, dtype: str, flops, nbytes, tokens, density=1.0, launches=1.0,
                     bw_bytes_per_s: float | np.ndarray | None = None, masked=True,
-                    resident: bool = False, rows=0.0) -> dict[str, np.ndarray]:
+                    resident: bool = False, rows=0.0, masked_pass=False) -> dict[str, np.ndarray]:
     """:func:`hwmodels.roofline.roofline_time` elementwise over broadcast arrays.
 
     ``tokens`` 0 means "no token dimension" (no tile quantization, efficiency at 1 token), as in
     the scalar version; ``masked`` says which entries the tree-mask ``density`` applies to;
     ``resident`` prices cache-resident weights (cache bandwidth, in-cache GEMM efficiency);
-    ``rows`` the weight rows of linear layers (their start-up when streamed, :meth:`Device.row_start_s`).
+    ``rows`` the weight rows of linear layers (their start-up when streamed, :meth:`Device.row_start_s`),
+    ``masked_pass`` which entries belong to a forward of several new tokens per sequence (fixed costs times
+    the device's masked-pass factor, :meth:`Device.overhead_s`).
     Returns ``time_s``, ``compute_s``, ``memory_s``, ``overhead_s`` (one instance each).
     """
     flops = np.asarray(flops, dtype=float)
@@ -237,9 +239,16 @@ def roofline_arrays(device: Device, dtype: str, flops, nbytes, tokens, density=1
                                                                             resident))
     compute_s = compute_s + row_start_s(device, tokens, rows, resident)
     memory_s = nbytes / bw
-    overhead_s = np.asarray(launches, dtype=float) * device.overhead_s(resident)
+    overhead_s = (np.asarray(launches, dtype=float) * device.overhead_s(resident)
+                  * np.where(masked_pass, device.masked_factor, 1.0))
     return {"time_s": overhead_s + np.maximum(compute_s, memory_s), "compute_s": compute_s, "memory_s": memory_s,
             "overhead_s": overhead_s * np.ones_like(compute_s)}
+
+
+def masked_pass(q) -> np.ndarray:
+    """``[..., 1]`` bool over broadcast ``q``: whether a step of ``q`` new tokens per sequence runs under an
+    attention mask (:attr:`sim.step_graph.Op.masked_pass`: more than one token)."""
+    return (np.asarray(q, dtype=float) > 1)[..., None]
 
 
 def chain_density(q) -> np.ndarray:
@@ -270,7 +279,8 @@ def op_seconds(model: ModelSpec, platform: Platform, device: str, q, s, b=1, den
     if is_profiled(dev):    # measured operator latencies (sim.op_timing); the roofline below is untouched
         return _profiled_op_seconds(poly, arr, model, dev, b, q, s, dens, standalone_bw(platform, device), resident)
     t = roofline_arrays(dev, poly.dtype, arr["flops"], nbytes, arr["tokens"], np.asarray(dens)[..., None],
-                        poly.launches, standalone_bw(platform, device), poly.masked, resident, poly.rows)
+                        poly.launches, standalone_bw(platform, device), poly.masked, resident, poly.rows,
+                        masked_pass(q))
     return poly, t["time_s"] * poly.count
 
 
@@ -286,7 +296,7 @@ def _profiled_op_seconds(poly: StepPolynomial, arr: dict, model: ModelSpec, dev:
         nbytes = arr["weight_bytes"] + arr["act_bytes"] + arr["kv_bytes"]
         launches = p.eager_launches if is_eager(dev) else p.launches
         fallback = roofline_arrays(dev, p.dtype, arr["flops"], nbytes, arr["tokens"], np.asarray(dens)[..., None],
-                                   launches, bw, p.masked, resident, p.rows)["time_s"]
+                                   launches, bw, p.masked, resident, p.rows, masked_pass(q))["time_s"]
         out.append(profiled_seconds(p, dev, p.dtype, arr, b, fallback, resident) * p.count)
     if len(parts) == 1:
         return poly, out[0]

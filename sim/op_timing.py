@@ -259,7 +259,7 @@ def op_time(op: Op, device: Device, dtype: str, bw_bytes_per_s: float | None = N
     if timing is None:
         return (roofline_time(device, flops, nbytes, dtype, tokens=op.tokens or None, density=op.density,
                               launches=op.launches, bw_bytes_per_s=bw_bytes_per_s, resident=resident,
-                              rows=op.weight_rows, batched=op.batched), "roofline")
+                              rows=op.weight_rows, batched=op.batched, masked_pass=op.masked_pass), "roofline")
     profile, mode = timing.profile, timing.mode
     tokens = op.profile_tokens or op.tokens
     scaled = flops_scale != 1.0 or bytes_scale != 1.0
@@ -279,7 +279,7 @@ def op_time(op: Op, device: Device, dtype: str, bw_bytes_per_s: float | None = N
         return OpTiming(seconds, 0.0, 0.0, seconds, 0.0), f"fallback: {why}"
     return (roofline_time(device, flops, nbytes, dtype, tokens=op.tokens or None, density=op.density,
                           launches=fallback_launches(op, device), bw_bytes_per_s=bw_bytes_per_s, resident=resident,
-                          rows=op.weight_rows, batched=op.batched),
+                          rows=op.weight_rows, batched=op.batched, masked_pass=op.masked_pass),
             f"fallback: {why}")
 
 

@@ -181,7 +181,7 @@ def op_task(op: Op, platform: Platform, device: str, dtype: str, name: str, phas
                               resident)
     timing = roofline_time(dev, flops, nbytes, dtype, tokens=op.tokens or None, density=op.density,
                            launches=op.launches, bw_bytes_per_s=standalone_bw(platform, device), resident=resident,
-                           rows=op.weight_rows, batched=op.batched)
+                           rows=op.weight_rows, batched=op.batched, masked_pass=op.masked_pass)
     if resident and dev.resident_bw_bytes_per_s() is not None:
         return Task(name=name, kind="compute", resource=device, phase=phase,
                     compute_s=max(timing.compute_s, timing.memory_s) * n, nbytes=0.0, fixed_s=timing.overhead_s * n,

@@ -20,7 +20,7 @@ With GQA the K/V reads shrink to the KV heads.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from hwmodels.dtypes import DTYPE_BYTES, check_dtype
@@ -75,6 +75,10 @@ class Op:
     #: where the model's spec keeps one (:attr:`sim.model_spec.ModelSpec.weight_formats`); "" without weights
     #: and for the operators a strategy adds (Medusa heads, drafter layers: at the compute dtype)
     weight_type: str = ""
+    #: the operator belongs to a forward of several new tokens per sequence, which HetSpec's real model runs
+    #: under an attention mask (a one-token forward needs none): its fixed costs are a masked pass's
+    #: (:meth:`hwmodels.platform.Device.overhead_s`)
+    masked_pass: bool = False
 
     @property
     def bytes(self) -> float:
@@ -261,6 +265,8 @@ def build_step_graph(model: ModelSpec, tokens: int, context: int, batch: int = 1
                        section="post", **norm),
         linear_op("lm_head", T, h, model.vocab, dt, 1, kind="lm_head", section="post", **w("lm_head")),
     ]
+    if q > 1:
+        ops = [replace(op, masked_pass=True) for op in ops]
     return StepGraph(model=model, tokens=q, context=s, batch=b, dtype=dtype, density=density, ops=tuple(ops),
                      eager_ops=eager_extra_ops(model, q, s, b, dt) if llama else ())
 

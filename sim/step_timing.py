@@ -66,7 +66,8 @@ def price_op(op: Op, device: Device, dtype: str, bw_bytes_per_s: float | None = 
         return OpPrice(op, *op_time(op, device, dtype, bw_bytes_per_s, resident))
     return OpPrice(op, roofline_time(device, op.flops, op.bytes, dtype, tokens=op.tokens or None,
                                      density=op.density, launches=op.launches, bw_bytes_per_s=bw_bytes_per_s,
-                                     resident=resident, rows=op.weight_rows, batched=op.batched))
+                                     resident=resident, rows=op.weight_rows, batched=op.batched,
+                                     masked_pass=op.masked_pass))
 
 
 def price_step(graph: StepGraph, device: Device, bw_bytes_per_s: float | None = None) -> StepPrice:

@@ -96,6 +96,8 @@ def generate(models, prompt, max_new_tokens: int, config: ChainConfig, clock: Cl
             t = clock.now()
             block = torch.cat([lag[-1:], *drafts]).view(1, -1)                   # [1, g+1]
             v_logits = target(block, t_cache)[0]                                # [g+1, vocab]
+            t_verified = clock.now()
+            # acceptance on the device; the step's one read-back
             if sampling.greedy:
                 best = v_logits.argmax(-1)                                      # [g+1]
                 n_acc_t = (best[:gamma] == block[0, 1:]).int().cumprod(0).sum().view(1)
@@ -104,9 +106,8 @@ def generate(models, prompt, max_new_tokens: int, config: ChainConfig, clock: Cl
                 p = probs_from_logits(v_logits, sampling)                       # [g+1, vocab]
                 q = torch.stack(q_rows) if q_rows else p[:0]
                 n_acc_t, nxt_t = speculative_sample_tensors(p, q, block[0, 1:], generator)
-            values = read_back(n_acc_t, nxt_t, block[0, 1:])                    # the step's one read-back
+            values = read_back(n_acc_t, nxt_t, block[0, 1:])
             n_acc, nxt = values[0], values[1]
-            t_verified = clock.now()
 
             t_cache.keep(range(n_acc + 1))                                  # root + accepted drafts
             if gamma == 0:

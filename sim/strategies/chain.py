@@ -70,22 +70,30 @@ def rewarm_seconds(problem: Problem, draft: ModelSpec, device: str, j: int) -> f
     return share * max(cold - warm, 0.0)
 
 
+#: Tokens the first draft pass of a round feeds after a round that accepted every draft: the last draft token,
+#: which the draft has not seen, and the target's own token (``real.decode.chain``'s lag; ``draft-tree`` alike).
+LAG_TOKENS_AFTER_FULL = 2
+
+
 def draft_pass_seconds(problem: Problem, draft: ModelSpec, device: str, passes: int, method: str = "chain",
                        full: bool = False) -> np.ndarray:
-    """Seconds of each of ``passes`` one-token forwards of ``draft``, the cache growing from the
-    context, each cold or cache-resident as :func:`draft_pass_resident` says (plus the re-warming,
-    :func:`rewarm_seconds`). Where ``device``'s profile measured the draft's passes inside ``method``'s
-    decode loop (:mod:`sim.strategies.loop_passes`; ``full``: in rounds after one that accepted every draft),
-    each pass is that measurement, moved by the price of the context between the probe's and this one."""
+    """Seconds of each of ``passes`` forwards of ``draft``, the cache growing from the context, each cold or
+    cache-resident as :func:`draft_pass_resident` says (plus the re-warming, :func:`rewarm_seconds`). Each
+    feeds one token, but after a round that accepted every draft (``full``) the first feeds
+    :data:`LAG_TOKENS_AFTER_FULL`, under a mask. Where ``device``'s profile measured the draft's passes inside
+    ``method``'s decode loop (:mod:`sim.strategies.loop_passes`), each pass is that measurement (of the rounds
+    after a full one where ``full``), moved by the price of the context between the probe's and this one."""
     measured = measured_passes(problem, draft, device, method, full)
     out = np.zeros(max(passes, 0))
     for j in range(max(passes, 0)):
         resident = draft_pass_resident(problem, draft, device, j)
 
-        def price(context: int) -> float:
-            return float(step_seconds(draft, problem.platform, device, 1, context, problem.batch, resident=resident))
+        def price(context: int, tokens: int = 1) -> float:
+            return float(step_seconds(draft, problem.platform, device, tokens, context, problem.batch,
+                                      resident=resident))
         if measured is None:
-            out[j] = price(problem.context + j) + rewarm_seconds(problem, draft, device, j)
+            tokens = LAG_TOKENS_AFTER_FULL if full and j == 0 else 1
+            out[j] = price(problem.context + j, tokens) + rewarm_seconds(problem, draft, device, j)
         else:
             context, seconds = measured
             out[j] = seconds[min(j, len(seconds) - 1)] + price(problem.context + j) - price(context + j)
@@ -95,11 +103,9 @@ def draft_pass_seconds(problem: Problem, draft: ModelSpec, device: str, passes: 
 def draft_cumulative(problem: Problem, draft: ModelSpec, device: str, passes: int,
                      method: str = "chain") -> tuple[np.ndarray, np.ndarray]:
     """Seconds of the first k draft passes of a round, k = 0..``passes``: in a round after one that rejected a
-    draft, and after one that accepted every draft (the same where no loop measurement tells them apart).
+    draft, and after one that accepted every draft (:func:`draft_pass_seconds`).
     A round whose share ``p`` follows full acceptance costs ``(1 - p) * first[k] + p * second[k]``."""
     after_rejection = np.concatenate([[0.0], np.cumsum(draft_pass_seconds(problem, draft, device, passes, method))])
-    if measured_passes(problem, draft, device, method) is None:
-        return after_rejection, after_rejection
     after_full = np.concatenate([[0.0], np.cumsum(draft_pass_seconds(problem, draft, device, passes, method, True))])
     return after_rejection, after_full
 
@@ -125,6 +131,10 @@ def draft_pass_tasks(problem: Problem, draft: ModelSpec, device: str, passes: in
         rewarm = rewarm_seconds(problem, draft, device, j)
         if rewarm > 0:
             tasks.append(delay_task(f"draft{j}/rewarm", rewarm, "draft", (tasks[-1].name,), device))
+        if j == 0 and full_share > 0:     # the lag's second token in rounds after a full one, by their share
+            one, lag = (draft_pass_seconds(problem, draft, device, 1, method, full) for full in (False, True))
+            tasks.append(delay_task("draft0/lag", full_share * float(lag[0] - one[0]), "draft", (tasks[-1].name,),
+                                    device))
     return tasks
 
 

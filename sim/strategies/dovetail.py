@@ -62,7 +62,7 @@ import numpy as np
 from hwmodels.contention import standalone_bw
 from hwmodels.dtypes import DTYPE_BYTES, check_dtype
 from hwmodels.errors import HetSpecError, UnknownNameError
-from sim.closed_form import chain_density, roofline_arrays, step_polynomial, step_seconds
+from sim.closed_form import chain_density, masked_pass, roofline_arrays, step_polynomial, step_seconds
 from sim.model_spec import ModelSpec, get_model, model_names
 from sim.plan import StepPlan, Task, delay_task, graph_tasks, ops_tasks, transfer_task
 from sim.step_graph import ACT_FLOPS_PER_ELEMENT, Op, build_step_graph, elementwise_op, linear_op
@@ -251,7 +251,7 @@ def op_costs(model: ModelSpec, problem: Problem, device: str, q: int, s: int):
     nbytes = arr["weight_bytes"] + arr["act_bytes"] + arr["kv_bytes"]
     t = roofline_arrays(problem.platform.device(device), model.dtype, arr["flops"], nbytes, arr["tokens"],
                         chain_density(q), poly.launches, standalone_bw(problem.platform, device), poly.masked,
-                        rows=poly.rows)
+                        rows=poly.rows, masked_pass=masked_pass(q))
     return {"name": poly.names, "section": poly.sections, "count": poly.count, "compute_s": t["compute_s"],
             "memory_s": t["memory_s"], "fixed_s": t["overhead_s"], "bytes": nbytes, "flops": arr["flops"]}
 

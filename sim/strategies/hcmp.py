@@ -113,7 +113,8 @@ def _price(problem: Problem, device: str, op: Op, dtype: str, density: float | N
     dev = problem.platform.device(device)
     t = roofline_time(dev, op.flops, op.bytes, dtype, tokens=op.tokens or None,
                       density=op.density if density is None else density, launches=op.launches,
-                      bw_bytes_per_s=standalone_bw(problem.platform, device), rows=op.weight_rows, batched=op.batched)
+                      bw_bytes_per_s=standalone_bw(problem.platform, device), rows=op.weight_rows, batched=op.batched,
+                      masked_pass=op.masked_pass)
     return t.compute_s, t.overhead_s
 
 

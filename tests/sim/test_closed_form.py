@@ -29,9 +29,26 @@ A100 = get_platform("a100-80gb-pcie")
 
 
 def curve_device() -> Device:
-    """A CPU with a measured efficiency curve and a sparse kernel (exercises every roofline branch)."""
+    """A CPU with a measured efficiency curve, a sparse kernel and a masked-pass factor (exercises every
+    roofline branch)."""
     return replace(A100.devices["cpu"], gemm_efficiency_curve=((1, 0.05), (8, 0.3), (64, 0.6)),
-                   sparse_attn_efficiency=0.4)
+                   sparse_attn_efficiency=0.4, masked_overhead_factor=1.3)
+
+
+@pytest.mark.parametrize("q", [1, 2, 17])
+def test_a_masked_pass_pays_the_factor_on_its_fixed_costs_only(q):
+    """A forward of several new tokens runs under a mask: its fixed costs, and nothing else, are the
+    factor times a one-token pass's; a one-token forward is priced as without the factor."""
+    model = get_model("llama-68m")
+    plain = A100.devices["cpu"]
+    graph = build_step_graph(model, q, 100)
+    with_factor, without = price_step(graph, curve_device()), price_step(graph, replace(curve_device(),
+                                                                                       masked_overhead_factor=None))
+    factor = 1.3 if q > 1 else 1.0
+    for a, b in zip(with_factor.ops, without.ops):
+        assert a.timing.overhead_s == pytest.approx(factor * b.timing.overhead_s, rel=1e-12)
+        assert a.timing.compute_s == b.timing.compute_s and a.timing.memory_s == b.timing.memory_s
+    assert plain.masked_overhead_factor is None and plain.masked_factor == 1.0
 
 
 @pytest.mark.parametrize("model_name", ["vicuna-7b", "llama3.1-8b", "gpt2", "llama-68m"])
@@ -121,14 +138,18 @@ def test_estimate_many_equals_estimate(method, acceptance, config):
 
 
 def test_chain_closed_form_is_dovetails_formula():
-    # T_round = gamma * T_D + T_V(gamma) (+ transfers); tokens = Omega(gamma, alpha)
+    # T_round = gamma * T_D + T_V(gamma) (+ transfers); tokens = Omega(gamma, alpha). The real loop adds one
+    # thing: after a round that accepted all gamma drafts (share alpha^gamma) its first pass feeds two tokens.
     problem = Problem(get_model("vicuna-7b"), A100, load_acceptance("alpha:0.6"), context=100)
     strategy = get_strategy("chain")
     c = strategy.resolve(problem, StrategyConfig(draft_depth=5))
     est = strategy.estimate(problem, c)
-    draft = sum(float(step_seconds(get_model("llama-68m"), A100, "gpu", 1, 100 + j)) for j in range(5))
+    small = get_model("llama-68m")
+    draft = sum(float(step_seconds(small, A100, "gpu", 1, 100 + j)) for j in range(5))
+    lag = 0.6 ** 5 * float(step_seconds(small, A100, "gpu", 2, 100) - step_seconds(small, A100, "gpu", 1, 100))
     verify = float(step_seconds(get_model("vicuna-7b"), A100, "gpu", 6, 100))
-    assert est.step_s == pytest.approx(draft + verify, rel=1e-12)
+    assert lag > 0
+    assert est.step_s == pytest.approx(draft + lag + verify, rel=1e-12)
     assert est.tokens_per_step == pytest.approx((1 - 0.6 ** 6) / (1 - 0.6))
 
 

@@ -77,8 +77,12 @@ def test_no_rows_no_change(tmp_path):
     assert measured_passes(_problem(plat, batch=2), DRAFT, "gpu", "chain") is None
     assert measured_passes(_problem(plat), DRAFT.with_dtype("fp32"), "gpu", "chain") is None
     assert measured_passes(_problem(plat), DRAFT, "gpu", "medusa") is None
+    # without rows the passes are the forward's price; after a full round the first feeds the two-token lag
     first, second = draft_cumulative(_problem(EAGER), DRAFT, "gpu", 3)
-    assert first is second
+    one = [float(step_seconds(DRAFT, EAGER, "gpu", 1, _problem(EAGER).context + j)) for j in range(3)]
+    assert np.allclose(np.diff(first), one, rtol=1e-12)
+    lag = float(step_seconds(DRAFT, EAGER, "gpu", 2, _problem(EAGER).context))
+    assert np.allclose(np.diff(second), [lag] + one[1:], rtol=1e-12) and lag > one[0]
 
 
 def test_the_rounds_after_full_acceptance_fall_back_to_the_other_kind(tmp_path):

@@ -82,9 +82,9 @@ def test_calibrate_without_models_profiles_the_demo_models(no_measuring, capsys)
     host, asked = no_measuring
     assert main(["calibrate", "--out", str(host)]) == 0
     capsys.readouterr()
-    # no names: profile_and_write's default, the demo models
+    # no names: profile_and_write's default, the demo models (test_profile_device pins which)
     assert asked["calls"][0]["models"] is None and "--models" not in asked["calls"][0]["command"]
-    assert default_models("cpu") == ["demo:small", "demo:tiny"]
+    assert set(default_models("cpu")) <= {"demo:small", "demo:tiny"}
 
 
 def test_calibrate_models_refuses_bad_names_before_measuring(monkeypatch, tmp_path, capsys):

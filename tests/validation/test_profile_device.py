@@ -562,3 +562,22 @@ def test_guarded_forwards_are_taken_again_after_a_slow_probe_and_keep_their_orde
     assert len(seen) > 4                                       # 4 samples kept, more taken
     kept = sorted(x for _, s in out for x in s)
     assert kept == sorted(kept) and kept[-1] == 1e-3 * len(seen)   # the samples kept are the last ones taken
+
+
+def test_the_default_profile_covers_the_cached_demo_presets_else_tiny(tmp_path, monkeypatch):
+    """A default calibration profiles the shapes a user will validate: the presets cached with their current
+    recipe, else tiny (what the demo trains first); a stale cache does not count."""
+    import json
+
+    from real.train.demo import CACHE_ENV, cache_folder, get_recipe
+    from real.validation.profiler.profile_device import default_models
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    assert default_models("cpu") == ["demo:tiny"]
+    small = cache_folder("small")
+    small.mkdir(parents=True)
+    (small / "summary.json").write_text(json.dumps({"fingerprint": "stale"}))
+    assert default_models("cpu") == ["demo:tiny"]
+    (small / "summary.json").write_text(json.dumps({"fingerprint": get_recipe("small").fingerprint()}))
+    assert default_models("cpu") == ["demo:small"]
+    assert default_models("cuda:0") == ["demo:small", "llama2-7b"]

@@ -68,15 +68,21 @@ def _device(name: str, w: WorkerMeasurement, cal: Calibration, description: str)
                           f"working sets up to the effective cache; {thr}, {s.medians(s.repeats)}) {on}"),
         "mem_capacity_gb": f"os.sysconf: {cal.memory_bytes / 1e9:.1f} GB of physical memory",
         "op_overhead_us": (f"measured: {ov.per_op_s * 1e6:.2f} us per step-graph operator {by}: the real path's "
-                           f"forward (real/model/transformer.py at hidden {ov.hidden}, compute negligible, {ov.context} cached "
-                           f"tokens; mean of a 1-token unmasked and a 2-token tree-masked step) costs "
-                           f"{ov.per_layer_s * 1e6:.1f} us per layer + {ov.per_forward_s * 1e6:.1f} us per forward "
-                           f"(fit over depths {ov.layers[0]} and {ov.layers[1]}); a {ov.reference_layers}-layer forward "
-                           f"spread over its {ov.reference_layers * ov.graph_ops_per_layer + ov.graph_ops_outside} "
+                           f"one-token forward (real/model/transformer.py at hidden {ov.hidden}, compute negligible, "
+                           f"{ov.context} cached tokens, no mask) costs {ov.per_layer_s * 1e6:.1f} us per layer + "
+                           f"{ov.per_forward_s * 1e6:.1f} us per forward (fit over depths {ov.layers[0]} and "
+                           f"{ov.layers[1]}); a {ov.reference_layers}-layer forward spread over its "
+                           f"{ov.reference_layers * ov.graph_ops_per_layer + ov.graph_ops_outside} "
                            f"step-graph operators. The layer issues {ov.aten_ops_per_layer} torch operators for "
                            f"{ov.graph_ops_per_layer} step-graph ones, at {w.dispatch_s * 1e6:.2f} us of bare dispatch "
                            f"each (torch.add on 4 elements); the rest is Python module and argument handling ({thr}, "
                            f"{s.medians(s.overhead_repeats)} interleaved repeats) {on}"),
+        "masked_overhead_factor": (f"measured {by}: the same probe's two-token step under a tree mask (a "
+                                   f"verification) over its one-token step, at {ov.reference_layers} layers: "
+                                   f"{ov.masked_factor:.3f}, the median of the ratios of the two timed back to back "
+                                   f"(masked fit {ov.per_layer_masked_s * 1e6:.1f} us per layer + "
+                                   f"{ov.per_forward_masked_s * 1e6:.1f} us per forward; {thr}, "
+                                   f"{s.medians(s.overhead_repeats)} interleaved repeats) {on}"),
         "token_tile": "1: the measured gemm_efficiency_curve is useful FLOP/s at each token count, so any "
                       "rounding of M by the kernels is already in it",
         "sparse_attn_efficiency": "0: the real path computes tree attention densely (scaled_dot_product_attention "
@@ -90,7 +96,8 @@ def _device(name: str, w: WorkerMeasurement, cal: Calibration, description: str)
         peak_tflops={"fp32": round(w.peak_flops_per_s / 1e12, 6), **peaks}, derived_peaks=derived,
         mem_bw_gbps=round(w.dram_bw_bytes_per_s / 1e9, 3), mem_capacity_gb=round(cal.memory_bytes / 1e9, 3),
         bw_efficiency=1.0, compute_efficiency=1.0, op_overhead_us=round(ov.per_op_s * 1e6, 3),
-        cache_op_overhead_us=round(ov.per_op_s * 1e6, 3), token_tile=1,
+        cache_op_overhead_us=round(ov.per_op_s * 1e6, 3), masked_overhead_factor=round(ov.masked_factor, 4),
+        token_tile=1,
         sparse_attn_efficiency=0.0, cores=w.threads, gemm_efficiency_curve=w.efficiency_curve,
         cache_gemm_efficiency_curve=w.cache_efficiency_curve,
         cache_gb=round(w.cache_bytes / 1e9, 6), cache_bw_gbps=round(w.cache_bw_bytes_per_s / 1e9, 3),
@@ -236,21 +243,19 @@ def step_launches(spec, context: int) -> int:
 
 def streaming_overhead(device: Device, probe, thr: str, settings: Settings, by: str, on: str) -> tuple[float, str]:
     """Fixed seconds per operator launch of a model whose weights stream from DRAM: the streaming
-    probe's step minus the same step's GEMMs run alone (interleaved with it, so both see the same
-    state of the machine), over the step's launches (mean of the one-token and the masked
-    verification step). Small operators between weight streams find their data evicted, so they cost
-    more than in the cache-resident probe; the GEMMs themselves are priced by the DRAM GEMM curve."""
+    probe's one-token step minus the same step's GEMMs run alone (interleaved with it, so both see the same
+    state of the machine), over the step's launches (a masked step's are these times the device's
+    ``masked_overhead_factor``). Small operators between weight streams find their data evicted, so they
+    cost more than in the cache-resident probe; the GEMMs themselves are priced by the DRAM GEMM curve."""
     spec = probe.spec
     launches = step_launches(spec, probe.context)
-    rest = [(t - g) / launches for t, g in ((probe.unmasked_s, probe.gemm_unmasked_s),
-                                             (probe.masked_s, probe.gemm_masked_s))]
-    per_op = max(sum(rest) / len(rest), 0.0)
+    per_op = max((probe.unmasked_s - probe.gemm_unmasked_s) / launches, 0.0)
     source = (f"measured: {per_op * 1e6:.2f} us per step-graph operator {by}: a random-weight decoder larger than "
               f"the last-level cache ({spec.n_layers} layers, hidden {spec.hidden}, {spec.weight_bytes() / 1e6:.0f} MB "
-              f"of fp32 weights) takes {probe.unmasked_s * 1e3:.2f} ms for one token and {probe.masked_s * 1e3:.2f} ms "
-              f"for {probe.masked_tokens} under a tree mask, its GEMMs alone {probe.gemm_unmasked_s * 1e3:.2f} and "
-              f"{probe.gemm_masked_s * 1e3:.2f} ms; the rest over its {launches} operators ({thr}, median of {settings.overhead_repeats}) {on}. "
-              f"Models that fit the cache use cache_op_overhead_us")
+              f"of fp32 weights) takes {probe.unmasked_s * 1e3:.2f} ms for one token (and {probe.masked_s * 1e3:.2f} ms "
+              f"for {probe.masked_tokens} under a tree mask), its GEMMs alone {probe.gemm_unmasked_s * 1e3:.2f} ms (and "
+              f"{probe.gemm_masked_s * 1e3:.2f}); the one-token rest over its {launches} operators ({thr}, median of "
+              f"{settings.overhead_repeats}) {on}. Models that fit the cache use cache_op_overhead_us")
     return per_op, source
 
 

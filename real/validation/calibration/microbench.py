@@ -218,12 +218,13 @@ def dispatch_overhead_s(threads: int, repeats: int, warmup: int) -> float:
 class LayerOverhead:
     """Fixed costs of the real path's forward pass, from probes where compute is negligible.
 
-    ``per_layer_s`` / ``per_forward_s``: slope and intercept of the forward time against the depth,
-    averaged over a one-token step without a mask (``ar``, draft passes) and a two-token step under
-    a tree mask (verification); ``per_op_s`` spreads a whole forward of ``reference_layers`` layers
-    over its step-graph operators, so the intercept (embedding, positions, masks, final norm, LM
-    head, the Python call) is priced where it matters most: shallow models, whose steps are mostly
-    fixed costs.
+    ``per_layer_s`` / ``per_forward_s``: slope and intercept of a one-token step's time (no mask: ``ar``,
+    draft passes) against the depth; ``per_op_s`` spreads a whole such forward of ``reference_layers`` layers
+    over its step-graph operators, so the intercept (embedding, positions, final norm, LM head, the Python
+    call) is priced where it matters most: shallow models, whose steps are mostly fixed costs.
+    ``masked_factor``: a two-token step under a tree mask (a verification) over the one-token step at the
+    reference depth, the median of ratios of the two timed back to back (at least 1); the ``*_masked_s`` fits
+    are the masked step's slope and intercept.
     """
 
     per_op_s: float            # fixed seconds per step-graph operator (see above)
@@ -233,6 +234,7 @@ class LayerOverhead:
     per_forward_unmasked_s: float
     per_layer_masked_s: float
     per_forward_masked_s: float
+    masked_factor: float       # fixed costs of a masked multi-token pass / a one-token pass's
     reference_layers: int      # depth whose whole forward defines per_op_s
     graph_ops_per_layer: int   # step-graph operator launches per layer (sim.step_graph)
     graph_ops_outside: int     # step-graph operator launches outside the layers
@@ -339,36 +341,45 @@ def count_aten_ops(fn: Callable[[], object]) -> int:
 
 
 def layer_overhead(threads: int, repeats: int, warmup: int) -> LayerOverhead:
-    """Fixed costs of the real path's forward, from probe depths :data:`PROBE_LAYERS`, unmasked and masked."""
+    """Fixed costs of the real path's forward, from probe depths :data:`PROBE_LAYERS`, unmasked and masked.
+
+    Every repeat times all four probes (two depths, each as a one-token and a masked two-token step) back
+    to back, so a slow moment of the machine hits them alike and the masked-to-unmasked ratio holds while
+    the machine's speed moves."""
     from sim.step_graph import build_step_graph
 
     lo, hi = PROBE_LAYERS
-    fits: dict[bool, tuple[float, float]] = {}
     with torch_threads(threads), torch.inference_mode():
         models = {n: _probe_model(n) for n in (lo, hi)}
-        for masked in (False, True):
-            steps = {n: _probe_step(m, masked) for n, m in models.items()}
-            # interleave the two depths so slow drifts of the machine hit both alike
-            samples: dict[int, list[float]] = {lo: [], hi: []}
-            for n in (lo, hi):
-                median_time(steps[n], 1, warmup)
-            for _ in range(repeats):
-                for n in (lo, hi):
-                    samples[n].append(median_time(steps[n], 1, 0, inner=20))
-            t_lo, t_hi = statistics.median(samples[lo]), statistics.median(samples[hi])
-            per_layer = max(t_hi - t_lo, 0.0) / (hi - lo)
-            fits[masked] = (per_layer, max(t_lo - lo * per_layer, 0.0))
+        steps = {(n, masked): _probe_step(m, masked) for n, m in models.items() for masked in (False, True)}
+        samples: dict[tuple[int, bool], list[float]] = {key: [] for key in steps}
+        for step in steps.values():
+            median_time(step, 1, warmup)
+        for _ in range(repeats):
+            for key, step in steps.items():
+                samples[key].append(median_time(step, 1, 0, inner=20))
         aten = count_aten_ops(_probe_step(models[hi], False)) - count_aten_ops(_probe_step(models[lo], False))
-    per_layer = (fits[False][0] + fits[True][0]) / 2.0
-    per_forward = (fits[False][1] + fits[True][1]) / 2.0
+    fits: dict[bool, tuple[float, float]] = {}
+    for masked in (False, True):
+        t_lo, t_hi = statistics.median(samples[lo, masked]), statistics.median(samples[hi, masked])
+        per_layer = max(t_hi - t_lo, 0.0) / (hi - lo)
+        fits[masked] = (per_layer, max(t_lo - lo * per_layer, 0.0))
+    # the masked pass's fixed costs over the one-token pass's, at the reference depth, from the paired samples
+    # of each repeat (a ratio of two steps timed back to back)
+    ratios = [((m_lo * (hi - REFERENCE_LAYERS) + m_hi * (REFERENCE_LAYERS - lo))
+               / (u_lo * (hi - REFERENCE_LAYERS) + u_hi * (REFERENCE_LAYERS - lo)))
+              for u_lo, u_hi, m_lo, m_hi in zip(samples[lo, False], samples[hi, False], samples[lo, True],
+                                                samples[hi, True])]
     graph = build_step_graph(models[lo].spec, 1, PROBE_CONTEXT)
     in_layer = sum(op.launches for op in graph.section("layer"))
     outside = sum(op.launches for op in graph.ops if op.section != "layer")
+    per_layer, per_forward = fits[False]
     reference = per_forward + REFERENCE_LAYERS * per_layer
     return LayerOverhead(
         per_op_s=reference / (REFERENCE_LAYERS * in_layer + outside), per_layer_s=per_layer,
         per_forward_s=per_forward, per_layer_unmasked_s=fits[False][0], per_forward_unmasked_s=fits[False][1],
-        per_layer_masked_s=fits[True][0], per_forward_masked_s=fits[True][1], reference_layers=REFERENCE_LAYERS,
+        per_layer_masked_s=fits[True][0], per_forward_masked_s=fits[True][1],
+        masked_factor=max(statistics.median(ratios), 1.0), reference_layers=REFERENCE_LAYERS,
         graph_ops_per_layer=in_layer, graph_ops_outside=outside, aten_ops_per_layer=aten // (hi - lo),
         hidden=PROBE_HIDDEN, layers=PROBE_LAYERS, context=PROBE_CONTEXT)
 

@@ -470,9 +470,13 @@ def _physical_memory() -> int:
 
 
 def default_models(device_text: str) -> list[str]:
-    """The models a profile covers by default: the cached demo models (else the tiny recipe's shapes), plus
-    one 7B-class shape on a device with the memory for it (a CUDA device)."""
-    names = ["demo:small", "demo:tiny"]
+    """The models a profile covers by default: the demo presets cached with their current recipe (else the tiny
+    recipe's shapes, what ``hetspec demo`` trains first), plus one 7B-class shape on a device with the memory
+    for it (a CUDA device). ``hetspec calibrate --models`` adds others."""
+    from real.train.demo import DEMO_PRESETS, cache_folder, cached_fingerprint, get_recipe
+
+    cached = [p for p in DEMO_PRESETS if cached_fingerprint(cache_folder(p)) == get_recipe(p).fingerprint()]
+    names = [f"demo:{p}" for p in cached] or ["demo:tiny"]
     if device_text.startswith("cuda"):
         names.append("llama2-7b")
     return names

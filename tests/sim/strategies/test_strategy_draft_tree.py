@@ -198,7 +198,8 @@ def test_rank_statistics_make_a_branching_tree():
 def test_a_branching_tree_costs_one_draft_pass_per_internal_node():
     # the tree decoder feeds a node once and takes all its children from that pass: a tree of 17
     # tokens with branches costs fewer passes than its 16 drafted tokens (one pass each for a chain)
-    from sim.strategies.chain import draft_seconds
+    from sim.strategies.chain import draft_cumulative, draft_seconds
+    from sim.strategies.loop_passes import full_share_tree
 
     profile = AcceptanceModel(name="prof", source="test", draft_alpha=0.7, meta={"draft_rank_accuracy": [0.7, 0.12, 0.05]})
     p = problem(acceptance=profile)
@@ -207,7 +208,11 @@ def test_a_branching_tree_costs_one_draft_pass_per_internal_node():
     draft = STRATEGY._draft(p, cfg)
     sim = simulate(p, "draft-tree", config(17, 8, fallback="budget"), steps=1)
     drafted = sum(r.end_s - r.start_s for r in sim.run.task_runs if r.task.phase == "draft")
-    assert drafted == pytest.approx(draft_seconds(p, draft, cfg.draft_device, cfg.tree.n_internal), rel=1e-9)
+    # one pass per internal node; a round after a full one feeds a lag of two tokens first, by its share
+    first, second = draft_cumulative(p, draft, cfg.draft_device, cfg.tree.n_internal, "draft-tree")
+    share = float(full_share_tree(p.acceptance, cfg.tree.n_internal))
+    assert second[-1] > first[-1] == pytest.approx(draft_seconds(p, draft, cfg.draft_device, cfg.tree.n_internal))
+    assert drafted == pytest.approx((1 - share) * first[-1] + share * second[-1], rel=1e-9)
     assert drafted < draft_seconds(p, draft, cfg.draft_device, cfg.tree.size - 1)
     # the estimate says how many passes it priced: the tree's internal nodes
     assert STRATEGY.estimate(p, cfg).draft_passes_per_step == cfg.tree.n_internal

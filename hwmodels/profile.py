@@ -37,7 +37,9 @@ Columns (all required; one row per operator call):
   graphs exist: a replayed graph runs no Python); ``draft_pass_chain``, ``draft_pass_tree`` and their
   ``_full`` kinds (the same shape key, of a draft model): each pass of a round of the real ``chain`` or
   ``draft-tree`` decode loop, whole, in ``kernel_us`` (``tokens``: the pass's index in its round, ``keys``: the
-  draft's cached tokens at the round's first pass; :mod:`sim.strategies.loop_passes`);
+  draft's cached tokens at the round's first pass; :mod:`sim.strategies.loop_passes`); ``verify_pass_chain``,
+  ``verify_pass_tree`` and their ``_full`` kinds (of a target model): the same rounds' verifications, whole
+  (``tokens``: the tokens verified, ``keys``: the context);
 - ``tokens``: the token (GEMM M) count of the call (b x q for linears and elementwise operators, q for
   attention), an integer >= 1;
 - ``keys``: keys attended (attention; ``0`` for every other operator);
@@ -83,6 +85,8 @@ NOT_MEASURED = "-"
 _DIM = r"[1-9][0-9]*"
 _HEADS = rf"h{_DIM}kv{_DIM}d{_DIM}"
 #: op -> regular expression its shape must match.
+#: Prefixes of the rows a decode loop's passes are measured as (:mod:`sim.strategies.loop_passes`).
+LOOP_OPS = ("draft_pass", "verify_pass")
 OP_SHAPES: dict[str, str] = {
     "linear": rf"{_DIM}x{_DIM}",
     "linear_streamed": rf"{_DIM}x{_DIM}",
@@ -92,8 +96,8 @@ OP_SHAPES: dict[str, str] = {
     "kv_write": rf"kv{_DIM}d{_DIM}",
     "positions": _DIM, "rope_gather": _DIM, "mask_build": _DIM,
     "forward_rest": rf"L{_DIM}H{_DIM}I{_DIM}{_HEADS}V{_DIM}",
-    **{op: rf"L{_DIM}H{_DIM}I{_DIM}{_HEADS}V{_DIM}" for op in ("draft_pass_chain", "draft_pass_chain_full",
-                                                              "draft_pass_tree", "draft_pass_tree_full")},
+    **{f"{kind}_pass_{loop}{full}": rf"L{_DIM}H{_DIM}I{_DIM}{_HEADS}V{_DIM}"
+       for kind in ("draft", "verify") for loop in ("chain", "tree") for full in ("", "_full")},
 }
 _HEADER_KEYS = ("format", "dtype", "source", "device", "launch_us.eager", "launch_us.eager.source",
                 "launch_us.graph", "launch_us.graph.source")
@@ -266,9 +270,9 @@ def read_profile(path: str | Path) -> OpProfile:
         keys = int(_number(where_file, f"{here}: keys", get["keys"], integer=True, low=0))
         if op == "attention" and keys < 1:
             raise _fail(where_file, f"{here}: keys", "an attention row attends to at least one key (got 0)")
-        if op != "attention" and not op.startswith("draft_pass") and keys != 0:
-            raise _fail(where_file, f"{here}: keys", f"only attention and draft_pass rows have keys; a {op} row has 0 "
-                                                     f"(got {keys})")
+        if op != "attention" and not op.startswith(LOOP_OPS) and keys != 0:
+            raise _fail(where_file, f"{here}: keys", f"only attention, draft_pass and verify_pass rows have keys; a {op} "
+                                                     f"row has 0 (got {keys})")
         kernel = _number(where_file, f"{here}: kernel_us", get["kernel_us"])
         eager = _number(where_file, f"{here}: eager_launch_us", get["eager_launch_us"], allow_missing=True)
         graph = _number(where_file, f"{here}: graph_launch_us", get["graph_launch_us"], allow_missing=True)
@@ -305,7 +309,7 @@ def _shape_help(op: str) -> str:
             "attention": "h<heads>kv<kv heads>d<head dim>[b<batch>], "
             "e.g. h32kv32d128", "rope": "h<heads>kv<kv heads>d<head dim>", "kv_write": "kv<kv heads>d<head dim>",
             "forward_rest": "L<layers>H<hidden>I<intermediate>h<heads>kv<kv heads>d<head dim>V<vocabulary>, "
-            "e.g. L8H384I1024h6kv6d64V4096"}.get("forward_rest" if op.startswith("draft_pass") else op,
+            "e.g. L8H384I1024h6kv6d64V4096"}.get("forward_rest" if op.startswith(LOOP_OPS) else op,
                                                   "<width>, e.g. 4096")
 
 

@@ -32,7 +32,7 @@ from sim.plan import StepPlan, Task, delay_task, graph_tasks, transfer_task
 from sim.step_graph import build_step_graph
 from sim.strategies.base import (DEFAULT_DRAFT_MODEL, Estimate, EstimateArrays, Knob, Problem, Strategy, StrategyConfig,
                                  co_resident, fitting_devices, host_seconds, require_fit)
-from sim.strategies.loop_passes import full_share_chain, measured_passes
+from sim.strategies.loop_passes import full_share_chain, loop_verify_excess, measured_passes
 
 #: Draft lengths searched: 1..8. Medusa's Fig. 7 finds gamma 3-4 best with Llama-68M and "larger
 #: gamma degrades throughput"; 8 leaves room for CPU-target platforms where verification is dear.
@@ -237,9 +237,12 @@ class ChainStrategy(Strategy):
         return {k: float(weight @ v) for k, v in parts.items()}, float(weight @ passes)
 
     def _verify_seconds(self, problem: Problem, config: StrategyConfig, g_max: int) -> np.ndarray:
-        """Seconds of the target verifying 1..g_max + 1 tokens (index k: k + 1 tokens)."""
+        """Seconds of the target verifying 1..g_max + 1 tokens (index k: k + 1 tokens), with what a verification
+        costs inside the decode loop beyond its pass where a profile measured it (:func:`loop_verify_excess`)."""
+        resident = self._resident(problem, config)
         return np.atleast_1d(step_seconds(problem.model, problem.platform, config.device, np.arange(1, g_max + 2),
-                                          problem.context, problem.batch, resident=self._resident(problem, config)))
+                                          problem.context, problem.batch, resident=resident)) \
+            + loop_verify_excess(problem, config.device, self.name, resident)
 
     def _draft_cumulative(self, problem: Problem, config: StrategyConfig, g_max: int) -> tuple[np.ndarray, np.ndarray]:
         """Seconds of the first k draft passes of a round, k = 0..g_max (:func:`draft_cumulative`)."""
@@ -295,6 +298,9 @@ class ChainStrategy(Strategy):
         graph = build_step_graph(problem.model, gamma + 1, problem.context, problem.batch)
         tasks += graph_tasks(graph, platform, config.device, "verify", "verify", after(), per_layer,
                              resident=self._resident(problem, config))
+        excess = loop_verify_excess(problem, config.device, self.name, self._resident(problem, config))
+        if excess > 0:
+            tasks.append(delay_task("verify/loop", excess, "verify", after(), config.device))
         if config.draft_device != config.device:
             tasks.append(transfer_task(platform, config.device, config.draft_device,
                                        TOKEN_ID_BYTES * (gamma + 1) * problem.batch, "to_draft", deps=after()))

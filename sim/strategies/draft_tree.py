@@ -94,7 +94,7 @@ from sim.strategies.draft_tree_fallback import (conditioned_accuracy, fallback_c
 from sim.strategies.draft_tree_memory import (  # noqa: F401 - the memory plan, re-exported
     BUDGET_SLACK_BYTES, MemoryPlan, load_seconds, memory_plan, storage_link, swap_all_budget_gb)
 from sim.strategies.hcmp_threads import split_costs
-from sim.strategies.loop_passes import full_share_tree
+from sim.strategies.loop_passes import full_share_tree, loop_verify_excess
 from sim.strategies.streaming_pipeline import READS_PER_LAYER, LayerPlan, layer_plan, pipeline_round
 from sim.tree import TokenTree
 from sim.tree_search import greedy_trees
@@ -316,9 +316,10 @@ class DraftTreeStrategy(Strategy):
         fed = np.array([t.n_internal for t in trees])
         draft = _draft_seconds(problem, self._draft(problem, config), config.draft_device, fed)
         load = load_seconds(platform, config.device, plan.streamed) if plan.streamed > 0 else 0.0
+        resident = self._target_resident(problem, config)
         verify = step_seconds(problem.model, platform, config.device, sizes, problem.context, problem.batch,
-                              np.array([t.mask_density for t in trees]),
-                              resident=self._target_resident(problem, config))
+                              np.array([t.mask_density for t in trees]), resident=resident) \
+            + loop_verify_excess(problem, config.device, self.name, resident)
         host = host_seconds(problem, self.name, config.device, passes=fed, nodes=sizes)
         return {"draft": draft, "load": np.full(len(trees), load), "verify": np.asarray(verify, float),
                 "host": np.asarray(host, float) * np.ones(len(trees))}
@@ -451,6 +452,9 @@ class DraftTreeStrategy(Strategy):
         graph = build_step_graph(problem.model, tree.size, problem.context, problem.batch, tree=tree)
         tasks += graph_tasks(graph, platform, config.device, "verify", "verify", tuple(deps_verify), per_layer,
                              resident=self._target_resident(problem, config))
+        excess = loop_verify_excess(problem, config.device, self.name, self._target_resident(problem, config))
+        if excess > 0:
+            tasks.append(delay_task("verify/loop", excess, "verify", (tasks[-1].name,), config.device))
         host = float(host_seconds(problem, self.name, config.device, passes=tree.n_internal, nodes=tree.size))
         if host > 0:
             tasks.append(delay_task("host", host, "accept", (tasks[-1].name,), config.device))

@@ -1,4 +1,5 @@
-"""A draft model's pass as measured inside HetSpec's decode loop: the ``draft_pass_*`` rows of a profile.
+"""A model's passes as measured inside HetSpec's decode loop: the ``draft_pass_*`` and ``verify_pass_*`` rows of a
+profile.
 
 Inside the loop a draft pass costs more than the draft's forward in a loop of its own: the target's
 verification has just streamed its weights through the caches, and each pass also picks its token from the
@@ -16,6 +17,10 @@ measured time moved by what the operator rows price between the two contexts. A 
 of both kinds by the share of rounds that follow a round accepting everything: for ``chain`` the measured
 chain table's ``L(gamma) - L(gamma - 1)`` (the probability that all gamma drafts are accepted), else
 ``alpha^gamma``; for ``draft-tree`` ``alpha^k`` for a round whose main branch the draft fed ``k`` nodes.
+
+The same rounds' verifications are the target's ``verify_pass_chain`` / ``verify_pass_tree`` rows (and their
+``_full`` twins; ``tokens`` the tokens verified, ``keys`` the context): what they cost beyond the rows' price of
+the same pass is added to every verification of that loop (:func:`loop_verify_excess`).
 """
 
 from __future__ import annotations
@@ -46,6 +51,41 @@ def measured_passes(problem, draft: ModelSpec, device: str, method: str, full: b
         return None
     keys, _, kernel_us = table.lines[0][:3]
     return int(keys), np.asarray(kernel_us, dtype=float) * 1e-6
+
+
+#: Prefixes of the profile ops of a loop round's verification and of its draft passes.
+VERIFY_PREFIX, DRAFT_PREFIX = "verify_pass", "draft_pass"
+
+
+def verify_op(op: str) -> str:
+    """The profile op of the verifications of the rounds whose draft passes are ``op`` (``draft_pass_chain`` ->
+    ``verify_pass_chain``)."""
+    return VERIFY_PREFIX + op[len(DRAFT_PREFIX):]
+
+
+def loop_verify_excess(problem, device: str, method: str, resident: bool | None = None) -> float:
+    """Seconds a verification inside ``method``'s decode loop costs beyond the target's pass as the profile's rows
+    price it: the ``verify_pass_*`` rows (the loop rounds' verifications of ``tokens`` tokens, the mean of the
+    rounds after a rejection and after full acceptance) less the price of that pass at the rows' context. Between
+    the loop's passes runs Python, and the waiting threads of a multi-threaded device sleep through it and are
+    woken by the next pass; an operator's rows, timed in a loop of its own, never see that. 0 without the rows (a
+    roofline device, a profile without them, a batch, dtype or model they were not measured for); never below 0."""
+    from sim.closed_form import step_seconds
+    from sim.step_graph import forward_key
+
+    timing = timing_of(problem.platform.device(device))
+    model = problem.model
+    if timing is None or method not in OPS or problem.batch != 1 or model.dtype != timing.profile.dtype:
+        return 0.0
+    op = verify_op(OPS[method])
+    excess = []
+    for table in (timing.profile.table(op, forward_key(model)), timing.profile.table(op + FULL, forward_key(model))):
+        if table is None:
+            continue
+        keys, tokens, kernel_us = table.lines[0][:3]
+        priced = float(step_seconds(model, problem.platform, device, int(tokens[0]), int(keys), 1, resident=resident))
+        excess.append(float(kernel_us[0]) * 1e-6 - priced)
+    return max(float(np.mean(excess)), 0.0) if excess else 0.0
 
 
 def full_share_chain(acceptance, gamma) -> np.ndarray | float:

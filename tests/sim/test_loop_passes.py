@@ -133,15 +133,17 @@ def test_estimate_many_equals_estimate_with_measured_passes(tmp_path):
         assert many.step_s[i] == pytest.approx(strategy.estimate(p, c).step_s, rel=1e-12)
 
 
-def test_the_profile_reads_keys_of_draft_pass_rows_only(tmp_path):
+def test_the_profile_reads_keys_of_loop_pass_rows_only(tmp_path):
     key = forward_key(DRAFT)
     header = {"dtype": "fp16", "source": "test"}
-    prof = read_profile(write_profile(tmp_path / "ok.csv", header, [("draft_pass_tree", key, 1, 64, 5.0, 0.0, 0.0)]))
+    prof = read_profile(write_profile(tmp_path / "ok.csv", header, [("draft_pass_tree", key, 1, 64, 5.0, 0.0, 0.0),
+                                                                    ("verify_pass_chain", key, 9, 64, 5.0, 0.0, 0.0)]))
     assert prof.table("draft_pass_tree", key).lines[0][0] == 64
+    assert prof.table("verify_pass_chain", key).lines[0][0] == 64
     bad = tmp_path / "bad.csv"
     bad.write_text("# format: hetspec-op-profile/1\n# dtype: fp16\n# source: test\n"
                    "op,shape,tokens,keys,kernel_us,eager_launch_us,graph_launch_us\nnorm,768,1,64,5.0,0,0\n")
-    with pytest.raises(PresetError, match=r"bad\.csv.*row 1.*keys.*only attention and draft_pass rows have keys"):
+    with pytest.raises(PresetError, match=r"bad\.csv.*row 1.*keys.*only attention, draft_pass and verify_pass rows have keys"):
         read_profile(bad)
     wrong = tmp_path / "wrong.csv"
     wrong.write_text("# format: hetspec-op-profile/1\n# dtype: fp16\n# source: test\n"
@@ -168,16 +170,19 @@ def test_the_probe_times_every_pass_of_rounds_that_accept_all_or_nothing(tmp_pat
         for full in (False, True):
             rounds = time_loop_passes(models, method, full, repeats=1)
             assert len(rounds) == ROUNDS
-            context, seconds = pass_medians(rounds)
-            assert len(seconds) == PASSES and all(s > 0 for s in seconds)
+            context, seconds, verify = pass_medians(rounds)
+            assert len(seconds) == PASSES and all(s > 0 for s in seconds) and verify > 0
             # kept rounds 1..ROUNDS, each after a round that emitted PASSES + 1 tokens (all accepted) or 1
             per_round = PASSES + 1 if full else 1
             assert context == int(np.median([PROMPT_TOKENS + per_round * s for s in range(1, ROUNDS + 1)]))
-            timed.append((f"draft_pass_{'chain' if method == 'chain' else 'tree'}{'_full' if full else ''}", draft,
-                          context, seconds))
+            timed.append((f"draft_pass_{'chain' if method == 'chain' else 'tree'}{'_full' if full else ''}", target,
+                          draft, context, seconds, verify))
     assert models.target.lm_head._forward_hooks == {} and models.draft.lm_head._forward_hooks == {}
     prof = read_profile(write_profile(tmp_path / "p.csv", {"dtype": "fp32", "source": "test"}, draft_pass_rows(timed)))
     assert len(prof.table("draft_pass_tree_full", forward_key(draft)).lines[0][1]) == PASSES
+    # each round's verification of PASSES + 1 tokens is a row of the target
+    keys, tokens, kernel_us = prof.table("verify_pass_chain", forward_key(target)).lines[0][:3]
+    assert list(tokens) == [PASSES + 1] and kernel_us[0] == pytest.approx(timed[0][5] * 1e6, rel=1e-3)
 
 
 def test_the_passes_before_and_after_the_rows_are_pooled():
@@ -187,6 +192,34 @@ def test_the_passes_before_and_after_the_rows_are_pooled():
     def passes(first: float, second: float) -> list[float]:
         return [first, second] + [0.1] * (PASSES - 2)
 
-    before = [("draft_pass_chain", DRAFT, [(64, passes(1.0, 0.5)), (66, passes(3.0, 0.7))])]
-    after = [("draft_pass_chain", DRAFT, [(68, passes(2.0, 0.6))]), ("draft_pass_tree", DRAFT, [])]
-    assert bracketed_passes(before, after) == [("draft_pass_chain", DRAFT, 66, passes(2.0, 0.6))]
+    target = get_model("vicuna-7b")
+    before = [("draft_pass_chain", target, DRAFT, [(64, passes(1.0, 0.5), 4.0), (66, passes(3.0, 0.7), 6.0)])]
+    after = [("draft_pass_chain", target, DRAFT, [(68, passes(2.0, 0.6), 5.0)]), ("draft_pass_tree", target, DRAFT, [])]
+    assert bracketed_passes(before, after) == [("draft_pass_chain", target, DRAFT, 66, passes(2.0, 0.6), 5.0)]
+
+
+def test_a_verification_inside_the_loop_adds_what_it_costs_beyond_its_priced_pass(tmp_path):
+    """The verify_pass rows (the loop rounds' verifications) less the profile's price of the same pass, the mean
+    of both kinds of round, on every verification of that loop; none without the rows, never below 0."""
+    from sim.strategies.loop_passes import loop_verify_excess
+
+    target = get_model("vicuna-7b")
+    base = _problem(_platform(tmp_path))
+    priced = float(step_seconds(target, base.platform, "gpu", 9, CONTEXT))
+    assert loop_verify_excess(base, "gpu", "chain") == 0.0            # no verify_pass rows
+    key, draft_key = forward_key(target), forward_key(DRAFT)
+    rows = [("draft_pass_chain", draft_key, j + 1, CONTEXT, us, 0.0, float("nan")) for j, us in enumerate(AFTER_REJECTION)]
+    rows += [("verify_pass_chain", key, 9, CONTEXT, priced * 1e6 + 300.0, 0.0, float("nan")),
+             ("verify_pass_chain_full", key, 9, CONTEXT, priced * 1e6 + 500.0, 0.0, float("nan")),
+             ("verify_pass_tree", key, 9, CONTEXT, priced * 1e6 - 900.0, 0.0, float("nan"))]
+    p = _problem(_platform(tmp_path, rows))
+    assert float(step_seconds(target, p.platform, "gpu", 9, CONTEXT)) == pytest.approx(priced)   # rows not priced
+    assert loop_verify_excess(p, "gpu", "chain") == pytest.approx(400e-6, rel=1e-4)   # the rows keep 4 decimals
+    assert loop_verify_excess(p, "gpu", "draft-tree") == 0.0          # measured below its price: nothing added
+    assert loop_verify_excess(p, "gpu", "medusa") == 0.0
+    assert loop_verify_excess(_problem(_platform(tmp_path, rows), batch=2), "gpu", "chain") == 0.0
+    strategy = get_strategy("chain")
+    config = strategy.resolve(p, StrategyConfig(draft_depth=3))
+    plain = strategy.resolve(base, StrategyConfig(draft_depth=3))
+    assert strategy.estimate(p, config).breakdown["verify"] == pytest.approx(
+        strategy.estimate(base, plain).breakdown["verify"] + 400e-6, rel=1e-6)

@@ -79,7 +79,7 @@ def test_a_profile_reads_back_its_rows(tmp_path):
     (lambda rows: rows.replace("attention,h2kv2d4,1,48,", "attention,h2kv2d4,1,8,"),
      "row 3 (line 9): keys: rows must be sorted"),
     (lambda rows: rows.replace("linear,64x128,24,0,30,", "linear,64x128,24,0,fast,"), "row 8 (line 14): kernel_us: must be a number"),
-    (lambda rows: rows.replace("linear,64x128,24,0,30,", "linear,64x128,24,3,30,"), "row 8 (line 14): keys: only attention and draft_pass rows"),
+    (lambda rows: rows.replace("linear,64x128,24,0,30,", "linear,64x128,24,3,30,"), "row 8 (line 14): keys: only attention, draft_pass and verify_pass rows"),
     (lambda rows: rows.replace("linear,64x128,24,0,30,", "linear,64-128,24,0,30,"), "row 8 (line 14): shape:"),
     (lambda rows: rows.replace("linear,64x128,24,0,30,", "linear,64x128,24,0,30,-\n"), "row 8 (line 14): graph_launch_us"),
     (lambda rows: rows.replace("linear,64x128,24,0,30,", "matmul,64x128,24,0,30,"), "row 8 (line 14): op: unknown operator"),

@@ -64,23 +64,24 @@ def _decoder(method: str):
     return draft_tree.generate, draft_tree.DraftTreeConfig(tree_width=PASSES + 1, draft_depth=PASSES)
 
 
-def passes_by_round(clock) -> dict[int, list[float]]:
-    """Seconds of each draft pass a decode's ``clock`` (:class:`real.decode.common.Clock`) recorded, in order, by
-    its round (the decode step)."""
+def passes_by_round(clock, phase: str = "draft") -> dict[int, list[float]]:
+    """Seconds of each ``phase`` record (a draft pass; ``verify``: the round's verification) a decode's ``clock``
+    (:class:`real.decode.common.Clock`) recorded, in order, by its round (the decode step)."""
     passes: dict[int, list[float]] = {}
     for r in clock.records:
-        if r.phase == "draft":
+        if r.phase == phase:
             passes.setdefault(r.step, []).append(r.end_s - r.start_s)
     return passes
 
 
 def time_loop_passes(models, method: str, full: bool, repeats: int, guard=None,
-                     records: list | None = None) -> list[tuple[int, list[float]]]:
-    """(context, seconds of pass 1..:data:`PASSES`) of every kept round of the draft inside ``method``'s decode
-    loop on ``models`` (:class:`real.decode.common.DecodeModels`, random weights), every draft accepted (``full``)
-    or rejected: ``repeats`` decodes of :data:`ROUNDS` kept rounds each (the first round, after the prefill, and
-    the last rounds, which draft fewer, left out), taken in batches the contention ``guard`` checks (its records
-    appended to ``records``). ``context``: the draft's cached tokens at the round's first pass."""
+                     records: list | None = None) -> list[tuple[int, list[float], float]]:
+    """(context, seconds of pass 1..:data:`PASSES`, seconds of the verification) of every kept round of the draft
+    inside ``method``'s decode loop on ``models`` (:class:`real.decode.common.DecodeModels`, random weights), every
+    draft accepted (``full``) or rejected: ``repeats`` decodes of :data:`ROUNDS` kept rounds each (the first round,
+    after the prefill, and the last rounds, which draft fewer, left out), taken in batches the contention ``guard``
+    checks (its records appended to ``records``). ``context``: the draft's cached tokens at the round's first
+    pass; the verification covers :data:`PASSES` + 1 tokens."""
     from real.decode.common import Clock
     from real.run.contention import guarded_batches
 
@@ -90,15 +91,15 @@ def time_loop_passes(models, method: str, full: bool, repeats: int, guard=None,
     new_tokens = 1 + (ROUNDS + 1) * per_round + PASSES + 1
     handles = [_lift(models.target, 1), _lift(models.draft, 1 if full else 2)]
 
-    def decode(_item) -> list[tuple[int, list[float]]]:
+    def decode(_item) -> list[tuple[int, list[float], float]]:
         clock = Clock()
         result = generate(models, prompt, new_tokens, config, clock)
-        passes = passes_by_round(clock)
+        passes, verify = passes_by_round(clock), passes_by_round(clock, "verify")
         emitted = [0]
         for n in result.accepted_per_step:
             emitted.append(emitted[-1] + n)
-        return [(PROMPT_TOKENS + emitted[step], times) for step, times in sorted(passes.items())
-                if 1 <= step <= ROUNDS and len(times) == PASSES]
+        return [(PROMPT_TOKENS + emitted[step], times, verify[step][0]) for step, times in sorted(passes.items())
+                if 1 <= step <= ROUNDS and len(times) == PASSES and step in verify]
 
     try:
         with torch.inference_mode():
@@ -112,18 +113,19 @@ def time_loop_passes(models, method: str, full: bool, repeats: int, guard=None,
     return [r for run in runs for r in run]
 
 
-def pass_medians(rounds) -> tuple[int, list[float]]:
-    """(median context, median seconds of each pass index) of ``rounds`` (:func:`time_loop_passes`, any number of
-    them pooled, at least one)."""
-    return (int(median([c for c, _ in rounds])),
-            [median([times[j] for _, times in rounds]) for j in range(PASSES)])
+def pass_medians(rounds) -> tuple[int, list[float], float]:
+    """(median context, median seconds of each pass index, median seconds of the verification) of ``rounds``
+    (:func:`time_loop_passes`, any number of them pooled, at least one)."""
+    return (int(median([c for c, _, _ in rounds])),
+            [median([times[j] for _, times, _ in rounds]) for j in range(PASSES)],
+            median([v for _, _, v in rounds]))
 
 
 def time_draft_passes(pairs, device: torch.device, dtype: torch.dtype, repeats: int, guard=None,
                       records: list | None = None, progress: bool = True) -> list[tuple]:
-    """(op, draft spec, [(context, seconds per pass index) of each round]) of every (target, draft) of ``pairs``
-    (specs), both decoders and both kinds of round (:func:`time_loop_passes`), on random-weight models in
-    ``dtype``. :func:`bracketed_passes` pools two such measurements."""
+    """(op, target spec, draft spec, [(context, seconds per pass index, verification seconds) of each round]) of
+    every (target, draft) of ``pairs`` (specs), both decoders and both kinds of round (:func:`time_loop_passes`),
+    on random-weight models in ``dtype``. :func:`bracketed_passes` pools two such measurements."""
     from real.decode.common import DecodeModels
     from real.model.transformer import Transformer
 
@@ -138,26 +140,34 @@ def time_draft_passes(pairs, device: torch.device, dtype: torch.dtype, repeats: 
                                   Transformer(draft_spec).to(dtype=dtype).eval())
         for method, op in OPS.items():
             for full in (False, True):
-                out.append((op + (FULL if full else ""), draft_spec,
+                out.append((op + (FULL if full else ""), target_spec, draft_spec,
                             time_loop_passes(models, method, full, repeats, guard, records)))
     return out
 
 
 def bracketed_passes(before, after) -> list[tuple]:
-    """(op, draft spec, context, [median seconds per pass index]) of two :func:`time_draft_passes` measurements,
-    taken before and after a profile's operator rows, their rounds pooled: a machine whose speed drifts while the
-    rows are measured moves these medians as it moved the rows (as the ``forward_rest`` forwards are bracketed)."""
+    """(op, target spec, draft spec, context, [median seconds per pass index], median verification seconds) of two
+    :func:`time_draft_passes` measurements, taken before and after a profile's operator rows, their rounds pooled:
+    a machine whose speed drifts while the rows are measured moves these medians as it moved the rows (as the
+    ``forward_rest`` forwards are bracketed)."""
     pooled: dict = {}
-    for op, spec, rounds in list(before) + list(after):
-        pooled.setdefault((op, spec.name), [op, spec, []])[2].extend(rounds)
-    return [(op, spec, *pass_medians(rounds)) for op, spec, rounds in pooled.values() if rounds]
+    for op, target, spec, rounds in list(before) + list(after):
+        pooled.setdefault((op, spec.name), [op, target, spec, []])[3].extend(rounds)
+    return [(op, target, spec, *pass_medians(rounds)) for op, target, spec, rounds in pooled.values() if rounds]
 
 
 def draft_pass_rows(timed) -> list[tuple]:
-    """Profile rows of ``timed`` (:func:`time_draft_passes`): the whole measured pass in ``kernel_us``
+    """Profile rows of ``timed`` (:func:`bracketed_passes`): the whole measured pass in ``kernel_us``
     (launch-inclusive: ``eager_launch_us`` 0, ``graph_launch_us`` not measured), ``tokens`` the pass's index in
-    its round (1-based), ``keys`` the draft's cached tokens at the round's first pass."""
+    its round (1-based), ``keys`` the draft's cached tokens at the round's first pass; and the round's
+    verification as a ``verify_pass_*`` row of the target (``tokens`` the tokens it verifies, ``keys`` the same
+    context), what the target's pass costs inside the loop (:mod:`sim.strategies.loop_passes`)."""
     from sim.step_graph import forward_key
+    from sim.strategies.loop_passes import verify_op
 
-    return [(op, forward_key(spec), j + 1, context, seconds * 1e6, 0.0, float("nan"))
-            for op, spec, context, passes in timed for j, seconds in enumerate(passes)]
+    rows = []
+    for op, target, spec, context, passes, verify in timed:
+        rows += [(op, forward_key(spec), j + 1, context, seconds * 1e6, 0.0, float("nan"))
+                 for j, seconds in enumerate(passes)]
+        rows.append((verify_op(op), forward_key(target), PASSES + 1, context, verify * 1e6, 0.0, float("nan")))
+    return rows

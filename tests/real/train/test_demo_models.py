@@ -145,7 +145,7 @@ def test_cache_root_from_environment(monkeypatch, tmp_path):
 
 
 def test_unknown_preset():
-    with pytest.raises(UnknownNameError, match="unknown demo preset 'huge'; valid: small, tiny"):
+    with pytest.raises(UnknownNameError, match="unknown demo preset 'huge'; valid: small, smollm2, tiny"):
         load_demo("huge")
 
 
@@ -191,7 +191,7 @@ def test_cli_training_device_that_cannot_run_here_is_one_line_exit_2(tmp_path, d
 def test_cli_bad_preset_is_one_line_exit_2(tmp_path):
     proc = run_cli("train-demo", "--preset", "huge", env={"HETSPEC_CACHE_DIR": str(tmp_path)})
     assert proc.returncode == 2
-    assert proc.stderr.strip() == "hetspec: error: unknown demo preset 'huge'; valid: small, tiny"
+    assert proc.stderr.strip() == "hetspec: error: unknown demo preset 'huge'; valid: small, smollm2, tiny"
     assert not (tmp_path / "demo").exists()
 
 

@@ -96,8 +96,8 @@ OP_SHAPES: dict[str, str] = {
     "kv_write": rf"kv{_DIM}d{_DIM}",
     "positions": _DIM, "rope_gather": _DIM, "mask_build": _DIM,
     "forward_rest": rf"L{_DIM}H{_DIM}I{_DIM}{_HEADS}V{_DIM}",
-    **{f"{kind}_pass_{loop}{full}": rf"L{_DIM}H{_DIM}I{_DIM}{_HEADS}V{_DIM}"
-       for kind in ("draft", "verify") for loop in ("chain", "tree") for full in ("", "_full")},
+    **{f"{prefix}_{loop}{full}": rf"L{_DIM}H{_DIM}I{_DIM}{_HEADS}V{_DIM}"
+       for prefix in LOOP_OPS for loop in ("chain", "tree") for full in ("", "_full")},
 }
 _HEADER_KEYS = ("format", "dtype", "source", "device", "launch_us.eager", "launch_us.eager.source",
                 "launch_us.graph", "launch_us.graph.source")

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from hwmodels.profile import LOOP_OPS
 from sim.model_spec import ModelSpec
 from sim.op_timing import timing_of
 
@@ -53,14 +54,11 @@ def measured_passes(problem, draft: ModelSpec, device: str, method: str, full: b
     return int(keys), np.asarray(kernel_us, dtype=float) * 1e-6
 
 
-#: Prefixes of the profile ops of a loop round's verification and of its draft passes.
-VERIFY_PREFIX, DRAFT_PREFIX = "verify_pass", "draft_pass"
-
-
 def verify_op(op: str) -> str:
     """The profile op of the verifications of the rounds whose draft passes are ``op`` (``draft_pass_chain`` ->
-    ``verify_pass_chain``)."""
-    return VERIFY_PREFIX + op[len(DRAFT_PREFIX):]
+    ``verify_pass_chain``; the prefixes are :data:`hwmodels.profile.LOOP_OPS`)."""
+    draft, verify = LOOP_OPS
+    return verify + op[len(draft):]
 
 
 def loop_verify_excess(problem, device: str, method: str, resident: bool | None = None) -> float:

@@ -206,7 +206,7 @@ def register_validate(subparsers) -> None:
                    help="output folder (default: $HETSPEC_REPORTS_DIR/validation, else "
                         "~/.local/share/hetspec/reports/validation; a committed run record is written only by "
                         "--out reports/runs/<date>-<machine>-<what>)")
-    add_preset_flags(p, smollm2=False)
+    add_preset_flags(p)
     p.add_argument("--platform", default="host", help="calibrated platform name or .toml file (default host)")
     add_device_flags(p)
     p.add_argument("--hetero", action="store_true",
@@ -247,8 +247,10 @@ def _device_parts(args) -> list[str]:
 def handle_validate(args: argparse.Namespace) -> int:
     from hwmodels.errors import HetSpecError
 
-    if args.preset is not None and args.preset not in ("tiny", "small"):
-        raise HetSpecError(f"unknown demo preset {args.preset!r}; valid: small, tiny")
+    if args.preset is not None:
+        from real.train.demo import get_recipe
+
+        get_recipe(args.preset)          # an unknown preset: one line naming the valid ones
     repeats = args.repeats
     if repeats is not None and repeats < 1:
         raise HetSpecError(f"--repeats must be at least 1, got {repeats}")

@@ -283,3 +283,25 @@ def test_the_streaming_section_predicts_with_the_link_probed_before_it(tiny_demo
     assert streamed["pred_step_ms"] > streamed["cal_pred_step_ms"]
     text = "\n".join(streaming_lines(doc))
     assert "re-run right before this section" in text and "calibration's link: step (ms) / tokens/s" in text
+
+
+def test_a_gguf_referenced_target_streams_from_a_copy_written_from_the_loaded_model(tiny_demo, tmp_path):
+    import torch
+
+    from real.model.checkpoint import load_model
+    from real.validation.hetero.streaming import private_checkpoint
+
+    folder = tmp_path / "demo" / "target"              # what the smollm2 preset keeps: a reference, no weights
+    folder.mkdir(parents=True)
+    (folder / "gguf_target.json").write_text("{}")
+    copy = private_checkpoint(folder, tiny_demo.target)
+    try:
+        assert copy.parent == folder.parent and sorted(f.name for f in copy.iterdir()) == ["config.json",
+                                                                                          "model.safetensors"]
+        loaded = load_model(copy)
+        for name, tensor in tiny_demo.target.state_dict().items():
+            assert torch.equal(loaded.state_dict()[name], tensor), name
+    finally:
+        import shutil
+
+        shutil.rmtree(copy)

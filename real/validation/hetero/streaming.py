@@ -35,15 +35,23 @@ from real.validation.gpu_target import platform_device
 from real.validation.hetero.setup import HeteroSettings, finite_median, progress_bar, split_prompts
 
 
-def private_checkpoint(folder: Path) -> Path:
+def private_checkpoint(folder: Path, model=None) -> Path:
     """A copy of the checkpoint in ``folder`` (config and safetensors files) beside it, synced to disk (clean
-    pages, which the loader's page-cache drop evicts). The caller removes it."""
+    pages, which the loader's page-cache drop evicts). A target kept as a reference to a GGUF file (no
+    safetensors in ``folder``) is written from ``model``, the target as loaded (dequantized). The caller
+    removes it."""
+    from real.model.checkpoint import save_model
+
     dest = Path(tempfile.mkdtemp(prefix="hetspec-stream-", dir=folder.parent))
-    for f in folder.iterdir():
-        if f.suffix in (".json", ".safetensors"):
-            shutil.copyfile(f, dest / f.name)
-            with open(dest / f.name, "rb+") as fh:
-                os.fsync(fh.fileno())
+    if model is not None and not any(f.suffix == ".safetensors" for f in folder.iterdir()):
+        save_model(model, dest)
+    else:
+        for f in folder.iterdir():
+            if f.suffix in (".json", ".safetensors"):
+                shutil.copyfile(f, dest / f.name)
+    for f in dest.iterdir():
+        with open(f, "rb+") as fh:
+            os.fsync(fh.fileno())
     return dest
 
 
@@ -83,7 +91,7 @@ def streaming_table(models, settings: HeteroSettings, worker: str, progress: boo
                f"platform {platform.name} has no storage link (run hetspec calibrate)"
                if not any(l.kind == "storage" for l in platform.links) else "")
     fresh = None if missing else reprobed_platform(platform, dev, worker, settings.stream_probe_rounds)
-    folder = private_checkpoint(Path(models.folder) / "target")
+    folder = private_checkpoint(Path(models.folder) / "target", models.target)
     try:
         locs = tensor_locations(check_shapes(folder, spec))
         layer = max(sum(l.nbytes for n, l in locs.items() if n.startswith(f"model.layers.{i}."))

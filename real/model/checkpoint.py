@@ -242,7 +242,9 @@ def model_from_state(spec: ModelSpec, state: dict[str, torch.Tensor], device: st
     model.load_state_dict(state, strict=True, assign=True)
     if spec.tie_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
-    # RoPE tables are derived, not stored: rebuild them off the meta device (kept in fp32).
+    # RoPE tables are derived, not stored: rebuilt off the meta device, computed in fp64 and held in the
+    # weights' dtype (fp32, or bf16 / fp16 as transformers casts them to its activations' dtype).
     cos, sin = rope_tables(spec, spec.max_position)
-    model.rope_cos, model.rope_sin = cos.to(device), sin.to(device)
+    dtype = model.lm_head.weight.dtype
+    model.rope_cos, model.rope_sin = cos.to(device, dtype), sin.to(device, dtype)
     return model.eval()

@@ -60,7 +60,14 @@ def test_load_in_bf16(model, tmp_path):
     save_model(model, tmp_path)
     loaded = load_model(tmp_path, dtype="bf16")
     assert loaded.lm_head.weight.dtype == torch.bfloat16
-    assert loaded.rope_cos.dtype == torch.float32
+    assert loaded.rope_cos.dtype == torch.bfloat16       # tables in the activations' dtype, as transformers casts
+    tokens = torch.tensor([[1, 2, 3, 4]])
+    with torch.inference_mode():                          # a decode through the KV cache runs in bf16 throughout
+        cache = loaded.new_cache(8)
+        out = loaded(tokens, cache)
+        ref = model(tokens)
+    assert out.dtype == torch.bfloat16 and cache.k.dtype == torch.bfloat16
+    assert torch.allclose(out.float(), ref, atol=0.05 * float(ref.abs().max()))
 
 
 def test_tied_embeddings_without_lm_head_tensor(tmp_path):

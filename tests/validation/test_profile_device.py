@@ -581,3 +581,19 @@ def test_the_default_profile_covers_the_cached_demo_presets_else_tiny(tmp_path, 
     (small / "summary.json").write_text(json.dumps({"fingerprint": get_recipe("small").fingerprint()}))
     assert default_models("cpu") == ["demo:small"]
     assert default_models("cuda:0") == ["demo:small", "llama2-7b"]
+
+
+def test_the_default_profile_leaves_a_pretrained_target_to_models(tmp_path, monkeypatch, smollm2_gguf):
+    """A cached smollm2 preset (a 30-layer pretrained target) is profiled only when asked (``--models
+    demo:smollm2``): the default calibration stays inside its time bound."""
+    import json
+
+    from real.train.demo import CACHE_ENV, cache_folder, get_recipe
+    from real.validation.profiler.profile_device import default_models, resolve_models
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    smol = cache_folder("smollm2")
+    smol.mkdir(parents=True)
+    (smol / "summary.json").write_text(json.dumps({"fingerprint": get_recipe("smollm2").fingerprint()}))
+    assert default_models("cpu") == ["demo:tiny"]
+    assert [s.n_layers for s in resolve_models(["demo:smollm2"])] == [30, 2]

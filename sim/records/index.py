@@ -17,7 +17,7 @@ from sim.records.machine import MACHINE_FILE, RESULTS_FILE
 
 INDEX_FILE = "INDEX.md"
 DEFAULT_ROOT = Path("reports") / "runs"
-KINDS = ("validate", "demo", "calibrate", "gpu-report", "reproduce")
+KINDS = ("validate", "demo", "calibrate", "gpu-report", "reproduce", "step-check")
 
 
 @dataclass(frozen=True)

@@ -43,14 +43,20 @@ def test_step_check_prices_by_every_profile_and_flags_the_fallback(tiny_demo, tm
     # nothing fitted: each prediction is the simulator's ar step on the calibration alone
     spec = tiny_demo.target.spec
     assert rows[0]["pred_ms"] == pytest.approx(step_check.predict(spec, get_platform("host"), "cpu", 8 + 2)[0])
+    assert rows[0]["fallback_share"] == 0.0 and rows[2]["fallback_share"] > step_check.FALLBACK_SHARE
     assert rows[0]["fallback"] is None and rows[0]["target"] == step_check.TARGET
     assert rows[2]["fallback"] and "calibrate --models" in rows[2]["fallback"]
     assert rows[2]["target"] == step_check.FALLBACK_TARGET
     for r in rows:
         assert r["error"] == pytest.approx((r["pred_ms"] - r["meas_ms"]) / r["meas_ms"])
         assert r["judged"] == (r["band"] / 2 < r["target"])
+    rec = doc["record"]                                     # what `hetspec reports index` reads
+    assert rec["kind"] == "step-check" and len(rec["headline"]) == 3
+    assert rec["headline"]["fp32 cpu roofline error %"] == round(100 * rows[0]["error"], 1)
+    judged = [r for r in rows if r["judged"]]
+    assert f"{sum(r['meets'] for r in judged)} of {len(judged)} judged" in rec["verdict"]
     report = (out / "report.md").read_text()
-    assert "Regenerate: `python -m real.validation.step_check --model" in report and "fallback:" in report
+    assert "Regenerate: `python -m real.validation.step_check --model" in report and "- fallback:" in report
     assert (out / "machine.json").is_file()
 
 

@@ -283,7 +283,7 @@ def handle_validate(args: argparse.Namespace) -> int:
     if floor is not None:
         parts.insert(-1, f"--alspec-agreement {floor:g}")
     if repeats is not None:
-        settings = grid_settings(args.quick).with_repeats(repeats)
+        settings = grid_settings(args.quick, args.preset).with_repeats(repeats)
         parts.insert(-1, f"--repeats {repeats}")
     section, stale = _hetero_section(args, repeats, floor)
     doc = validate(out, preset=args.preset, quick=args.quick, device=args.device, platform=args.platform,

@@ -399,3 +399,34 @@ def test_the_throughput_plot_circles_the_reports_measured_best():
         labels = ax.get_legend_handles_labels()[1]
         plt.close(fig)
         assert legend in labels and "predicted optimum, as measured (γ=6)" in labels
+
+
+def test_validate_takes_the_smollm2_preset_and_asks_before_training_it(tmp_path, smollm2_gguf):
+    """smollm2 is a validate preset; uncached, without --train and without a terminal it is one line naming the
+    training command (validate does not start a half-hour training unasked)."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.cli_runner import REPO
+
+    env = {**os.environ, "HETSPEC_PLATFORMS_DIR": host_platform_folder(tmp_path), "HETSPEC_CACHE_DIR": str(tmp_path),
+           "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, "-m", "hetspec", "validate", "--quick", "--preset", "smollm2", "--out",
+                           str(tmp_path / "r")], stdin=subprocess.DEVNULL, capture_output=True, text=True, cwd=REPO,
+                          env=env, timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "hetspec train-demo --preset smollm2" in proc.stderr.strip().splitlines()[-1]
+
+
+def test_a_quick_run_on_a_pretrained_target_takes_the_thinner_grid():
+    from real.validation.grid import PRETRAINED_QUICK_VALUES
+    from real.validation.validate import QUICK, QUICK_PRETRAINED, grid_for, settings_for
+
+    thin = grid_for(True, "smollm2")
+    assert [p.method for p in thin].count("ar") == 1
+    for method, values in PRETRAINED_QUICK_VALUES.items():
+        assert tuple(p.value for p in thin if p.method == method) == values
+    assert grid_for(True, "tiny") == default_grid() == grid_for(False, "smollm2") == grid_for(True, None)
+    assert settings_for(True, "smollm2") is QUICK_PRETRAINED and settings_for(True, "small") is QUICK
+    assert QUICK_PRETRAINED.calibration_prompts < QUICK.calibration_prompts

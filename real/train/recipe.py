@@ -83,6 +83,11 @@ class DemoRecipe:
                              f"pretrained (target_gguf)")
 
     @property
+    def pretrained(self) -> bool:
+        """Whether the target is a pretrained file (``target_gguf``), not trained here."""
+        return self.target_gguf is not None
+
+    @property
     def eval_seq_len(self) -> int:
         """Tokens per perplexity window: the target's training windows, else the draft's."""
         return (self.target_train or self.draft_train).seq_len

@@ -115,15 +115,14 @@ FULL = Settings(calibration_prompts=96, eval_prompts=48, prompt_tokens=64, max_n
 QUICK_PRETRAINED = replace(QUICK, calibration_prompts=12, eval_prompts=3, label="quick")
 
 
-def pretrained_target(preset: str | None) -> bool:
-    """Whether ``preset`` is a demo preset whose target is a pretrained file (``smollm2``)."""
+def _quick_on_pretrained(quick: bool, preset: str | None) -> bool:
     from real.train.demo import get_recipe
 
-    return preset is not None and get_recipe(preset).target_gguf is not None
+    return quick and preset is not None and get_recipe(preset).pretrained
 
 
 def settings_for(quick: bool, preset: str | None = None) -> Settings:
-    if quick and pretrained_target(preset):
+    if _quick_on_pretrained(quick, preset):
         return QUICK_PRETRAINED
     return QUICK if quick else FULL
 
@@ -132,7 +131,7 @@ def grid_for(quick: bool, preset: str | None = None):
     """The grid a run validates: the whole grid, thinner in a quick run on a pretrained target."""
     from real.validation.grid import PRETRAINED_QUICK_VALUES, default_grid
 
-    return default_grid(values=PRETRAINED_QUICK_VALUES if quick and pretrained_target(preset) else None)
+    return default_grid(values=PRETRAINED_QUICK_VALUES if _quick_on_pretrained(quick, preset) else None)
 
 
 def banner(text: str, progress: bool = True) -> None:

@@ -35,7 +35,7 @@ from real.validation.gpu_target import platform_device
 from real.validation.hetero.setup import HeteroSettings, finite_median, progress_bar, split_prompts
 
 
-def private_checkpoint(folder: Path, model=None) -> Path:
+def private_checkpoint(folder: Path, model) -> Path:
     """A copy of the checkpoint in ``folder`` (config and safetensors files) beside it, synced to disk (clean
     pages, which the loader's page-cache drop evicts). A target kept as a reference to a GGUF file (no
     safetensors in ``folder``) is written from ``model``, the target as loaded (dequantized). The caller
@@ -43,7 +43,7 @@ def private_checkpoint(folder: Path, model=None) -> Path:
     from real.model.checkpoint import save_model
 
     dest = Path(tempfile.mkdtemp(prefix="hetspec-stream-", dir=folder.parent))
-    if model is not None and not any(f.suffix == ".safetensors" for f in folder.iterdir()):
+    if not any(f.suffix == ".safetensors" for f in folder.iterdir()):
         save_model(model, dest)
     else:
         for f in folder.iterdir():

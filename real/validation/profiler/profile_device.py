@@ -477,7 +477,7 @@ def default_models(device_text: str) -> list[str]:
     profile from under 2 minutes to about 6 on two cores. ``--models`` adds any model."""
     from real.train.demo import DEMO_PRESETS, cache_folder, cached_fingerprint, get_recipe
 
-    cached = [p for p in DEMO_PRESETS if get_recipe(p).target_gguf is None
+    cached = [p for p in DEMO_PRESETS if not get_recipe(p).pretrained
               and cached_fingerprint(cache_folder(p)) == get_recipe(p).fingerprint()]
     names = [f"demo:{p}" for p in cached] or ["demo:tiny"]
     if device_text.startswith("cuda"):

@@ -37,6 +37,8 @@ profile = { value = "profiles/x.csv", source = "..." }        # relative to this
 mode = { value = "graph", source = "..." }                    # eager | graph
 [devices.cpu.derived_peak_tflops]  # optional: dtypes not measured, priced as factor x a measured peak
 fp16 = { from = "fp32", factor = 1.0, source = "..." }
+[devices.cpu.dtype_gemm_efficiency_curve]  # optional: a dtype's own streamed GEMM curve (rows' start-up in it)
+bf16 = { value = [[1, 0.03], [16, 0.4]], source = "..." }
 
 [[links]]
 name = "pcie"
@@ -213,7 +215,7 @@ class _Reader:
         if not isinstance(table, dict):
             raise self.fail(f"devices.{name}", "must be a table")
         allowed = set(_DEVICE_NUMBERS) | {"kind", "description", "peak_tflops", "derived_peak_tflops",
-                                          "timing"} | set(_DEVICE_CURVES)
+                                          "dtype_gemm_efficiency_curve", "timing"} | set(_DEVICE_CURVES)
         self.unknown_keys(table, allowed, where)
         kind = self.text(table, "kind", where)
         if kind not in DEVICE_KINDS:
@@ -237,29 +239,53 @@ class _Reader:
         derived = self.derived_peaks(table.get("derived_peak_tflops"), peaks, where, sources)
         curves = {}
         for key in _DEVICE_CURVES:
-            if key not in table:
-                continue
-            value, source = self.sourced(table, key, where)
-            try:
-                curve = tuple((int(t), float(e)) for t, e in value)
-            except (TypeError, ValueError):
-                raise self.fail(f"{where}{key}", "must be a list of [tokens, efficiency] pairs") from None
-            if key in _DEVICE_COST_CURVES:
-                if not curve or any(t < 1 or not e >= 0 for t, e in curve):
-                    raise self.fail(f"{where}{key}", "needs tokens >= 1 and costs >= 0")
-            elif not curve or any(t < 1 or not 0 < e <= 1 for t, e in curve):
-                raise self.fail(f"{where}{key}", "needs tokens >= 1 and efficiencies in (0, 1]")
-            sources[key] = source
-            curves[key] = curve
+            if key in table:
+                curves[key] = self.curve(table, key, where, key in _DEVICE_COST_CURVES, sources)
+        dtype_curves = self.dtype_curves(table.get("dtype_gemm_efficiency_curve"), peaks, derived, where, sources)
         timing = read_timing(self.path, f"{where}timing.", table["timing"], self.path) if "timing" in table else None
         device = Device(
             name=name, kind=kind, peak_tflops=peaks, derived_peaks=derived, **curves,
+            dtype_gemm_efficiency_curves=dtype_curves,
             description=self.text(table, "description", where, required=False), sources=sources, timing=timing,
             **numbers,
         )
         if timing is not None and timing.profiled:
             check_profiled_device(self.path, where, device)
         return device
+
+    def curve(self, table: dict, key: str, where: str, cost: bool,
+              sources: dict[str, str]) -> tuple[tuple[int, float], ...]:
+        """A ``key = { value = [[tokens, x], ...], source }`` curve: efficiencies in (0, 1], or (``cost``)
+        costs >= 0, at token counts >= 1; records its source under ``key``."""
+        value, source = self.sourced(table, key, where)
+        try:
+            curve = tuple((int(t), float(e)) for t, e in value)
+        except (TypeError, ValueError):
+            raise self.fail(f"{where}{key}", "must be a list of [tokens, efficiency] pairs") from None
+        if cost:
+            if not curve or any(t < 1 or not e >= 0 for t, e in curve):
+                raise self.fail(f"{where}{key}", "needs tokens >= 1 and costs >= 0")
+        elif not curve or any(t < 1 or not 0 < e <= 1 for t, e in curve):
+            raise self.fail(f"{where}{key}", "needs tokens >= 1 and efficiencies in (0, 1]")
+        sources[key] = source
+        return curve
+
+    def dtype_curves(self, table: Any, peaks: dict[str, float], derived: dict, where: str,
+                     sources: dict[str, str]) -> dict[str, tuple[tuple[int, float], ...]]:
+        """``[dtype_gemm_efficiency_curve]``: ``dtype = { value = [[tokens, efficiency], ...], source }``,
+        each for a dtype the device has a peak for."""
+        if table is None:
+            return {}
+        field = f"{where}dtype_gemm_efficiency_curve"
+        if not isinstance(table, dict):
+            raise self.fail(field, 'must be a table of dtype = { value = [[tokens, efficiency], ...], source = "..." }')
+        curves, own = {}, {}
+        for dtype in table:
+            if dtype not in peaks and dtype not in derived:
+                raise self.fail(f"{field}.{dtype}", f"no peak for this dtype; peaks: {', '.join([*peaks, *derived])}")
+            curves[dtype] = self.curve(table, dtype, f"{field}.", False, own)
+            sources[f"dtype_gemm_efficiency_curve.{dtype}"] = own[dtype]
+        return curves
 
     def derived_peaks(self, table: Any, peaks: dict[str, float], where: str,
                       sources: dict[str, str]) -> dict[str, tuple[str, float]]:
@@ -504,6 +530,10 @@ def platform_to_dict(platform: Platform) -> dict:
             entry["derived_peak_tflops"] = {
                 dt: {"from": src, "factor": factor, "source": d.sources.get(f"derived_peak_tflops.{dt}", "unknown")}
                 for dt, (src, factor) in d.derived_peaks.items()}
+        if d.dtype_gemm_efficiency_curves:
+            entry["dtype_gemm_efficiency_curve"] = {
+                dt: _sourced([list(p) for p in c], d.sources, f"dtype_gemm_efficiency_curve.{dt}")
+                for dt, c in d.dtype_gemm_efficiency_curves.items()}
         if d.timing is not None:
             entry["timing"] = timing_to_dict(d.timing)
         devices[name] = entry

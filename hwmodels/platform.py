@@ -100,6 +100,14 @@ class Device:
     derived from a measured one, ``peak_tflops[dtype] = factor * peak_tflops[source]`` (host calibration
     measures fp32 GEMMs only, and prices fp16/bf16 from them). ``peak_tflops`` holds the derived values
     too (computed here), so every dtype prices the same way; ``measured_peaks`` leaves them out.
+
+    Optional ``dtype_gemm_efficiency_curves`` (dtype -> ``[[tokens, efficiency], ...]``): a dtype's own
+    streamed GEMM curve, the rate of a linear in that dtype with its weight streamed from memory over that
+    dtype's peak, start-up of the weight rows included. A CPU's small-M kernels differ by dtype (a
+    one-token bf16 product can run at memory speed while its peak is far from fp32's, an fp16 one
+    converted to fp32 the reverse), so fp32's curve scaled by a dtype's peak misprices a decode step.
+    Where a dtype has one, it replaces ``gemm_efficiency_curve`` and ``gemm_row_ns_curve`` for the
+    streamed, non-batched linears of that dtype.
     """
 
     name: str
@@ -127,6 +135,7 @@ class Device:
     batched_gemm_efficiency_curve: tuple[tuple[int, float], ...] | None = None
     batched_gemm_row_ns_curve: tuple[tuple[int, float], ...] | None = None
     derived_peaks: Mapping[str, tuple[str, float]] = field(default_factory=dict)
+    dtype_gemm_efficiency_curves: Mapping[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)
     #: How operators are timed: None = the roofline; a :class:`hwmodels.profile.DeviceTiming` (backend
     #: ``profiled``: a measured operator profile and an execution mode, priced by :mod:`sim.op_timing`).
     timing: Any = field(default=None, compare=False)
@@ -150,6 +159,14 @@ class Device:
             if getattr(self, name) is not None:
                 curve = tuple(sorted((int(t), float(e)) for t, e in getattr(self, name)))
                 object.__setattr__(self, name, curve)
+        if self.dtype_gemm_efficiency_curves:
+            for dtype in self.dtype_gemm_efficiency_curves:
+                if dtype not in self.peak_tflops:
+                    raise HetSpecError(f"device {self.name}: dtype_gemm_efficiency_curve for {dtype!r}, which has "
+                                       f"no peak; it has: {', '.join(self.peak_tflops)}")
+            object.__setattr__(self, "dtype_gemm_efficiency_curves", {
+                dt: tuple(sorted((int(t), float(e)) for t, e in c))
+                for dt, c in self.dtype_gemm_efficiency_curves.items()})
 
     @property
     def mem_bw_bytes_per_s(self) -> float:
@@ -223,26 +240,43 @@ class Device:
         ``op_overhead_us`` without it): the reference of costs measured on such a forward."""
         return self.cache_op_overhead_us * US if self.cache_op_overhead_us is not None else self.op_overhead_s
 
-    def row_curve(self, batched: bool = False) -> tuple[tuple[int, float], ...] | None:
-        """The row start-up curve of a streamed linear (``batched``: of a batched GEMM, where measured)."""
+    def own_dtype_curve(self, dtype: str | None, resident: bool = False,
+                        batched: bool = False) -> tuple[tuple[int, float], ...] | None:
+        """``dtype``'s own streamed GEMM curve where the device has one and the linear is streamed and not
+        batched (``dtype_gemm_efficiency_curves``), else None."""
+        if dtype is None or resident or batched:
+            return None
+        return self.dtype_gemm_efficiency_curves.get(dtype)
+
+    def row_curve(self, batched: bool = False, dtype: str | None = None) -> tuple[tuple[int, float], ...] | None:
+        """The row start-up curve of a streamed linear (``batched``: of a batched GEMM, where measured);
+        None for a dtype with its own curve, whose rates include the rows' start-up."""
+        if self.own_dtype_curve(dtype, batched=batched):
+            return None
         if batched and self.batched_gemm_row_ns_curve is not None:
             return self.batched_gemm_row_ns_curve
         return self.gemm_row_ns_curve
 
-    def efficiency_curve(self, resident: bool = False, batched: bool = False) -> tuple[tuple[int, float], ...] | None:
+    def efficiency_curve(self, resident: bool = False, batched: bool = False,
+                         dtype: str | None = None) -> tuple[tuple[int, float], ...] | None:
         """The GEMM efficiency curve by token count: in the cache where ``resident`` (and measured there),
-        else streamed, of a batched GEMM where ``batched`` (and measured)."""
+        else streamed: ``dtype``'s own where measured, of a batched GEMM where ``batched`` (and measured),
+        else the fp32 linears'."""
         if resident and self.cache_gemm_efficiency_curve:
             return self.cache_gemm_efficiency_curve
+        own = self.own_dtype_curve(dtype, resident, batched)
+        if own:
+            return own
         if batched and self.batched_gemm_efficiency_curve:
             return self.batched_gemm_efficiency_curve
         return self.gemm_efficiency_curve
 
-    def row_start_s(self, tokens: int | None, rows: int, resident: bool = False, batched: bool = False) -> float:
+    def row_start_s(self, tokens: int | None, rows: int, resident: bool = False, batched: bool = False,
+                    dtype: str | None = None) -> float:
         """Start-up seconds of the ``rows`` weight rows of a linear at ``tokens`` tokens whose weight streams
         from memory (``gemm_row_ns_curve``; ``batched_gemm_row_ns_curve`` for a batched GEMM where given); 0
-        without the curve, in the cache, or without a token count."""
-        curve = self.row_curve(batched)
+        without the curve, in the cache, without a token count, or for a dtype with its own curve."""
+        curve = self.row_curve(batched, dtype)
         if not curve or resident or not tokens or not rows:
             return 0.0
         return rows * curve_at(curve, tokens) * 1e-9
@@ -251,10 +285,12 @@ class Device:
         """Bytes/s of a cache-resident working set (None without a measured cache bandwidth)."""
         return self.cache_bw_gbps * GB if self.cache_bw_gbps is not None else None
 
-    def compute_efficiency_at(self, tokens: int, resident: bool = False, batched: bool = False) -> float:
+    def compute_efficiency_at(self, tokens: int, resident: bool = False, batched: bool = False,
+                              dtype: str | None = None) -> float:
         """Achievable fraction of peak for a GEMM with ``tokens`` rows (weights in the cache if ``resident``;
-        a batched GEMM over stacked weights if ``batched``)."""
-        curve = self.efficiency_curve(resident, batched)
+        a batched GEMM over stacked weights if ``batched``; in ``dtype``, whose own curve is used where the
+        device has one)."""
+        curve = self.efficiency_curve(resident, batched, dtype)
         if not curve:
             return self.compute_efficiency
         return curve_at(curve, max(int(tokens), 1))

@@ -93,8 +93,8 @@ def roofline_time(device: Device, flops: float, nbytes: float, dtype: str, token
         raise HetSpecError(f"bandwidth must be > 0 (got {bw})")
     eff_flops = effective_flops(device, flops, tokens, density)
     compute_s = eff_flops / (device.peak_flops_per_s(dtype)
-                             * device.compute_efficiency_at(tokens or 1, resident, batched))
-    compute_s += device.row_start_s(tokens, rows, resident, batched)
+                             * device.compute_efficiency_at(tokens or 1, resident, batched, dtype))
+    compute_s += device.row_start_s(tokens, rows, resident, batched, dtype)
     memory_s = nbytes / bw
     overhead_s = launches * device.overhead_s(resident, masked_pass)
     return OpTiming(overhead_s + max(compute_s, memory_s), compute_s, memory_s, overhead_s, eff_flops)

@@ -180,11 +180,11 @@ def _check_fit(poly: StepPolynomial, model: ModelSpec, dtype: str, context: bool
                                    f"(at b={b} q={q} s={s}); update sim/closed_form.py BASIS")
 
 
-def row_start_s(device: Device, tokens, rows, resident: bool = False) -> np.ndarray:
+def row_start_s(device: Device, tokens, rows, resident: bool = False, dtype: str | None = None) -> np.ndarray:
     """:meth:`Device.row_start_s` on arrays (tokens 0: no token dimension, no start-up)."""
     t = np.asarray(tokens, dtype=float)
     r = np.asarray(rows, dtype=float)
-    curve = device.row_curve()
+    curve = device.row_curve(dtype=dtype)
     if not curve or resident:
         return np.zeros(np.broadcast_shapes(t.shape, r.shape))
     return np.where(t >= 1, r * curve_at_arrays(curve, t) * 1e-9, 0.0)
@@ -198,9 +198,10 @@ def curve_at_arrays(curve: tuple[tuple[int, float], ...], tokens: np.ndarray) ->
 
 
 # ---------------------------------------------------------------------- roofline on arrays
-def efficiency_at(device: Device, tokens: np.ndarray, resident: bool = False) -> np.ndarray:
+def efficiency_at(device: Device, tokens: np.ndarray, resident: bool = False,
+                  dtype: str | None = None) -> np.ndarray:
     """:meth:`Device.compute_efficiency_at` on an array of token counts."""
-    curve = device.efficiency_curve(resident)
+    curve = device.efficiency_curve(resident, dtype=dtype)
     t = np.maximum(np.asarray(tokens, dtype=float), 1.0)
     if not curve:
         return np.full_like(t, device.compute_efficiency)
@@ -236,8 +237,8 @@ def roofline_arrays(device: Device, dtype: str, flops, nbytes, tokens, density=1
         sparse = np.minimum(eff_flops, eff_flops * dens / device.sparse_attn_efficiency)
         eff_flops = np.where(np.asarray(masked) & (dens < 1.0), sparse, eff_flops)
     compute_s = eff_flops / (device.peak_flops_per_s(dtype) * efficiency_at(device, np.where(has_tok, tokens, 1.0),
-                                                                            resident))
-    compute_s = compute_s + row_start_s(device, tokens, rows, resident)
+                                                                            resident, dtype))
+    compute_s = compute_s + row_start_s(device, tokens, rows, resident, dtype)
     memory_s = nbytes / bw
     overhead_s = (np.asarray(launches, dtype=float) * device.overhead_s(resident)
                   * np.where(masked_pass, device.masked_factor, 1.0))

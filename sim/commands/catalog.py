@@ -81,6 +81,10 @@ def cmd_platform_show(args: argparse.Namespace) -> int:
         if d.gemm_efficiency_curve:
             curve = ", ".join(f"{t}:{e:.2f}" for t, e in d.gemm_efficiency_curve)
             print(f"  gemm_efficiency_curve {curve}  [{d.sources.get('gemm_efficiency_curve', '')}]")
+        for dt, own in d.dtype_gemm_efficiency_curves.items():
+            curve = ", ".join(f"{t}:{e:.2f}" for t, e in own)
+            source = d.sources.get(f"dtype_gemm_efficiency_curve.{dt}", "")
+            print(f"  dtype_gemm_efficiency_curve.{dt} {curve}  [{source}]")
         if d.timing is not None:
             for key, value in (("backend", d.timing.backend), ("profile", d.timing.profile_file),
                                ("mode", d.timing.mode)):

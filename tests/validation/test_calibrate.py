@@ -48,7 +48,7 @@ def tiny_calibration(tmp_path_factory):
     settings = Settings(m_values=(1, 8), shapes=((64, 64), (128, 256)), repeats=2, warmup=1,
                         dram_working_set_bytes=16 * 2**20, cold_pool_bytes=16 * 2**20, overhead_repeats=2,
                         loop_repeats=1, loop_new_tokens=24, label="test", batched_m_values=(1, 4),
-                        batched_shapes=((64, 256), (128, 256)))
+                        batched_shapes=((64, 256), (128, 256)), dtype_m_values=(1, 8), dtype_shapes=((64, 256),))
     out = tmp_path_factory.mktemp("platforms") / "host.toml"
     clock = FakeClock()
     with pytest.MonkeyPatch.context() as mp:
@@ -629,13 +629,18 @@ def test_calibrated_host_prices_every_dtype_it_runs(tiny_calibration):
             assert dev.peak_tflops[dt] > 0 and dt not in dev.derived_peaks, (name, dt)
             assert dev.sources[f"peak_tflops.{dt}"].startswith("measured:") and "F.linear" in dev.sources[
                 f"peak_tflops.{dt}"]
+            # its own streamed curve, at the settings' token counts, from the measured rates
+            curve = dev.dtype_gemm_efficiency_curves[dt]
+            assert [m for m, _ in curve] == [1, 8] and all(0 < e <= 1 for _, e in curve), (name, dt)
+            assert dev.efficiency_curve(dtype=dt) == curve and dev.row_curve(dtype=dt) is None
+            assert "streamed from DRAM" in dev.sources[f"dtype_gemm_efficiency_curve.{dt}"]
     for dt in ("fp16", "bf16", "fp32"):
         assert float(step_seconds(replace(SMALL, dtype=dt), loaded, "cpu", 4, 64)) > 0
     older = replace(cal, all_threads=replace(cal.all_threads, dtype_rates=()),
                     one_thread=replace(cal.one_thread, dtype_rates=()))
     derived = build_platform(older).device("cpu")
     assert derived.derived_peaks == {"bf16": ("fp32", 1.0), "fp16": ("fp32", 1.0)}
-    assert derived.peak_tflops["fp16"] == derived.peak_tflops["fp32"]
+    assert derived.peak_tflops["fp16"] == derived.peak_tflops["fp32"] and not derived.dtype_gemm_efficiency_curves
     doc = platform_to_dict(build_platform(older))
     assert doc["devices"]["cpu"]["derived_peak_tflops"]["fp16"]["from"] == "fp32"
     assert "not measured" in doc["devices"]["cpu"]["derived_peak_tflops"]["fp16"]["source"]

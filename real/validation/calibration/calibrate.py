@@ -219,7 +219,9 @@ def _measure_worker(threads: int, settings: Settings, dram_ws: int, cache_ws: in
     warm, cold = rounds["gemm_warm"], rounds["gemm_cold"]
     peak = max(p.flops_per_s for p in warm + cold)
     best = max(warm + cold, key=lambda p: p.flops_per_s)
-    dtype_rates = mb.dtype_gemm_rates(best.m, best.k, best.n, threads, settings.repeats, settings.warmup)
+    dtype_rates = mb.dtype_gemm_rates(best.m, best.k, best.n, threads, settings.repeats, settings.warmup,
+                                      streamed_m=settings.dtype_m_values, streamed_shapes=settings.dtype_shapes,
+                                      cold_pool_bytes=cold_pool, progress=tick)
     dram, cache_curve = rounds["dram"], rounds["cache_curve"]
     cache_bytes, cache = effective_cache(cache_curve, dram)
     dispatch, overhead, loops = rounds["dispatch"], rounds["overhead"], rounds["loops"]
@@ -272,8 +274,9 @@ def measure(settings: Settings, progress: bool = True, command: str = "hetspec c
     cold_pool = settings.cold_pool_bytes or COLD_POOL_LLC * llc
     gemm_ticks = 2 * len(settings.m_values) * len(settings.shapes) + len(settings.batched_m_values) * len(
         settings.batched_shapes)
+    dtype_ticks = len(mb.LOW_PRECISION_DTYPES) * len(settings.dtype_m_values) * len(settings.dtype_shapes)
     counts = [all_threads] + ([1] if all_threads != 1 else [])
-    total = len(counts) * (settings.rounds * (gemm_ticks + len(ROUND_ITEMS) - 3) + 1) + 2
+    total = len(counts) * (settings.rounds * (gemm_ticks + len(ROUND_ITEMS) - 3) + 1 + dtype_ticks) + 2
     runtime = {"torch_threads": all_threads, **openmp_runtime()}
     with tqdm(total=total, desc="calibrate", unit="bench", disable=not progress, file=sys.stderr) as bar:
         def tick() -> None:
@@ -485,7 +488,7 @@ def robustness_lines(cal: Calibration) -> list[str]:
 #: validate with.
 GLANCE = Settings(m_values=(1, 16, 64), shapes=((256, 256),), repeats=2, warmup=1,
                   dram_working_set_bytes=48 * 2**20, cold_pool_bytes=48 * 2**20, overhead_repeats=2, loop_repeats=1,
-                  loop_new_tokens=24, label="glance")
+                  loop_new_tokens=24, label="glance", dtype_m_values=(1, 16), dtype_shapes=((256, 256),))
 
 
 def host_calibration(platform_path: str | Path | None = None) -> tuple[Platform, dict, str]:

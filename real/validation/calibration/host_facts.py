@@ -57,6 +57,9 @@ class Settings:
     batched_m_values: tuple[int, ...] = (1, 2, 4, 8, 16)
     batched_shapes: tuple[tuple[int, int], ...] = ((256, 16384), (384, 16384), (512, 16384), (384, 8192))
     batched_heads: int = 4
+    #: the low-precision (bf16, fp16) linears' own streamed curves: token counts and (K, N) shapes
+    dtype_m_values: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 256)
+    dtype_shapes: tuple[tuple[int, int], ...] = ((384, 1536), (1536, 384), (1024, 1024))
 
     def per_round(self, repeats: int) -> int:
         """Repeats of a benchmark in each round: ``repeats`` split over :attr:`rounds` (at least one)."""

@@ -90,10 +90,11 @@ def _device(name: str, w: WorkerMeasurement, cal: Calibration, description: str)
         "cores": (f"{w.threads} of this machine's {cal.cores} cores: the torch intra-op threads set for the "
                   f"calibration and for the real runs priced on this device; {openmp_label(cal.runtime or {})}"),
     }
-    peaks, derived = _low_precision_peaks(w, sources, thr, s, by, on)
+    peaks, derived, dtype_curves = _low_precision_peaks(w, sources, thr, s, by, on)
     device = Device(
         name=name, kind="cpu", description=description,
         peak_tflops={"fp32": round(w.peak_flops_per_s / 1e12, 6), **peaks}, derived_peaks=derived,
+        dtype_gemm_efficiency_curves=dtype_curves,
         mem_bw_gbps=round(w.dram_bw_bytes_per_s / 1e9, 3), mem_capacity_gb=round(cal.memory_bytes / 1e9, 3),
         bw_efficiency=1.0, compute_efficiency=1.0, op_overhead_us=round(ov.per_op_s * 1e6, 3),
         cache_op_overhead_us=round(ov.per_op_s * 1e6, 3), masked_overhead_factor=round(ov.masked_factor, 4),
@@ -178,24 +179,35 @@ def _loop_costs(device: Device, w: WorkerMeasurement, cal: Calibration) -> LoopC
     return LoopCosts(device=device.name, costs_us=costs, sources=sources)
 
 
-def _low_precision_peaks(w: WorkerMeasurement, sources: dict, thr: str, s: Settings, by: str,
-                         on: str) -> tuple[dict[str, float], dict[str, tuple[str, float]]]:
+def _low_precision_peaks(w: WorkerMeasurement, sources: dict, thr: str, s: Settings, by: str, on: str
+                         ) -> tuple[dict[str, float], dict[str, tuple[str, float]], dict[str, tuple]]:
     """bf16 / fp16 peaks of a worker: measured where the calibration timed them (``w.dtype_rates``;
     a dtype torch has no kernel for on this CPU is left out: the device does not run it), else marked
-    as derived from the fp32 peak (a measurement from before the calibration timed them). Adds the
-    sources; returns (measured peaks in TFLOP/s, derived peaks)."""
+    as derived from the fp32 peak (a measurement from before the calibration timed them), and each
+    timed dtype's own streamed curve where the calibration timed it. Adds the sources; returns
+    (measured peaks in TFLOP/s, derived peaks, dtype -> streamed efficiency curve)."""
     from real.validation.calibration.microbench import LOW_PRECISION_DTYPES
 
     peaks: dict[str, float] = {}
+    curves: dict[str, tuple] = {}
     for r in w.dtype_rates:
         if r.flops_per_s is None:
             continue
         peaks[r.dtype] = round(r.flops_per_s / 1e12, 6)
+        curve_text = (f"dtype_gemm_efficiency_curve.{r.dtype} gives its rate at each token count" if r.streamed
+                      else "the token-count efficiency curves are fp32's, applied to this peak")
         sources[f"peak_tflops.{r.dtype}"] = (
             f"measured: {r.flops_per_s / 1e9:.3g} GFLOP/s {by} (F.linear in {LOW_PRECISION_DTYPES[r.dtype]} at "
             f"the fp32 peak's shape M={r.m}, K={r.k}, N={r.n}, weight in the cache, as torch runs it on this CPU: "
-            f"native or converted; {thr}, median of {s.repeats}) {on}; the token-count efficiency curves are "
-            f"fp32's, applied to this peak")
+            f"native or converted; {thr}, median of {s.repeats}) {on}; {curve_text}")
+        if r.streamed:
+            curves[r.dtype] = tuple((m, round(min(rate / r.flops_per_s, 1.0), 4)) for m, rate in r.streamed)
+            rates = ", ".join(f"M={m} {rate / 1e9:.3g}" for m, rate in r.streamed)
+            sources[f"dtype_gemm_efficiency_curve.{r.dtype}"] = (
+                f"measured {by}: per M, the median over (K, N) in {[list(x) for x in s.dtype_shapes]} of the "
+                f"F.linear rate in {LOW_PRECISION_DTYPES[r.dtype]} with the weight streamed from DRAM (a ring of "
+                f"distinct weights totalling {COLD_POOL_LLC} x the last-level cache), start-up of the weight rows "
+                f"included ({rates} GFLOP/s), divided by peak_tflops.{r.dtype} ({thr}, median of {s.repeats}) {on}")
     timed = {r.dtype for r in w.dtype_rates}
     derived = {dt: ("fp32", 1.0) for dt in LOW_PRECISION_DTYPES if dt not in timed}
     for dt in derived:
@@ -203,7 +215,7 @@ def _low_precision_peaks(w: WorkerMeasurement, sources: dict, thr: str, s: Setti
                 "peak; `hetspec calibrate` measures it")
         sources[f"derived_peak_tflops.{dt}"] = text
         sources[f"peak_tflops.{dt}"] = f"derived: 1 x the fp32 peak; {text}"
-    return peaks, derived
+    return peaks, derived, curves
 
 
 def _row_fit_text(fits, thr: str, s: Settings, on: str) -> str:

@@ -83,8 +83,9 @@ class GemmPoint:
 
 def gemm_rates(m_values: Sequence[int], shapes: Sequence[tuple[int, int]], threads: int, repeats: int,
                warmup: int, cold_pool_bytes: int = 0,
-               progress: Callable[[], None] | None = None, heads: int = 1) -> tuple[GemmPoint, ...]:
-    """``F.linear(x [M, K], W [N, K])`` FLOP/s (2*M*K*N per call) for every M and (K, N).
+               progress: Callable[[], None] | None = None, heads: int = 1,
+               dtype: torch.dtype = torch.float32) -> tuple[GemmPoint, ...]:
+    """``F.linear(x [M, K], W [N, K])`` FLOP/s (2*M*K*N per call) for every M and (K, N), in ``dtype``.
 
     ``heads`` > 1: the batched GEMM HetSpec's Medusa heads run instead (:mod:`real.model.medusa_heads`),
     ``torch.matmul(x [1, M, K], W [heads, N / heads, K] transposed)``: the same FLOPs and weight bytes
@@ -101,11 +102,12 @@ def gemm_rates(m_values: Sequence[int], shapes: Sequence[tuple[int, int]], threa
         for k, n in shapes:
             if n % heads:
                 raise HetSpecError(f"batched GEMM probe: {n} output rows do not split into {heads} heads")
-            pool = max(1, -(-cold_pool_bytes // (k * n * FP32_BYTES))) if cold_pool_bytes else 1
+            item = torch.empty((), dtype=dtype).element_size()
+            pool = max(1, -(-cold_pool_bytes // (k * n * item))) if cold_pool_bytes else 1
             shape = (n, k) if heads == 1 else (heads, n // heads, k)
-            weights = [torch.randn(*shape, generator=gen) for _ in range(pool)]
+            weights = [torch.randn(*shape, generator=gen).to(dtype) for _ in range(pool)]
             for m in m_values:
-                x = torch.randn(m, k, generator=gen) if heads == 1 else torch.randn(1, m, k, generator=gen)
+                x = (torch.randn(m, k, generator=gen) if heads == 1 else torch.randn(1, m, k, generator=gen)).to(dtype)
                 # aim for >= ~1 ms per timed batch so the timer's resolution does not matter; the
                 # ring of a pool continues across batches, so consecutive calls never reuse a weight
                 inner = min(max(1, int(2e-3 * 50e9 / (2.0 * m * k * n))), 64)
@@ -138,13 +140,25 @@ class DtypeRate:
     n: int
     flops_per_s: float | None  # None: torch has no kernel for it on this CPU
     note: str = ""             # why there is no rate
+    #: (M, FLOP/s): per token count, the median over the calibration's (K, N) shapes of the rate with the
+    #: weight streamed from DRAM (a decode step's linears); empty where not timed
+    streamed: tuple[tuple[int, float], ...] = ()
 
 
 def dtype_gemm_rates(m: int, k: int, n: int, threads: int, repeats: int, warmup: int,
-                     dtypes: Sequence[str] = tuple(LOW_PRECISION_DTYPES)) -> tuple[DtypeRate, ...]:
+                     dtypes: Sequence[str] = tuple(LOW_PRECISION_DTYPES), streamed_m: Sequence[int] = (),
+                     streamed_shapes: Sequence[tuple[int, int]] = (), cold_pool_bytes: int = 0,
+                     progress: Callable[[], None] | None = None) -> tuple[DtypeRate, ...]:
     """``F.linear`` FLOP/s in each of ``dtypes`` at one shape (the weight in the cache, as the fp32
     peak's best shape), as torch runs them on this CPU: natively where the CPU has the instructions,
-    converted or emulated where it does not (fp16 on most x86 CPUs), so a slow rate is the real one."""
+    converted or emulated where it does not (fp16 on most x86 CPUs), so a slow rate is the real one.
+
+    With ``streamed_m`` and ``streamed_shapes``, also each dtype's rate at those token counts with the
+    weight streamed from DRAM (a pool of ``cold_pool_bytes``, :func:`gemm_rates`): a kernel's small-M path
+    differs by dtype (a one-token bf16 product can run at memory speed while the bf16 peak is far under
+    fp32's, or the reverse), so fp32's token-count curve does not carry over."""
+    import statistics
+
     out = []
     gen = torch.Generator().manual_seed(0)
     with torch_threads(threads), torch.inference_mode():
@@ -156,10 +170,18 @@ def dtype_gemm_rates(m: int, k: int, n: int, threads: int, repeats: int, warmup:
                 F.linear(x, w)
             except RuntimeError as exc:      # no kernel for this dtype on this build
                 out.append(DtypeRate(name, m, k, n, None, str(exc).splitlines()[0][:200]))
+                for _ in range(len(streamed_m) * len(streamed_shapes) if progress else 0):
+                    progress()
                 continue
             inner = min(max(1, int(2e-3 * 50e9 / (2.0 * m * k * n))), 64)
             s = median_time(lambda: F.linear(x, w), repeats, warmup, inner=inner)
-            out.append(DtypeRate(name, m, k, n, 2.0 * m * k * n / s))
+            streamed: tuple[tuple[int, float], ...] = ()
+            if streamed_m and streamed_shapes:
+                points = gemm_rates(streamed_m, streamed_shapes, threads, repeats, warmup,
+                                    cold_pool_bytes=cold_pool_bytes, progress=progress, dtype=dt)
+                streamed = tuple((mm, statistics.median(p.flops_per_s for p in points if p.m == mm))
+                                 for mm in streamed_m)
+            out.append(DtypeRate(name, m, k, n, 2.0 * m * k * n / s, streamed=streamed))
     return tuple(out)
 
 

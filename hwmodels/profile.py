@@ -149,13 +149,21 @@ class OpProfile:
 
 @dataclass(frozen=True)
 class DeviceTiming:
-    """How a device is timed: ``backend`` ``roofline`` or ``profiled`` (with its profile and execution mode)."""
+    """How a device is timed: ``backend`` ``roofline`` or ``profiled`` (with its profile and execution mode).
+
+    ``calibrated_roofline``: the device's roofline fields are a host calibration's, not the profile's own (a
+    calibrated host device timed by a CPU operator profile, :mod:`real.validation.backends`). Its fixed cost per
+    operator is then a whole real forward's spread over the step graph's operators, so what the profile does
+    not cover is priced as that roofline prices it: a forward the profile has no row of (a model it did not
+    profile, another dtype) wholly by the roofline, an uncovered operator with the step graph's launches
+    (:func:`sim.op_timing.unprofiled_forward`)."""
 
     backend: str = "roofline"
     mode: str = "graph"
     profile: OpProfile | None = None
     profile_file: str = ""                   # as written in the platform file
     sources: Mapping[str, str] = field(default_factory=dict)
+    calibrated_roofline: bool = False
 
     @property
     def profiled(self) -> bool:

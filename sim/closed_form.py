@@ -30,7 +30,7 @@ from hwmodels.contention import standalone_bw
 from hwmodels.errors import HetSpecError
 from hwmodels.platform import Device, Platform
 from sim.model_spec import ModelSpec
-from sim.op_timing import is_eager, is_profiled, profiled_seconds
+from sim.op_timing import forward_device, is_eager, is_profiled, profiled_seconds
 from sim.step_graph import build_step_graph, weight_working_set
 
 #: Monomials in (b, q, s) that span the step graph's FLOP and byte counts.
@@ -271,7 +271,7 @@ def op_seconds(model: ModelSpec, platform: Platform, device: str, q, s, b=1, den
     if np.any(s_arr > 0) and np.any(s_arr == 0):
         raise HetSpecError("closed form: price context 0 and context > 0 in separate calls")
     poly = step_polynomial(model, dtype or model.dtype, context=bool(np.all(s_arr > 0)))
-    dev = platform.device(device)
+    dev, _ = forward_device(platform.device(device), model, poly.dtype)
     arr = poly.arrays(b, q, s)
     dens = chain_density(q) if density is None else np.asarray(density, dtype=float)
     nbytes = arr["weight_bytes"] + arr["act_bytes"] + arr["kv_bytes"]

@@ -19,7 +19,10 @@ measured range, for a shape the profile does not have, a batch it was not measur
 operator (a column split) or another dtype, the operator **falls back** to the roofline on the device,
 whose ``bw_efficiency``, ``compute_efficiency`` and ``op_overhead_us`` *are* the profile's measurements
 (checked when the platform loads, :func:`hwmodels.profile.check_profiled_device`); every priced operator
-says which (``source``: ``profile`` or ``fallback: <why>``).
+says which (``source``: ``profile`` or ``fallback: <why>``). A calibrated host device timed by a profile
+(:attr:`hwmodels.profile.DeviceTiming.calibrated_roofline`) falls back to the calibration's roofline instead,
+as that roofline prices: a forward the profile has no row of (:func:`unprofiled_forward`) wholly, an operator
+with the step graph's launches.
 
 ``forward_rest`` (what a model's whole eager forward takes beyond its operators' rows) has no FLOPs or bytes,
 so its roofline is zero. Where the profile has no row for the call it is never left at zero while the profile
@@ -40,7 +43,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_left
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
@@ -81,10 +84,39 @@ def is_eager(device: Device) -> bool:
 
 
 def fallback_launches(op: Op, device: Device) -> int:
-    """Launches a fallback operator pays: the eager model's kernels on an eager profiled device."""
-    if is_eager(device) and op.eager_launches is not None:
+    """Launches a fallback operator pays: the eager model's kernels on an eager profiled device whose
+    roofline fields are its profile's (a launch there is one kernel's); the step graph's on a calibrated
+    roofline, whose fixed cost per operator is already a whole forward's (:class:`DeviceTiming`)."""
+    timing = timing_of(device)
+    if is_eager(device) and op.eager_launches is not None and not timing.calibrated_roofline:
         return op.eager_launches
     return op.launches
+
+
+def unprofiled_forward(device: Device, model, dtype: str) -> str | None:
+    """Why a profiled device whose roofline fields are a host calibration's
+    (:attr:`DeviceTiming.calibrated_roofline`) prices ``model``'s whole forward by that roofline: its profile is
+    of another dtype, or it profiled whole forwards (``forward_rest`` rows) but not this model's. None where the
+    profile prices the forward (an operator it lacks falls back alone), or on any other device."""
+    from sim.step_graph import forward_key
+
+    timing = timing_of(device)
+    if timing is None or not timing.calibrated_roofline:
+        return None
+    profile = timing.profile
+    if dtype != profile.dtype:
+        return f"dtype {dtype} (profile is {profile.dtype}): the whole forward by the calibrated roofline"
+    key = forward_key(model)
+    if (REST, key) not in profile.tables and any(table == REST for table, _ in profile.tables):
+        return f"forward {key} not profiled: the whole forward by the calibrated roofline"
+    return None
+
+
+def forward_device(device: Device, model, dtype: str) -> tuple[Device, str | None]:
+    """The device that prices ``model``'s forward, and why it is not ``device`` (:func:`unprofiled_forward`):
+    ``device`` itself, or its calibrated roofline (its timing dropped)."""
+    why = unprofiled_forward(device, model, dtype)
+    return (replace(device, timing=None), why) if why else (device, None)
 
 
 # ---------------------------------------------------------------------- tables as arrays

@@ -30,7 +30,7 @@ from hwmodels.contention import standalone_bw
 from hwmodels.errors import HetSpecError
 from hwmodels.platform import Platform
 from hwmodels.roofline import roofline_time
-from sim.op_timing import is_profiled, op_time, priced_ops
+from sim.op_timing import forward_device, is_profiled, op_time, priced_ops
 from sim.step_graph import Op, StepGraph, weight_working_set
 from sim.trace import PHASES
 
@@ -219,7 +219,9 @@ def graph_tasks(graph: StepGraph, platform: Platform, device: str, prefix: str, 
     """
     out: list[Task] = []
     last: tuple[str, ...] = tuple(deps)
-    dev = platform.device(device)
+    dev, why = forward_device(platform.device(device), graph.model, graph.dtype)
+    if why:                        # a forward the profile does not price: the calibrated roofline's tasks
+        platform = platform.with_device(dev)
     if resident is None:
         resident = dev.holds(weight_working_set(graph.model, graph.dtype))
 

@@ -3,12 +3,12 @@ profile where its platform file selects one (:mod:`sim.op_timing`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from hwmodels.platform import Device
 from hwmodels.roofline import OpTiming, roofline_time
-from sim.op_timing import is_profiled, op_time, priced_ops
+from sim.op_timing import forward_device, is_profiled, op_time, priced_ops
 from sim.step_graph import Op, StepGraph, weight_working_set
 
 
@@ -72,10 +72,15 @@ def price_op(op: Op, device: Device, dtype: str, bw_bytes_per_s: float | None = 
 
 def price_step(graph: StepGraph, device: Device, bw_bytes_per_s: float | None = None) -> StepPrice:
     """Every operator of ``graph`` timed on ``device`` (bandwidth: the device alone by default;
-    cache-resident when the model's weights fit in the device's last-level cache)."""
+    cache-resident when the model's weights fit in the device's last-level cache); a forward the device's
+    profile does not price is priced by its calibrated roofline (:func:`sim.op_timing.forward_device`), every
+    operator's source saying so."""
     resident = device.holds(weight_working_set(graph.model, graph.dtype))
-    return StepPrice(graph, device, tuple(price_op(op, device, graph.dtype, bw_bytes_per_s, resident)
-                                          for op in priced_ops(graph, device)))
+    priced, why = forward_device(device, graph.model, graph.dtype)
+    ops = tuple(price_op(op, priced, graph.dtype, bw_bytes_per_s, resident) for op in priced_ops(graph, priced))
+    if why:
+        ops = tuple(replace(p, source=f"fallback: {why}") for p in ops)
+    return StepPrice(graph, device, ops)
 
 
 #: What each kind of fallback says in :func:`fallback_note`, by a phrase of its ``fallback: <why>`` source.
@@ -121,6 +126,9 @@ def fallback_note(price: StepPrice, model: str) -> str | None:
     if "at another dtype than the profile's" in groups:
         hints.append(f"--dtype {profile.dtype} prices them by the profile")
     names = {p.op.name for p in fell}
-    how = "the roofline" + ("; forward_rest by the profile's nearest rest" if "forward_rest" in names else "")
+    if len(fell) == len(price.ops) and timing.calibrated_roofline:
+        how = "the calibrated roofline, the whole forward"
+    else:
+        how = "the roofline" + ("; forward_rest by the profile's nearest rest" if "forward_rest" in names else "")
     return (f"fallback: {len(names)} of {len(price.ops)} operators priced without a measured row of "
             f"{Path(profile.path).name} ({how}): " + "; ".join(parts) + ("; " + "; ".join(hints) if hints else ""))

@@ -5,7 +5,8 @@ calibrated roofline of the ``host`` platform, from the same run's measurements.
 
 The profiled variant is the host platform with its device's operators timed by the profile
 (:mod:`sim.op_timing`'s ``profiled`` backend, eager mode): the host's calibrated decode-loop costs,
-cache and fallback roofline stay, so the two columns differ only in how operators are timed. Nothing
+cache and roofline stay, and the roofline prices what the profile does not cover (a forward it has no row
+of wholly), so the two columns differ only in how the profiled operators are timed. Nothing
 of it is fitted to the validation: the profile and the host come from their own calibration runs.
 """
 
@@ -47,14 +48,21 @@ def profiled_variant(host, device: str, folder: Path | None = None) -> ProfiledV
     timing = prof_dev.timing
     if timing is None or not timing.profiled:
         return ProfiledVariant(None, f"{shown_path(path)} has no profiled device: {how}", {})
-    dev = host.device(device)
-    variant = replace(host.with_device(replace(dev, timing=timing)), name=f"{host.name}+{path.stem}")
+    variant = timed_by_profile(host, device, timing, path.stem)
     source = {"path": shown_path(path), "profile": shown_path(path.with_suffix(".csv")),
               "description": prof.description, "mode": timing.mode}
     older = older_than_host(path, getattr(host, "path", None), device)
     if older:
         source["older_than_host"] = older
     return ProfiledVariant(variant, "", source)
+
+
+def timed_by_profile(host, device: str, timing, label: str):
+    """``host`` with ``device`` timed by a CPU operator profile's ``timing`` (named ``<host>+<label>``): the
+    host's calibrated roofline prices what the profile does not cover
+    (:attr:`hwmodels.profile.DeviceTiming.calibrated_roofline`)."""
+    dev = replace(host.device(device), timing=replace(timing, calibrated_roofline=True))
+    return replace(host.with_device(dev), name=f"{host.name}+{label}")
 
 
 def older_than_host(profile_path: Path, host_path, device: str) -> str:

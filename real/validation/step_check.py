@@ -93,10 +93,8 @@ def pricings(host, device: str, extra: list[str]) -> list[tuple[str, object, str
     """(label, platform, what made it) of every way ``device`` is priced: the roofline of ``host``, its CPU
     operator profile where there is one, and each ``extra`` profiled platform file (its device priced for
     ``device``); "what made it" is the platform's description (the calibration and its date)."""
-    from dataclasses import replace
-
     from hwmodels.loader import load_platform_file
-    from real.validation.backends import profiled_variant
+    from real.validation.backends import profiled_variant, timed_by_profile
     from real.validation.trust import shown_path
 
     out = [("roofline", host, host.description)]
@@ -108,8 +106,7 @@ def pricings(host, device: str, extra: list[str]) -> list[tuple[str, object, str
         timing = next(iter(prof.devices.values())).timing
         if timing is None or not timing.profiled:
             raise HetSpecError(f"--profiled {path}: no profiled device in it")
-        priced = host.with_device(replace(host.device(device), timing=timing))
-        out.append((f"profile ({shown_path(path)})", replace(priced, name=f"{host.name}+{Path(path).stem}"),
+        out.append((f"profile ({shown_path(path)})", timed_by_profile(host, device, timing, Path(path).stem),
                     prof.description))
     return out
 

@@ -186,3 +186,44 @@ def test_attention_at_a_batch_the_profile_lacks_falls_back_and_says_so():
     price = {p.op.name: p for p in price_step(build_step_graph(get_model("llama2-7b"), 16, 1008, 4), dev).ops}
     assert price["attn_score"].source == "fallback: attention at batch 4 not profiled"
     assert price["attn_value"].time_s > 0      # each part priced by the roofline, as on a roofline device
+
+
+def test_a_calibrated_roofline_prices_a_forward_its_profile_lacks_wholly():
+    """A calibrated host device timed by a profile (calibrated_roofline): a model the profile did not profile,
+    or another dtype, is priced exactly as the roofline prices it, every operator saying so, in the scalar
+    step, the closed form and the engine's tasks alike; a profiled model keeps its rows, and an operator the
+    profile lacks pays the step graph's launches, not the eager kernels."""
+    from dataclasses import replace
+
+    from sim.plan import graph_tasks
+    from sim.step_graph import forward_key
+    from sim.step_timing import fallback_note
+
+    model = get_model("llama2-7b")
+    key = forward_key(model)
+    eager = _with_forward_rest(EAGER.device("gpu"), [("forward_rest", key, 1, 0, 0.0, 500.0, 0.0),
+                                                     ("forward_rest", key, 8, 0, 0.0, 900.0, 0.0)])
+    calibrated = replace(eager, timing=replace(eager.timing, calibrated_roofline=True))
+    roofline = replace(eager, timing=None)
+    plat = replace(EAGER, devices={**EAGER.devices, "gpu": calibrated})
+    bf16 = replace(model, dtype="bf16") if model.dtype != "bf16" else replace(model, dtype="fp32")
+    for other in (get_model("vicuna-13b"), bf16):
+        graph = build_step_graph(other, 4, 512)
+        bw = standalone_bw(plat, "gpu")
+        price = price_step(graph, calibrated, bw)
+        assert price.total_s == pytest.approx(price_step(graph, roofline, bw).total_s, rel=1e-12)
+        assert all(p.source.startswith("fallback: ") and "the whole forward by the calibrated roofline" in p.source
+                   for p in price.ops)
+        assert float(step_seconds(other, plat, "gpu", 4, 512)) == pytest.approx(price.total_s, rel=1e-9)
+        tasks = graph_tasks(graph, plat, "gpu", "t", "verify")
+        assert tasks == graph_tasks(graph, plat.with_device(roofline), "gpu", "t", "verify")
+        assert len(tasks) == len(graph.ops)                   # the roofline's operators: no eager extras
+        assert fallback_note(price, other.name) is not None
+    # the per-operator fallback of a profile's own roofline differs: eager kernels, the scaled rest
+    other = build_step_graph(get_model("vicuna-13b"), 4, 512)
+    assert price_step(other, eager).total_s != pytest.approx(price_step(other, roofline).total_s, rel=1e-6)
+    # a profiled forward keeps its rows; an operator the profile lacks pays the step graph's launches
+    own = {p.op.name: p for p in price_step(build_step_graph(model, 8, 512), calibrated).ops}
+    assert own["forward_rest"].source == "profile" and own["forward_rest"].time_s == pytest.approx(900e-6)
+    assert own["mlp_norm"].source.startswith("fallback")
+    assert own["mlp_norm"].timing.overhead_s == pytest.approx(own["mlp_norm"].op.launches * eager.op_overhead_s)

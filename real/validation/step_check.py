@@ -215,11 +215,30 @@ def write(doc: dict, out: Path, command: str, started: datetime) -> None:
                        calibration={"platform": doc["platform"]["path"], "description": doc["platform"]["description"]})
 
 
+def model_path(name: str) -> str:
+    """The model file or folder of ``--model``: a path, or ``demo:<preset>`` for a preset whose target is a
+    pretrained file of an installed package (found where this machine installed it)."""
+    if name.startswith("demo:"):
+        from real.train.demo import get_recipe
+        from real.train.pretrained import locate
+
+        recipe = get_recipe(name.split(":", 1)[1])
+        if not recipe.pretrained:
+            raise HetSpecError(f"--model {name}: that preset's target is trained here, not a pretrained file; "
+                               "give its folder instead")
+        return str(locate(recipe.target_gguf))
+    if not Path(name).exists():
+        raise HetSpecError(f"--model {name}: no such file or folder")
+    return name
+
+
 def main(argv: list[str] | None = None) -> int:
     from sim.cli_numbers import check_int
 
     p = argparse.ArgumentParser(prog="python -m real.validation.step_check", description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", required=True, metavar="PATH", help="a GGUF file or a Hugging Face model folder")
+    p.add_argument("--model", required=True, metavar="PATH",
+                   help="a GGUF file, a Hugging Face model folder, or demo:<preset> for a preset whose target is an "
+                        "installed pretrained file (demo:smollm2)")
     p.add_argument("--dtypes", default="fp32,bf16", help="dtypes the model runs in (default fp32,bf16)")
     p.add_argument("--devices", default="cpu,cpu0",
                    help="host devices: cpu (all threads), cpuN (the single-thread worker on core N); default cpu,cpu0")
@@ -243,14 +262,13 @@ def main(argv: list[str] | None = None) -> int:
             if d not in ("fp32", "bf16", "fp16"):
                 raise HetSpecError(f"--dtypes: {d!r} is not one of fp32, bf16, fp16")
         devices = [d.strip() for d in args.devices.split(",") if d.strip()]
-        if not Path(args.model).exists():
-            raise HetSpecError(f"--model {args.model}: no such file or folder")
+        model = model_path(args.model)
         for f in args.profiled:
             if not Path(f).is_file():
                 raise HetSpecError(f"--profiled {f}: no such file")
         started = datetime.now(timezone.utc)
         command = "python -m real.validation.step_check " + " ".join(argv if argv is not None else sys.argv[1:])
-        doc = check(args.model, dtypes, devices, args.context, args.decode, args.repeats, args.platform,
+        doc = check(model, dtypes, devices, args.context, args.decode, args.repeats, args.platform,
                     args.profiled, progress=not args.json)
         write(doc, Path(args.out), command, started)
     except HetSpecError as exc:

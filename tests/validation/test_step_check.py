@@ -65,6 +65,8 @@ def test_step_check_prices_by_every_profile_and_flags_the_fallback(tiny_demo, tm
     (["--dtypes", "int4"], "--dtypes: 'int4'"),
     (["--devices", "cpu99"], "worker cpu99"),
     (["--model", "/nonexistent/model.gguf"], "no such file"),
+    (["--model", "demo:tiny"], "trained here, not a pretrained file"),
+    (["--model", "demo:nope"], "nope"),
 ])
 def test_bad_input_is_one_line(tiny_demo, tmp_path, monkeypatch, capsys, argv, match):
     from real.validation import step_check
@@ -75,3 +77,14 @@ def test_bad_input_is_one_line(tiny_demo, tmp_path, monkeypatch, capsys, argv, m
     rc = step_check.main([x for kv in base.items() for x in kv])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1 and match in err and not (tmp_path / "o").exists()
+
+
+def test_a_pretrained_preset_names_its_installed_file():
+    """``--model demo:smollm2``: the preset's GGUF file where this machine installed it, so a record's command
+    names no machine's path."""
+    from real.train.demo import get_recipe
+    from real.train.pretrained import locate
+    from real.validation.step_check import model_path
+
+    path = model_path("demo:smollm2")
+    assert path == str(locate(get_recipe("smollm2").target_gguf)) and path.endswith(".gguf")

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from hwmodels.platform import Device, Link, LoopCosts, MemoryDomain, Platform
-from real.hetero.workers import allowed_cores
 from real.run.contention import Guard
+from real.run.worker import allowed_cores
 
 pytestmark = [pytest.mark.skipif(len(allowed_cores()) < 2, reason="two CPU workers need two cores"),
               pytest.mark.usefixtures("one_torch_thread")]

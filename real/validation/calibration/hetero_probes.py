@@ -12,7 +12,7 @@ from real.validation.calibration.host_hetero import SPLIT_KEY, STORAGE_KEY, STRE
 def hetero_probes(settings) -> dict:
     """The split step's probe (two single-thread workers on the first two cores; none on a one-core machine)
     and the storage probe, for the calibration's ``extra`` record."""
-    from real.hetero.workers import allowed_cores
+    from real.run.worker import allowed_cores
     from real.validation.calibration.split_probe import split_probe
     from real.validation.calibration.storage_probe import storage_probe
     from real.validation.calibration.stream_probe import stream_loop_probe

@@ -565,7 +565,7 @@ def dovetail_probe_config(depth: int, threads: int):
     drafter passes, drafter and verifier on the one worker the calibrated device stands for (``cpu``
     = all cores; one thread: ``cpuN`` on the first allowed core)."""
     from real.hetero.dovetail import DEFAULT_TOP_K, DEFAULT_WIDTH, DovetailConfig
-    from real.hetero.workers import allowed_cores
+    from real.run.worker import allowed_cores
 
     cores = allowed_cores()
     worker = "cpu" if threads > 1 or len(cores) == 1 else f"cpu{cores[0]}"

@@ -68,7 +68,7 @@ def settings_for(quick: bool) -> HeteroSettings:
 # ---------------------------------------------------------------------------- workers and platforms
 def default_pair() -> tuple[str, str]:
     """The two workers of the ratio sweep: ``cuda:0`` + ``cpu`` where CUDA exists, else the first two cores."""
-    from real.hetero.workers import allowed_cores, cuda_devices
+    from real.run.worker import allowed_cores, cuda_devices
 
     if cuda_devices():
         return "cuda:0", "cpu"
@@ -117,7 +117,7 @@ def with_sync_latency(platform, a: str, b: str, latency_s: float):
 
 
 def default_cpu_pair() -> tuple[str, str]:
-    from real.hetero.workers import allowed_cores
+    from real.run.worker import allowed_cores
 
     cores = allowed_cores()
     return (f"cpu{cores[0]}", f"cpu{cores[-1]}") if len(cores) > 1 else ("cpu", f"cpu{cores[0]}")

@@ -93,7 +93,7 @@ def handle_calibrate(args: argparse.Namespace) -> int:
                                "drop --quick")
         extra = _model_names(args.models)     # a bad name or path: one line, before anything is measured
     from real.validation.calibration.calibrate import budget_for, calibrate, summary_lines
-    from real.validation.calibration.hetero_probes import hetero_probes
+    from real.validation.calibration.hetero_probes import HETERO_PROBES
     from real.validation.calibration.host_facts import raw_path, settings_for
 
     budget = budget_for(args.quick, args.budget)
@@ -105,7 +105,7 @@ def handle_calibrate(args: argparse.Namespace) -> int:
             ", then the full operator profiles of cpu and the first core's worker (tens of minutes)"))
     # the full benchmark sizes go with the full run; the budget bounds the rounds of either
     platform, path, cal = calibrate(args.out, quick=args.quick, progress=True, strict=args.strict, budget=budget,
-                                    settings=settings_for(not args.profile), probes=hetero_probes)
+                                    settings=settings_for(not args.profile), probes=HETERO_PROBES)
     lines = summary_lines(platform, cal) + [f"wrote {path} (measurements: {raw_path(path)})"]
     for line in lines:
         print(line)

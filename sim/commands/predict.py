@@ -110,7 +110,7 @@ def space_from_args(args: argparse.Namespace) -> dict:
 
 def problem_from_args(args: argparse.Namespace, acceptance: str | None = None):
     from hwmodels.loader import get_platform
-    from sim.acceptance import load_acceptance
+    from sim.acceptance_loader import load_acceptance
     from sim.model_spec import get_model
     from sim.strategies.base import Problem
 

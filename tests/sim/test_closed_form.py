@@ -15,7 +15,7 @@ from hwmodels.errors import HetSpecError
 from hwmodels.loader import get_platform
 from hwmodels.platform import Device
 from hwmodels.roofline import roofline_time
-from sim.acceptance import load_acceptance
+from sim.acceptance_loader import load_acceptance
 from sim.closed_form import roofline_arrays, step_polynomial, step_seconds
 from sim.engine import simulate
 from sim.model_spec import get_model

@@ -167,7 +167,7 @@ def test_plan_rejects_bad_input_with_one_line():
 # ---------------------------------------------------------------------- trace
 def test_trace_counting_rule_and_files(tmp_path):
     problem = Problem(get_model("llama-68m"), get_platform("a100-80gb-pcie"), context=64)
-    from sim.acceptance import load_acceptance
+    from sim.acceptance_loader import load_acceptance
 
     problem = replace(problem, acceptance=load_acceptance("ghidorah-mtbench"))
     sim = simulate(problem, "medusa", steps=7, seed=3, per_layer=True)

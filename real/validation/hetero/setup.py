@@ -172,11 +172,11 @@ def progress_bar(total: int, desc: str, progress: bool):
 def timed_sweep(settings: HeteroSettings, pair, n: int, repeats: int, measure, payload, desc: str, guard,
                 progress: bool) -> tuple[list, dict | None]:
     """A section's timed runs: ``measure(payload, i, repeat, first)`` for each of ``n`` settings, ``repeats``
-    times, interleaved (:func:`real.run.repeats.interleaved_repeats`; each repeat in a process of its own on
+    times, interleaved (:func:`real.run.repeat_processes.interleaved_repeats`; each repeat in a process of its own on
     CPU workers), guarded by ``guard``, with a progress bar. The samples by setting, and what the guard did
     (:func:`real.run.contention.guard_summary`; None without a guard)."""
     from real.run.contention import guard_summary
-    from real.run.repeats import interleaved_repeats
+    from real.run.repeat_processes import interleaved_repeats
 
     log: list = []
     with progress_bar(n * repeats, desc, progress) as bar:

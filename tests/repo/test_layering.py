@@ -24,8 +24,8 @@ from paths import REPO
 
 PACKAGES = ("hwmodels", "sim", "real", "hetspec", "web")
 #: Modules of ``sim`` that price work (the real path must not use them outside ``real.validation``).
-PRICING = ("sim.strategies", "sim.closed_form", "sim.engine", "sim.optimizer", "sim.step_timing", "sim.pricing",
-           "sim.sweep")
+PRICING = ("sim.strategies", "sim.closed_form", "sim.concurrent_parts", "sim.engine", "sim.optimizer", "sim.step_timing",
+           "sim.pricing", "sim.sweep")
 
 
 def module_files(root: Path) -> dict[str, Path]:

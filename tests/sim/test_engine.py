@@ -18,7 +18,8 @@ from sim.model_spec import get_model
 from sim.plan import StepPlan, Task, delay_task, graph_tasks, op_task, transfer_task
 from sim.step_graph import build_step_graph
 from sim.strategies.base import Problem
-from sim.trace import read_trace, summarize, write_trace
+from sim.trace import summarize
+from sim.trace_files import read_trace, write_trace
 
 GB = 1e9
 

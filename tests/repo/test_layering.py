@@ -24,8 +24,8 @@ from paths import REPO
 
 PACKAGES = ("hwmodels", "sim", "real", "hetspec", "web")
 #: Modules of ``sim`` that price work (the real path must not use them outside ``real.validation``).
-PRICING = ("sim.strategies", "sim.closed_form", "sim.concurrent_parts", "sim.engine", "sim.optimizer", "sim.step_timing",
-           "sim.pricing", "sim.sweep")
+PRICING = ("sim.strategies", "sim.closed_form", "sim.concurrent_parts", "sim.engine", "sim.optimizer",
+           "sim.step_timing", "sim.pricing", "sim.sweep")
 
 
 def module_files(root: Path) -> dict[str, Path]:
@@ -226,7 +226,7 @@ VALIDATION_RUN = ("real.validation.validate", "real.validation.measure", "real.v
 #: profile, pricing and decoding together. The aim is at most half; this bound holds the ground gained
 #: (114 of 208 modules when it was set).
 DEMO_REACH_LIMIT = 0.55
-#: The same for the share of the non-test lines (of the modules it reaches; 18,982 of 36,660 when it was set).
+#: The same for the share of the non-test lines (of the modules it reaches; 18,984 of 36,662 when it was set).
 DEMO_LINES_LIMIT = 0.52
 
 

@@ -89,7 +89,8 @@ def test_the_section_end_to_end(tiny_demo, tmp_path):
     assert d["predicted_best"] in {r["label"] for r in d["placements"]}
     # a host without dovetail loop costs (calibrated without the heterogeneous probes) prices no host work, and says so
     assert all(r["pred_parts_ms"]["host"] == 0.0 for r in d["placements"])
-    assert "has no dovetail loop costs for" in d["host_costs_missing"] and all(w in d["host_costs_missing"] for w in pair)
+    missing = d["host_costs_missing"]
+    assert "has no dovetail loop costs for" in missing and all(w in missing for w in pair)
     for r in d["placements"]:    # the round's parts add up to it: passes, the tree's host work, transfers, verify
         parts = r["meas_parts_ms"]
         assert parts["draft"] > 0 and parts["verify"] > 0 and parts["host"] > 0

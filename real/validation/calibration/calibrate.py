@@ -298,7 +298,8 @@ def measure(settings: Settings, progress: bool = True, command: str = "hetspec c
         tick()
         extra, skipped = {}, None
         if probes is None:
-            skipped = "no heterogeneous probes (split step, dovetail loop, storage, streaming loop) in this calibration"
+            skipped = ("no heterogeneous probes (split step, dovetail loop, storage, streaming loop) in this "
+                       "calibration")
         elif fits(budget, HETERO_SHARE * budget.seconds):
             bar.set_postfix_str("split step, dovetail loop, storage, streaming loop")
             extra = probes.measure(settings)

@@ -1,4 +1,5 @@
-"""Workers (real/run/worker.py, real/hetero/workers.py): names, per-thread pinning and intra-op threads, the pair barrier, worker threads."""
+"""Workers (real/run/worker.py, real/hetero/workers.py): names, per-thread pinning and intra-op threads, the pair
+barrier, worker threads."""
 
 from __future__ import annotations
 

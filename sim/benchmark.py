@@ -66,7 +66,7 @@ def time_predict_cli(repeats: int) -> list[float]:
 
 def time_predict_in_process(repeats: int) -> tuple[list[float], int]:
     from hwmodels.loader import get_platform
-    from sim.acceptance import load_acceptance
+    from sim.acceptance_loader import load_acceptance
     from sim.model_spec import get_model
     from sim.optimizer import optimize
     from sim.strategies.base import Problem

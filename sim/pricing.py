@@ -1,8 +1,9 @@
 """The simulator's prices for callers outside it: what ``real/validation`` sets against real runs.
 
 The strategies (:mod:`sim.strategies`) price whole decode steps; the parts a measurement must be
-compared with piece by piece (one forward, the Medusa heads alone, a Dovetail round's drafter
-passes) are priced here, behind names that stay put while the strategies' internals change.
+compared with piece by piece (one forward, the Medusa heads alone) are priced here, behind names that
+stay put while the strategies' internals change. (A Dovetail round's drafter passes, which only the
+heterogeneous probes price, are :func:`sim.strategies.dovetail.tree_draft_passes`.)
 """
 
 from __future__ import annotations
@@ -28,10 +29,3 @@ def medusa_heads_seconds(model: ModelSpec, platform: Platform, device: str, rows
 
     return heads_seconds(Problem(model=model, platform=platform), device, rows, heads, batched=batched)
 
-
-def dovetail_draft_passes(accepted: int, depth: int, top_k: int, context: int) -> list[tuple[int, int]]:
-    """A Dovetail (EAGLE-2 tree) round's drafter passes as (tokens, context) pairs: the ``accepted``
-    tokens over ``context`` cached, then ``depth`` passes of the ``top_k`` best nodes of the newest level."""
-    from sim.strategies.dovetail import tree_draft_passes
-
-    return [(p.tokens, p.context) for p in tree_draft_passes(accepted, depth, top_k, context)]

@@ -32,7 +32,7 @@ from hwmodels.atomic_files import atomic_path
 from hwmodels.datafile import output_path, writing
 from hwmodels.errors import HetSpecError
 from hwmodels.loader import get_platform
-from sim.acceptance import load_acceptance
+from sim.acceptance_loader import load_acceptance
 from sim.model_spec import get_model
 from sim.optimizer import (TABLE_COLUMNS, UnusedKnobError, ar_by_device, check_knob_names, declared_knobs,
                            evaluate_space, knob_flag, speedups_vs_ar)

@@ -5,7 +5,7 @@
   search, the best of each width (depth) and, for the ratio, the best configuration's own rows;
 - one step's operators on the device's roofline: :func:`sim.step_graph.build_step_graph` and
   :func:`sim.step_timing.price_step`, as ``hetspec step``;
-- the simulated step as a Chrome trace: :func:`sim.engine.simulate` and :func:`sim.trace.to_chrome_trace`,
+- the simulated step as a Chrome trace: :func:`sim.engine.simulate` and :func:`sim.trace_files.to_chrome_trace`,
   as ``hetspec simulate --trace``.
 
 The names in a query are resolved by :class:`web.catalog.Catalog` (choices only, never a path).
@@ -215,7 +215,7 @@ def platform_toml(query: Query, catalog: Catalog) -> str:
 def chrome_trace(query: Query, catalog: Catalog, method: str | None = None) -> dict:
     """``hetspec simulate --trace x.json``'s trace of ``method``'s best configuration (default: the fastest)."""
     from sim.engine import simulate
-    from sim.trace import to_chrome_trace
+    from sim.trace_files import to_chrome_trace
 
     problem = build_problem(query, catalog)
     methods = (method,) if method else query.method_names

@@ -14,7 +14,8 @@ from hwmodels.dtypes import DTYPE_BYTES
 from hwmodels.errors import HetSpecError, UnknownNameError
 from hwmodels.loader import load_platform_file, platform_file, platform_names
 from hwmodels.platform import Platform
-from sim.acceptance import ALPHA_PREFIX, acceptance_names, load_acceptance
+from sim.acceptance import ALPHA_PREFIX, acceptance_names
+from sim.acceptance_loader import load_acceptance
 from sim.model_spec import get_model, model_names
 from sim.strategies import available_methods
 from sim.whatif import SCALE_RANGE

@@ -2,7 +2,7 @@
 the CLI uses.
 
 An upload is written, under its own file name, to a temporary folder and handed to
-:func:`sim.model_spec.get_model` (a model) or :func:`sim.acceptance.load_acceptance` (an acceptance
+:func:`sim.model_spec.get_model` (a model) or :func:`sim.acceptance_loader.load_acceptance` (an acceptance
 profile), exactly as ``--model FILE`` and ``--acceptance FILE`` are; the folder is gone once the file is
 read. So any format those loaders learn (a GGUF header, say) is one the page takes, with no change here.
 What the loader returns is kept in the store under ``upload:<digest>``, the name the page sends back
@@ -47,7 +47,7 @@ def _load(kind: str, path: Path):
         if path.suffix.lower() in HEADER_SUFFIXES:      # the page sends a GGUF file's start only
             return load_gguf_spec(path, header_only=True)
         return get_model(str(path))
-    from sim.acceptance import load_acceptance
+    from sim.acceptance_loader import load_acceptance
 
     return load_acceptance(str(path))
 

@@ -11,8 +11,9 @@
 - :mod:`real.hetero.streaming`: LLMCad's weight streaming for ``draft-tree`` (target layers read
   from safetensors under a memory budget by a loader thread while the draft drafts).
 
-Workers are :mod:`real.hetero.workers`. This module is torch-free: it only names the decoder modules
-(the registry of :mod:`real.decode` includes them), so checking a method name stays cheap.
+Workers are :mod:`real.run.worker`, several at once :mod:`real.hetero.workers`. This module is torch-free: it
+only names the decoder modules (the registry of :mod:`real.decode` includes them), so checking a method name
+stays cheap.
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ def verify_times_ms(models, prompts, workers: tuple[str, str], bind: bool, new_t
 
 def main(argv: list[str] | None = None) -> int:
     from hwmodels.errors import HetSpecError
-    from real.hetero.workers import allowed_cores, can_pin
+    from real.run.worker import allowed_cores, can_pin
     from real.run.session import load_models
     from real.train.corpus import prompts as corpus_prompts
 

@@ -12,7 +12,7 @@ import re
 
 from hwmodels.errors import HetSpecError
 
-#: Worker names accepted on the command line (real.hetero.workers resolves them).
+#: Worker names accepted on the command line (real.run.worker resolves them).
 WORKER_NAME = re.compile(r"^(cpu|cpu\d+|cuda|cuda:\d+)$")
 #: How many workers each method takes, and what they are (for messages).
 WORKER_ROLES = {"hcmp": ("primary", "secondary"), "dovetail": ("drafter", "verifier"),

@@ -20,7 +20,7 @@ from hwmodels.errors import HetSpecError
 from real.decode import decoder
 from real.decode.common import Clock
 from real.run.request import RunRequest, check_trace_path
-from sim.trace import write_trace
+from sim.trace_files import write_trace
 
 
 def uses_hetero_runner(request: RunRequest) -> bool:

@@ -25,7 +25,7 @@ from real.run.session import (
     torch_threads,
 )
 from sim.acceptance_profile import AcceptanceProfile
-from sim.trace import write_trace
+from sim.trace_files import write_trace
 
 
 def request_config(request: RunRequest, models):

@@ -8,19 +8,18 @@ drift hits every item alike; results are reported as medians over repeats.
 
 :func:`paired_blocks` (the validation grid, :mod:`real.validation.measure`) times every item in A/B pairs
 with a baseline instead, one evaluation prompt a pair: two runs back to back slow down together, so their
-ratio holds while the machine's speed moves. :func:`interleaved_repeats` can run each repeat in a process of its own, and can
-bracket each measurement with the contention guard (:mod:`real.run.contention`), which retakes a
-measurement the cores were slowed under (the heterogeneous sweeps).
+ratio holds while the machine's speed moves. :func:`real.run.repeat_processes.interleaved_repeats` can run each
+repeat in a process of its own, and can bracket each measurement with the contention guard
+(:mod:`real.run.contention`), which retakes a measurement the cores were slowed under (the heterogeneous sweeps).
 """
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Iterable
-from functools import partial
 from typing import TypeVar
 
-from hwmodels.errors import HetSpecError, UntrustedMeasurement
+from hwmodels.errors import HetSpecError
 
 T = TypeVar("T")
 
@@ -39,7 +38,7 @@ def interleaved(n: int, repeats: int, measure: Callable[[int, int, int], T], rou
     that repeat's measurements, one per round. ``tick`` is called after every measurement (a
     progress bar's ``update``).
     """
-    _check_counts(n, repeats, rounds)
+    check_counts(n, repeats, rounds)
     out: list[list[list[T]]] = [[[] for _ in range(repeats)] for _ in range(n)]
     for rep in range(repeats):
         for j in range(rounds):
@@ -70,7 +69,7 @@ def paired_blocks(n: int, baseline: int, repeats: int, measure: Callable[[int, i
     answer counts from the ``repeats``-th on): a measurement that stops once it is precise enough, or once its
     time is spent.
     """
-    _check_counts(n, repeats, parts)
+    check_counts(n, repeats, parts)
     max_repeats = repeats if max_repeats is None else max_repeats
     if max_repeats < repeats:
         raise HetSpecError(f"paired blocks: at most {max_repeats} repeats is fewer than the least, {repeats}")
@@ -112,7 +111,7 @@ def paired_blocks(n: int, baseline: int, repeats: int, measure: Callable[[int, i
     return own, paired
 
 
-def _check_counts(n: int, repeats: int, rounds: int) -> None:
+def check_counts(n: int, repeats: int, rounds: int) -> None:
     if repeats < 1:
         raise HetSpecError(f"repeats must be >= 1, got {repeats}")
     if n < 1 or rounds < 1:
@@ -128,96 +127,3 @@ def median(values: Iterable[float]) -> float:
 def median_index(values: list[float]) -> int:
     """The index of the median element (the upper one of an even count): whose trace a report shows."""
     return sorted(range(len(values)), key=lambda i: values[i])[len(values) // 2]
-
-
-def interleaved_repeats(n: int, repeats: int, measure: Callable[[object, int, int, bool], T], payload: object,
-                        tick: Callable[[], None] | None = None, fresh_processes: bool = False,
-                        threads: int | None = None, guard=None, log: list | None = None) -> list[list[T]]:
-    """``out[item][repeat]`` of ``measure(payload, item, repeat, first)``: :func:`interleaved` with one round,
-    in this process or (``fresh_processes``) each repeat in a spawned process of its own with ``threads``
-    torch threads. ``first`` says that this process has not measured the item before (every item of a
-    fresh process; the first repeat here), so a warm-up is due. ``measure`` is a module-level function and
-    ``payload`` is pickled over (models included). ``tick`` after every measurement. A failure in a
-    process is raised here as one line. ``guard`` (:class:`real.run.contention.Guard`): each measurement
-    bracketed by its probe and retaken while the cores were slowed from outside; its records are appended
-    to ``log``."""
-    from real.run.contention import guarded
-
-    records: list = []
-
-    def one(i: int, rep: int, _j: int):
-        result, record = guarded(guard, partial(measure, payload, i, rep), i, rep, rep == 0)
-        records.append(record)
-        return result
-
-    if not fresh_processes:
-        out = [[r[0] for r in row] for row in interleaved(n, repeats, one, tick=tick)]
-    else:
-        _check_counts(n, repeats, 1)
-        runs = [_one_repeat(n, rep, measure, payload, tick, threads, guard, records) for rep in range(repeats)]
-        out = [[runs[rep][i] for rep in range(repeats)] for i in range(n)]
-    if log is not None:
-        log.extend(r for r in records if r is not None)
-    return out
-
-
-def _one_repeat(n: int, rep: int, measure, payload, tick, threads, guard=None, records: list | None = None) -> list:
-    import multiprocessing
-
-    from real.run.contention import adopt
-
-    ctx = multiprocessing.get_context("spawn")
-    parent, child = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_repeat_child, args=(child, n, rep, measure, payload, threads, guard), daemon=True)
-    proc.start()
-    child.close()
-    got: dict[int, object] = {}
-    try:
-        while True:
-            try:
-                message = parent.recv()
-            except EOFError:
-                raise HetSpecError(f"the measuring process of repeat {rep + 1} ended without its results "
-                                   f"(exit code {proc.exitcode})") from None
-            if message[0] == "error":       # an untrusted measurement keeps its exit status
-                raise (UntrustedMeasurement if message[2] else HetSpecError)(
-                    f"repeat {rep + 1}, in its own process: {message[1]}")
-            if message[0] == "done":
-                if guard is not None:    # the next process's guard carries on from this one's stretch
-                    adopt(guard.stretch, message[1])
-                break
-            got[message[1]] = message[2]
-            if records is not None:
-                records.append(message[3])
-            if tick is not None:
-                tick()
-    finally:
-        parent.close()
-        proc.join(timeout=60)
-        if proc.is_alive():
-            proc.kill()
-    return [got[i] for i in range(n)]
-
-
-def _repeat_child(conn, n: int, rep: int, measure, payload, threads, guard=None) -> None:
-    """The spawned process of one repeat: sends ``("item", i, result, guard record)`` per item, then
-    ``("done", guard's stretch)``; a failure as ``("error", one line, whether it is an untrusted measurement)``."""
-    from real.run.contention import guarded
-
-    try:
-        if threads:
-            import torch
-
-            torch.set_num_threads(threads)
-        if guard is not None:
-            guard.probe()        # discarded: a fresh process's first GEMMs read low, and would cost a wait
-        for i in rotation(n, rep):
-            result, record = guarded(guard, partial(measure, payload, i, rep), i, rep, True)
-            conn.send(("item", i, result, record))
-        conn.send(("done", guard.stretch if guard is not None else None))
-    except Exception as exc:            # handed to the parent, which raises it in one line
-        first = str(exc).splitlines()[0] if str(exc) else ""
-        untrusted = isinstance(exc, UntrustedMeasurement)
-        conn.send(("error", first if untrusted else f"{type(exc).__name__}: {first}", untrusted))
-    finally:
-        conn.close()

@@ -31,7 +31,7 @@ def profiled_variant(host, device: str, folder: Path | None = None) -> ProfiledV
     ``cpuN``) in ``folder`` (default: the user platform folder); the profile's source names the torch threads
     it was measured with."""
     from hwmodels.loader import load_platform_file, user_platform_dir
-    from real.hetero.workers import CPU_RE
+    from real.run.worker import CPU_RE
     from real.validation.trust import shown_path
 
     if device != "cpu" and not CPU_RE.fullmatch(device):

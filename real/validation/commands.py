@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 
 from real.train.commands import add_preset_flags, resolve_preset
 
@@ -93,7 +94,7 @@ def handle_calibrate(args: argparse.Namespace) -> int:
                                "drop --quick")
         extra = _model_names(args.models)     # a bad name or path: one line, before anything is measured
     from real.validation.calibration.calibrate import budget_for, calibrate, summary_lines
-    from real.validation.calibration.hetero_probes import hetero_probes
+    from real.validation.calibration.hetero_probes import HETERO_PROBES
     from real.validation.calibration.host_facts import raw_path, settings_for
 
     budget = budget_for(args.quick, args.budget)
@@ -105,7 +106,7 @@ def handle_calibrate(args: argparse.Namespace) -> int:
             ", then the full operator profiles of cpu and the first core's worker (tens of minutes)"))
     # the full benchmark sizes go with the full run; the budget bounds the rounds of either
     platform, path, cal = calibrate(args.out, quick=args.quick, progress=True, strict=args.strict, budget=budget,
-                                    settings=settings_for(not args.profile), probes=hetero_probes)
+                                    settings=settings_for(not args.profile), probes=HETERO_PROBES)
     lines = summary_lines(platform, cal) + [f"wrote {path} (measurements: {raw_path(path)})"]
     for line in lines:
         print(line)
@@ -257,7 +258,7 @@ def handle_validate(args: argparse.Namespace) -> int:
     from real.validation.gpu_target import check_placement
 
     check_placement(args.device, args.dtype, args.graphs)   # a GPU this machine lacks: one line, before anything
-    from real.validation.validate import acceptance_check, default_out, validate
+    from real.validation.validate import default_out, validate
 
     out = args.out or str(default_out("validation"))
     resolve_preset(args, announce=False)   # validate() says which preset and why
@@ -306,6 +307,34 @@ def handle_validate(args: argparse.Namespace) -> int:
     for line in verdict_lines(doc["verdicts"]):
         print(line)
     return 0
+
+
+def acceptance_check(doc: dict) -> dict:
+    """The ``--json`` answer: per pricing and speculative method, the paired figures and the absolute ones, and
+    the run's headline."""
+    from real.validation.verdict import headline
+
+    out = {"preset": doc["preset"], "device": doc["platform"]["device"], "command": doc["command"],
+           "record": doc["record"], "pricings": {}}
+    for v in doc["verdicts"]:
+        methods = {}
+        for m in v["methods"]:
+            if m["method"] == "ar":
+                continue
+            methods[m["method"]] = {
+                "median_speedup_error": _round(m["median_speedup_error"]), "regret": _round(m["regret"]),
+                "predicted_best": m["predicted_best"], "measured_best": m["measured_best"],
+                "median_step_error": _round(m["median_step_error"]),
+                "median_tokens_per_s_error": _round(m["median_tokens_per_s_error"]),
+                "meets_paired": m["meets_paired"], "meets_absolute": m["meets_absolute"]}
+        out["pricings"][v["pricing"]] = {"methods": methods, "noise_band": _round(v["noise_band"]),
+                                         "absolute_judged": v["absolute"]["judged"],
+                                         "paired_judged": v["paired"]["judged"], "headline": headline(v)}
+    return out
+
+
+def _round(x: float) -> float | None:
+    return round(x, 4) if x is not None and math.isfinite(x) else None
 
 
 def _hetero_section(args, repeats, floor):

@@ -58,7 +58,7 @@ def measure(model_path: str, cases: list[Case], context: int, new_tokens: int, r
 
     from real.decode import ar
     from real.decode.common import Clock, DecodeModels
-    from real.hetero.workers import get_worker, on_worker
+    from real.run.worker import get_worker, on_worker
     from real.model.sources import load_any
     from real.run.repeats import interleaved
 
@@ -132,7 +132,7 @@ def check(model_path: str, dtypes, devices, context: int, new_tokens: int, repea
           extra: list[str], progress: bool = True) -> dict:
     from real.validation.trust import band, load_host, shown_path
 
-    from real.hetero.workers import get_worker
+    from real.run.worker import get_worker
 
     host = load_host(platform)
     for device in devices:

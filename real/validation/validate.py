@@ -21,7 +21,6 @@ verdict is on the paired speedups over ``ar`` (:mod:`real.validation.verdict`).
 from __future__ import annotations
 
 import json
-import math
 import sys
 import time
 from collections.abc import Callable
@@ -406,34 +405,6 @@ def _device_json(dev) -> dict:
         value = getattr(dev, key)
         out[key] = dict(value) if key == "peak_tflops" else value
     return out
-
-
-def acceptance_check(doc: dict) -> dict:
-    """The ``--json`` answer: per pricing and speculative method, the paired figures and the absolute ones, and
-    the run's headline."""
-    from real.validation.verdict import headline
-
-    out = {"preset": doc["preset"], "device": doc["platform"]["device"], "command": doc["command"],
-           "record": doc["record"], "pricings": {}}
-    for v in doc["verdicts"]:
-        methods = {}
-        for m in v["methods"]:
-            if m["method"] == "ar":
-                continue
-            methods[m["method"]] = {
-                "median_speedup_error": _round(m["median_speedup_error"]), "regret": _round(m["regret"]),
-                "predicted_best": m["predicted_best"], "measured_best": m["measured_best"],
-                "median_step_error": _round(m["median_step_error"]),
-                "median_tokens_per_s_error": _round(m["median_tokens_per_s_error"]),
-                "meets_paired": m["meets_paired"], "meets_absolute": m["meets_absolute"]}
-        out["pricings"][v["pricing"]] = {"methods": methods, "noise_band": _round(v["noise_band"]),
-                                         "absolute_judged": v["absolute"]["judged"],
-                                         "paired_judged": v["paired"]["judged"], "headline": headline(v)}
-    return out
-
-
-def _round(x: float) -> float | None:
-    return round(x, 4) if x is not None and math.isfinite(x) else None
 
 
 def load_results(out: str | Path) -> dict:

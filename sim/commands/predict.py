@@ -72,7 +72,7 @@ def space_from_args(args: argparse.Namespace) -> dict:
     """Knob overrides for :func:`sim.optimizer.optimize` from the knob flags (checked by
     :mod:`sim.cli_numbers`: a flag given empty, a list out of range or an option out of its range is one line)."""
     from sim.cli_numbers import check_text, int_list, ratio
-    from sim.knobs import check_option
+    from sim.options import check_option
     from sim.tree import TokenTree
 
     for name in ("tree_width", "draft_depth", "ratio", "device", "draft_device", "tree_shape", "draft_model",
@@ -110,7 +110,7 @@ def space_from_args(args: argparse.Namespace) -> dict:
 
 def problem_from_args(args: argparse.Namespace, acceptance: str | None = None):
     from hwmodels.loader import get_platform
-    from sim.acceptance import load_acceptance
+    from sim.acceptance_loader import load_acceptance
     from sim.model_spec import get_model
     from sim.strategies.base import Problem
 

@@ -37,7 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def cmd_simulate(args: argparse.Namespace) -> int:
     from sim.engine import simulate
     from sim.optimizer import optimize
-    from sim.trace import check_trace_path, write_trace
+    from sim.trace_files import check_trace_path, write_trace
 
     check_int(args.steps, "--steps", 1, MAX_STEPS_PER_LAYER if args.per_layer else MAX_STEPS)
     check_seed(args.seed)

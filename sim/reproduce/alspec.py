@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from hwmodels.loader import get_platform
-from sim.acceptance import load_acceptance
+from sim.acceptance_loader import load_acceptance
 from sim.model_spec import get_model
 from sim.plots import finish_axes, new_figure, save_figure
 from sim.reproduce.report import Comparison, Figure, Fit, PaperReport

@@ -25,7 +25,7 @@ from pathlib import Path
 
 
 from hwmodels.loader import get_platform
-from sim.acceptance import load_acceptance
+from sim.acceptance_loader import load_acceptance
 from sim.model_spec import get_model
 from sim.optimizer import optimize
 from sim.plots import finish_axes, new_figure, save_figure

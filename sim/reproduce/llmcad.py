@@ -26,7 +26,8 @@ from pathlib import Path
 import numpy as np
 
 from hwmodels.loader import get_platform
-from sim.acceptance import AcceptanceModel, load_acceptance
+from sim.acceptance import AcceptanceModel
+from sim.acceptance_loader import load_acceptance
 from sim.closed_form import step_seconds
 from sim.model_spec import get_model
 from sim.optimizer import evaluate_space

@@ -26,7 +26,8 @@ from pathlib import Path
 
 from hwmodels.loader import get_platform
 from hwmodels.platform import Device
-from sim.acceptance import AcceptanceModel, load_acceptance
+from sim.acceptance import AcceptanceModel
+from sim.acceptance_loader import load_acceptance
 from sim.model_spec import ModelSpec, get_model
 from sim.plots import new_figure, save_figure
 from sim.reproduce import medusa_profile

@@ -39,7 +39,7 @@ method, and implement:
     the engine's step time (tests hold them to 1 %); where tasks overlap or share a memory
     domain, it may approximate and the engine is the reference. For parts that start together on
     different devices (a column split between two barriers),
-    :func:`sim.closed_form.concurrent_seconds` gives their end times under the engine's own fluid
+    :func:`sim.concurrent_parts.concurrent_seconds` gives their end times under the engine's own fluid
     contention, vectorised, so such a closed form can equal the engine exactly.
 
 ``plan(problem, config, rng=None, per_layer=False) -> StepPlan``

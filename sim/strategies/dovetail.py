@@ -39,8 +39,9 @@ from the cache, slowed by the device's measured re-warming, as the draft passes 
 ``draft-tree`` (:func:`drafter_pass_resident`).
 
 Host-side work (growing and reranking the tree in Python, the acceptance walk) is the draft
-device's calibrated loop costs (``dovetail_step`` + ``dovetail_pass`` per drafter pass; host
-calibration writes them from the real loop, :mod:`real.validation.calibrate`); 0 on presets.
+device's calibrated loop costs (``dovetail_step`` + ``dovetail_pass`` per drafter pass; the host
+calibration's heterogeneous probes write them from the real loop,
+:mod:`real.validation.calibration.dovetail_probe`); 0 on presets and hosts calibrated without them.
 
 Tokens per round: option ``tau`` if given (a measured mean acceptance length), else the
 acceptance model's tau for (drafter, blocks, width, ``temperature``) (Dovetail Tables I / III,

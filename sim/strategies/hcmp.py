@@ -34,7 +34,7 @@ Q/K/V (+ RoPE), after attention, after the attention residual (the MLP norm read
 after the MLP activation, after the MLP residual, after the final norm, after the LM head / head
 ResBlocks and after the heads; 5 per layer for ``hcmp``, 4 per layer for ``megatron``.
 Both parts of a group stream from the same DRAM, so the closed form prices each group with
-:func:`sim.closed_form.concurrent_seconds` (the engine's own fluid contention rule) and equals
+:func:`sim.concurrent_parts.concurrent_seconds` (the engine's own fluid contention rule) and equals
 the engine's step time; the engine plan is the same groups as tasks with the same barriers.
 
 **Two worker threads** (a calibrated host, :mod:`sim.strategies.hcmp_threads`): the primary's loop
@@ -59,7 +59,7 @@ from hwmodels.contention import standalone_bw
 from hwmodels.dtypes import DTYPE_BYTES
 from hwmodels.errors import HetSpecError, UnknownNameError
 from hwmodels.roofline import roofline_time
-from sim.closed_form import concurrent_seconds
+from sim.concurrent_parts import concurrent_seconds
 from sim.plan import StepPlan, Task, delay_task
 from sim.step_graph import Op, build_step_graph
 from sim.strategies.base import Estimate, EstimateArrays, Knob, Problem, Strategy, StrategyConfig, host_seconds

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.closed_form import concurrent_seconds
+from sim.concurrent_parts import concurrent_seconds
 from sim.strategies.hcmp_threads import python_share
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 from cli_runner import run_cli
 
-from real.hetero.workers import allowed_cores
+from real.run.worker import allowed_cores
 
 CORES = allowed_cores()
 WORKERS = f"cpu{CORES[0]},cpu{CORES[-1]}" if len(CORES) > 1 else f"cpu,cpu{CORES[0]}"

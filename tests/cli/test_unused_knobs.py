@@ -82,7 +82,7 @@ def test_a_sweep_knob_no_method_takes_is_one_line(tmp_path, capsys, methods, kno
 def test_every_searched_knob_is_declared():
     """The optimizer refuses knobs a strategy does not declare: its own search space must be declared."""
     from hwmodels.loader import get_platform
-    from sim.acceptance import load_acceptance
+    from sim.acceptance_loader import load_acceptance
     from sim.model_spec import get_model
     from sim.optimizer import declared_knobs
     from sim.strategies import available_methods, get_strategy

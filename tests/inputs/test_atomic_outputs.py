@@ -66,8 +66,9 @@ def test_a_trace_that_fails_while_written_leaves_the_earlier_one(tmp_path, monke
     import json as json_module
 
     from hwmodels.errors import HetSpecError
-    from sim import trace
-    from sim.trace import TraceRecord, write_trace
+    from sim import trace_files
+    from sim.trace import TraceRecord
+    from sim.trace_files import write_trace
 
     path = tmp_path / f"trace{suffix}"
     path.write_text("earlier")
@@ -76,7 +77,7 @@ def test_a_trace_that_fails_while_written_leaves_the_earlier_one(tmp_path, monke
     def fail(*_a, **_k):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(trace.csv, "DictWriter", fail)
+    monkeypatch.setattr(trace_files.csv, "DictWriter", fail)
     monkeypatch.setattr(json_module, "dumps", fail)
     with pytest.raises(HetSpecError, match="No space left"):
         write_trace([record], path)

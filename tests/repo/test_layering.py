@@ -11,7 +11,7 @@
   calibrate``), ``profiler`` (the operator profiler), ``hetero`` (the heterogeneous section), ``trust`` (one
   module of machine-state trust) and the validation proper beside them; the calibration and the profiler
   never import the heterogeneous section or the validation run;
-- how much of the code ``hetspec demo`` reaches, measured on the same import graph.
+- how much of the code ``hetspec demo`` reaches (modules and lines), measured on the same import graph.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from paths import REPO
 
 PACKAGES = ("hwmodels", "sim", "real", "hetspec", "web")
 #: Modules of ``sim`` that price work (the real path must not use them outside ``real.validation``).
-PRICING = ("sim.strategies", "sim.closed_form", "sim.engine", "sim.optimizer", "sim.step_timing", "sim.pricing",
-           "sim.sweep")
+PRICING = ("sim.strategies", "sim.closed_form", "sim.concurrent_parts", "sim.engine", "sim.optimizer",
+           "sim.step_timing", "sim.pricing", "sim.sweep")
 
 
 def module_files(root: Path) -> dict[str, Path]:
@@ -223,8 +223,11 @@ VALIDATION_RUN = ("real.validation.validate", "real.validation.measure", "real.v
                   "real.validation.report", "real.validation.plots", "real.validation.demo_job",
                   "real.validation.commands", "real.validation.hetero", "real.validation.step_check")
 #: The share of the non-test modules ``hetspec demo`` statically reaches: its training, calibration, operator
-#: profile, pricing and decoding together. The aim is at most half; this bound holds the ground gained.
-DEMO_REACH_LIMIT = 0.59
+#: profile, pricing and decoding together. The aim is at most half; this bound holds the ground gained
+#: (114 of 208 modules when it was set).
+DEMO_REACH_LIMIT = 0.55
+#: The same for the share of the non-test lines (of the modules it reaches; 18,984 of 36,662 when it was set).
+DEMO_LINES_LIMIT = 0.52
 
 
 def reach(graph: dict[str, set[str]], start: str) -> set[str]:
@@ -255,15 +258,32 @@ def test_the_validation_is_organised_by_job():
     assert not any(m.startswith(("real.validation.machine", "real.validation.quiet_check")) for m in graph)
 
 
+def line_share(root: Path, modules: set[str]) -> tuple[int, int]:
+    """Lines of ``modules`` and of every non-test module of ours under ``root``."""
+    files = module_files(root)
+    lines = {m: len(p.read_text().splitlines()) for m, p in files.items()}
+    return sum(lines[m] for m in modules if m in lines), sum(lines.values())
+
+
 def test_the_demo_reaches_a_bounded_share_of_the_code():
     graph = import_graph(REPO)
     reached = reach(graph, "real.validation.demo_job")
     share = len(reached) / len(graph)
     assert "real.validation.validate" in reached and "real.validation.calibration.calibrate" in reached
-    # what the demo does not run, it does not import: the heterogeneous section and its probes
+    # what the demo does not run, it does not import: the heterogeneous section and its probes, the
+    # heterogeneous decoders (dovetail's loop probe is a heterogeneous probe) and their strategies
     assert not any(_within(m, "real.validation.hetero") or m == "real.validation.calibration.hetero_probes"
                    for m in reached)
+    assert not {"real.hetero.workers", "real.hetero.dovetail", "sim.strategies.dovetail",
+                "real.validation.calibration.host_hetero", "real.validation.calibration.dovetail_probe"} & reached
     assert share <= DEMO_REACH_LIMIT, f"hetspec demo reaches {len(reached)} of {len(graph)} modules ({share:.0%})"
+    lines, total = line_share(REPO, reached)
+    assert lines / total <= DEMO_LINES_LIMIT, f"hetspec demo reaches {lines} of {total} lines ({lines / total:.0%})"
+
+
+def test_line_share_counts_the_lines_of_the_modules(tmp_path):
+    root = _tree(tmp_path, {"real/a.py": "import real.b\nx = 1\n", "real/b.py": "y = 2\n"})
+    assert line_share(root, {"real.a"}) == (2, 3)
 
 
 def test_reach_follows_imports_and_packages(tmp_path):

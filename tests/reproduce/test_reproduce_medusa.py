@@ -7,7 +7,7 @@ import json
 import pytest
 
 from hwmodels.loader import get_platform
-from sim.acceptance import load_acceptance
+from sim.acceptance_loader import load_acceptance
 from sim.model_spec import get_model
 from sim.reproduce import medusa as M
 from sim.step_graph import build_step_graph

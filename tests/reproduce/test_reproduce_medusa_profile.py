@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from sim.acceptance import load_acceptance
+from sim.acceptance_loader import load_acceptance
 from sim.model_spec import get_model
 from sim.reproduce import medusa, medusa_profile
 

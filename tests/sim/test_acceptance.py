@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from hwmodels.errors import HetSpecError, PresetError, UnknownNameError
-from sim.acceptance import (AcceptanceModel, acceptance_names, expected_tokens_from_node_probs, load_acceptance,
-                            omega, preset_dir)
+from sim.acceptance import AcceptanceModel, acceptance_names, expected_tokens_from_node_probs, omega, preset_dir
+from sim.acceptance_loader import load_acceptance
 from sim.acceptance_profile import AcceptanceProfile, ConfidenceBin
 from sim.tree import TokenTree
 

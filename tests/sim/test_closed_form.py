@@ -15,7 +15,7 @@ from hwmodels.errors import HetSpecError
 from hwmodels.loader import get_platform
 from hwmodels.platform import Device
 from hwmodels.roofline import roofline_time
-from sim.acceptance import load_acceptance
+from sim.acceptance_loader import load_acceptance
 from sim.closed_form import roofline_arrays, step_polynomial, step_seconds
 from sim.engine import simulate
 from sim.model_spec import get_model
@@ -197,7 +197,7 @@ def three_device_platform():
                                 st.floats(0, 40.0).map(lambda v: v if v > 1e-9 else 0.0)), min_size=3, max_size=3),
        skip=st.integers(0, 3))
 def test_concurrent_seconds_equals_the_engine(parts, skip):
-    from sim.closed_form import concurrent_seconds
+    from sim.concurrent_parts import concurrent_seconds
     from sim.engine import run_plans
     from sim.plan import StepPlan, Task
 
@@ -217,7 +217,7 @@ def test_concurrent_seconds_equals_the_engine(parts, skip):
 
 def test_concurrent_seconds_is_vectorised_and_max_min_matches_hwmodels():
     from hwmodels.contention import share_bandwidth
-    from sim.closed_form import concurrent_seconds, max_min_shares
+    from sim.concurrent_parts import concurrent_seconds, max_min_shares
 
     rng = np.random.default_rng(1)
     demands = rng.random((50, 4)) * 10
@@ -241,7 +241,7 @@ def test_concurrent_seconds_is_vectorised_and_max_min_matches_hwmodels():
        ceiling=st.floats(5.0, 200.0), devices=st.sampled_from([("cpu", "gpu"), ("gpu", "cpu"), ("npu", "gpu")]))
 def test_two_part_closed_form_equals_the_engine(parts, ceiling, devices):
     from hwmodels.platform import MemoryDomain
-    from sim.closed_form import concurrent_seconds
+    from sim.concurrent_parts import concurrent_seconds
     from sim.engine import run_plans
     from sim.plan import StepPlan, Task
 

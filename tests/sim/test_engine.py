@@ -18,7 +18,8 @@ from sim.model_spec import get_model
 from sim.plan import StepPlan, Task, delay_task, graph_tasks, op_task, transfer_task
 from sim.step_graph import build_step_graph
 from sim.strategies.base import Problem
-from sim.trace import read_trace, summarize, write_trace
+from sim.trace import summarize
+from sim.trace_files import read_trace, write_trace
 
 GB = 1e9
 
@@ -167,7 +168,7 @@ def test_plan_rejects_bad_input_with_one_line():
 # ---------------------------------------------------------------------- trace
 def test_trace_counting_rule_and_files(tmp_path):
     problem = Problem(get_model("llama-68m"), get_platform("a100-80gb-pcie"), context=64)
-    from sim.acceptance import load_acceptance
+    from sim.acceptance_loader import load_acceptance
 
     problem = replace(problem, acceptance=load_acceptance("ghidorah-mtbench"))
     sim = simulate(problem, "medusa", steps=7, seed=3, per_layer=True)

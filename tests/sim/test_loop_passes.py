@@ -14,7 +14,7 @@ import torch
 from hwmodels.errors import PresetError
 from hwmodels.loader import load_platform_file
 from hwmodels.profile import read_profile, write_profile
-from sim.acceptance import load_acceptance
+from sim.acceptance_loader import load_acceptance
 from sim.closed_form import step_seconds
 from sim.engine import simulate
 from sim.model_spec import get_model

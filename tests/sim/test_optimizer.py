@@ -12,7 +12,8 @@ import pytest
 from hwmodels.errors import HetSpecError
 from hwmodels.loader import get_platform
 from sim import optimizer
-from sim.acceptance import AcceptanceModel, load_acceptance
+from sim.acceptance import AcceptanceModel
+from sim.acceptance_loader import load_acceptance
 from sim.model_spec import get_model
 from sim.optimizer import optimize
 from sim.plan import StepPlan, Task

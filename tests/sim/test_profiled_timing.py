@@ -12,7 +12,7 @@ import pytest
 
 from hwmodels.contention import standalone_bw
 from hwmodels.loader import get_platform, load_platform_file
-from sim.acceptance import load_acceptance
+from sim.acceptance_loader import load_acceptance
 from sim.closed_form import step_seconds
 from sim.engine import simulate
 from sim.model_spec import get_model

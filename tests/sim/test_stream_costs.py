@@ -162,7 +162,7 @@ def test_the_probe_reads_beside_the_worker_where_the_real_loader_runs(tmp_path, 
     """The real loader thread is started outside the worker and keeps its creator's cores; the probe's reader
     beside the pinned one-token forward must do the same (inside the worker it would share its one core)."""
     import real.hetero.streaming as streaming
-    from real.hetero.workers import allowed_cores
+    from real.run.worker import allowed_cores
     from real.validation.calibration.stream_probe import stream_loop_probe
 
     seen = []

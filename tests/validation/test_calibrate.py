@@ -44,6 +44,8 @@ def tiny_calibration(tmp_path_factory):
     from real.validation.calibration import microbench as mb
     from real.validation.calibration.budget import Budget
     from real.validation.calibration.calibrate import Settings, calibrate
+    from real.validation.calibration.host_facts import CalibrationProbes
+    from real.validation.calibration.host_hetero import add_hetero
 
     settings = Settings(m_values=(1, 8), shapes=((64, 64), (128, 256)), repeats=2, warmup=1,
                         dram_working_set_bytes=16 * 2**20, cold_pool_bytes=16 * 2**20, overhead_repeats=2,
@@ -60,7 +62,8 @@ def tiny_calibration(tmp_path_factory):
             mp.setattr(mb, name, slow)
         mp.setattr(cal_mod, "llc_bytes", lambda: (4 * 2**20, "a 4 MiB cache (test)"))  # a small streaming probe
         platform, path, cal = calibrate(out, progress=False, settings=settings, budget=Budget(40.0, clock=clock),
-                                        probes=lambda settings: pytest.fail("the budget was spent"))
+                                        probes=CalibrationProbes(lambda settings: pytest.fail("the budget was spent"),
+                                                                 add_hetero))
     return platform, path, cal
 
 
@@ -122,8 +125,9 @@ def test_calibration_writes_a_loadable_host_with_sources(tiny_calibration):
     assert [m for m, _ in cpu.gemm_efficiency_curve] == [1, 8]
     assert all(0 < e <= 1 for _, e in cpu.gemm_efficiency_curve + cpu.cache_gemm_efficiency_curve)
     loops = loaded.loop_costs["cpu"]
+    # dovetail's loop is a heterogeneous probe: skipped here (the budget was spent), so no dovetail costs
     assert set(loops.costs_us) == {"ar_step", "chain_step", "chain_pass", "draft-tree_step", "draft-tree_pass",
-                                   "medusa_step", "medusa_node", "dovetail_step", "dovetail_pass"}
+                                   "medusa_step", "medusa_node"}
     assert all(v >= 0 for v in loops.costs_us.values())
     assert "decode loop" in loops.sources["chain_step"]
     # the probe loops decode the tokens the settings ask for, and the sources say so
@@ -394,8 +398,7 @@ def test_dovetail_host_costs_are_the_loop_time_beyond_the_priced_passes():
     """A dovetail probe sample without its time outside the forwards (an older calibration): the loop is
     priced as its drafter passes (the accepted tokens, then top-k per level) plus the verification; what
     is left is fitted per round and per drafter pass."""
-    from real.validation.calibration.host_costs import _model_price, fit_host_costs
-    from real.validation.calibration.host_facts import QUICK
+    from real.validation.calibration.dovetail_probe import dovetail_loop_costs, dovetail_price
     from real.validation.calibration.microbench import (
         LOOP_NEW_TOKENS,
         LOOP_PROMPT_TOKENS,
@@ -407,28 +410,65 @@ def test_dovetail_host_costs_are_the_loop_time_beyond_the_priced_passes():
     samples = []
     for depth in (2, 7):
         bare = LoopSample("dovetail", depth, step_s=0.0, passes=depth + 1.0, nodes=16.0, heads=0, tokens=1.4)
-        priced = _model_price(dev, bare, context)
+        priced = dovetail_price(dev, bare, context)
         samples.append(replace(bare, step_s=priced + 1e-6 * (30.0 + 200.0 * (depth + 1))))
-    shallow, deep = (_model_price(dev, s, context) for s in samples)
+    shallow, deep = (dovetail_price(dev, s, context) for s in samples)
     assert deep > shallow                          # five more top-k passes of the drafter are priced
-    costs, sources = fit_host_costs(dev, samples, QUICK.medians(QUICK.loop_repeats), "by test", "on test")
+    costs, sources = dovetail_loop_costs({"cpu": dev}, {"all_threads": samples, "repeats": 3}, "by test",
+                                         "on test")["cpu"]
     assert costs == {"dovetail_step": pytest.approx(30.0, abs=1e-3), "dovetail_pass": pytest.approx(200.0, abs=1e-3)}
     assert "dovetail decode loop" in sources["dovetail_pass"]
     # loops that decoded fewer tokens (a glance's) are priced at their own, shorter context
     short = LOOP_PROMPT_TOKENS + 24 // 2
-    assert _model_price(dev, replace(samples[1], new_tokens=24), short) != _model_price(dev, samples[1], context)
-    samples = [replace(bare, new_tokens=24, step_s=_model_price(dev, bare, short) + 1e-6 * (30.0 + 200.0 * (d + 1)))
+    assert dovetail_price(dev, replace(samples[1], new_tokens=24), short) != dovetail_price(dev, samples[1], context)
+    samples = [replace(bare, new_tokens=24, step_s=dovetail_price(dev, bare, short) + 1e-6 * (30.0 + 200.0 * (d + 1)))
                for d, bare in ((d, LoopSample("dovetail", d, step_s=0.0, passes=d + 1.0, nodes=16.0, heads=0,
                                               tokens=1.4)) for d in (2, 7))]
-    costs, sources = fit_host_costs(dev, samples, QUICK.medians(QUICK.loop_repeats), "by test", "on test")
+    costs, sources = dovetail_loop_costs({"cpu0": dev}, {"one_thread": samples, "repeats": 3}, "by test",
+                                         "on test")["cpu0"]
     assert costs == {"dovetail_step": pytest.approx(30.0, abs=1e-3), "dovetail_pass": pytest.approx(200.0, abs=1e-3)}
     assert "24 new tokens" in sources["dovetail_step"]
+
+
+def test_the_dovetail_costs_come_with_the_heterogeneous_probes(tiny_calibration):
+    """The dovetail loop probe's samples in a calibration's record become the ``dovetail_*`` loop costs of ``cpu``
+    (all threads) and of every single-thread worker (one thread) when the heterogeneous probes extend the
+    platform; without them (``hetspec demo``'s calibration) the platform has none."""
+    from real.validation.calibration.host_hetero import DOVETAIL_KEY, add_hetero
+    from real.validation.calibration.host_platform import build_platform
+    from real.validation.calibration.microbench import LoopSample
+
+    _, _, cal = tiny_calibration
+
+    def samples(step_us: float):
+        return tuple(LoopSample("dovetail", d, step_s=0.05, passes=d + 1.0, nodes=16.0, heads=0, tokens=1.4,
+                                host_s=1e-6 * (step_us + 100.0 * (d + 1)), new_tokens=24) for d in (2, 7))
+
+    probed = replace(cal, extra={DOVETAIL_KEY: {"all_threads": samples(300.0), "one_thread": samples(500.0),
+                                                "repeats": 1}})
+    plain = build_platform(probed)
+    assert not any("dovetail_step" in plain.loop_costs_us(d) for d in plain.devices)
+    platform = build_platform(probed, extend=add_hetero)
+    assert platform.loop_costs_us("cpu")["dovetail_step"] == pytest.approx(300.0, abs=1e-3)
+    for w in (d for d in platform.devices if d != "cpu"):
+        costs = platform.loop_costs_us(w)
+        assert costs["dovetail_step"] == pytest.approx(500.0, abs=1e-3)
+        assert costs["dovetail_pass"] == pytest.approx(100.0, abs=1e-3) and "chain_step" in costs
+
+
+def test_the_dovetail_loop_probe_times_the_real_loop():
+    from real.validation.calibration.dovetail_probe import DOVETAIL_DEPTHS, dovetail_loop_samples
+
+    samples = dovetail_loop_samples(1, 1, new_tokens=16)
+    assert [(s.method, s.knob) for s in samples] == [("dovetail", d) for d in DOVETAIL_DEPTHS]
+    assert all(s.step_s > 0 and s.host_s is not None and s.passes > 1 and s.new_tokens == 16 for s in samples)
 
 
 def test_host_costs_are_the_probe_loops_time_outside_their_forwards():
     """chain, draft-tree and medusa fit their host costs on what the validation measures as host work
     (the loop's time outside its traced forwards), not on the step time beyond the model's price of the
     forwards: a probe whose passes cost more than the bare price must not put that excess in host."""
+    from real.validation.calibration.dovetail_probe import DOVETAIL_TERMS
     from real.validation.calibration.host_costs import fit_host_costs
     from real.validation.calibration.host_facts import QUICK
     from real.validation.calibration.microbench import LoopSample
@@ -438,15 +478,18 @@ def test_host_costs_are_the_probe_loops_time_outside_their_forwards():
                           host_s=1e-6 * (20.0 + 5.0 * g)) for g in (1, 3, 6)]
     samples += [LoopSample("medusa", w, step_s=0.05, passes=0.0, nodes=float(w), heads=3, host_s=1e-6 * (80.0 + 2.0 * w))
                 for w in (1, 8, 32)]
-    # dovetail's tree work runs between its pass records: measured as the others' (its step time is no help)
+    # dovetail's tree work runs between its pass records: measured as the others' (its step time is no help),
+    # fitted with its own terms (a heterogeneous probe: the single-device fit leaves its samples alone)
     samples += [LoopSample("dovetail", d, step_s=0.05 * d, passes=d + 1.0, nodes=16.0, heads=0, tokens=1.4,
                            host_s=1e-6 * (300.0 + 150.0 * (d + 1))) for d in (2, 7)]
     costs, sources = fit_host_costs(dev, samples, QUICK.medians(QUICK.loop_repeats), "by test", "on test")
     assert costs == {"chain_step": pytest.approx(20.0, abs=1e-3), "chain_pass": pytest.approx(5.0, abs=1e-3),
-                     "medusa_step": pytest.approx(80.0, abs=1e-3), "medusa_node": pytest.approx(2.0, abs=1e-3),
-                     "dovetail_step": pytest.approx(300.0, abs=1e-3), "dovetail_pass": pytest.approx(150.0, abs=1e-3)}
-    assert "outside the traced forwards" in sources["chain_pass"] and "outside the traced forwards" in sources[
-        "dovetail_pass"]
+                     "medusa_step": pytest.approx(80.0, abs=1e-3), "medusa_node": pytest.approx(2.0, abs=1e-3)}
+    assert "outside the traced forwards" in sources["chain_pass"]
+    costs, sources = fit_host_costs(dev, samples, QUICK.medians(QUICK.loop_repeats), "by test", "on test",
+                                    terms=DOVETAIL_TERMS)
+    assert costs == {"dovetail_step": pytest.approx(300.0, abs=1e-3), "dovetail_pass": pytest.approx(150.0, abs=1e-3)}
+    assert "outside the traced forwards" in sources["dovetail_pass"]
     # a sample without the measure (an older calibration) keeps the residual
     old = [replace(s, host_s=None) for s in samples if s.method == "chain"]
     assert fit_host_costs(dev, old, QUICK.medians(QUICK.loop_repeats), "by test", "on test")[0]["chain_pass"] > 1e4

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from hwmodels.platform import Device, Link, LoopCosts, MemoryDomain, Platform
-from real.hetero.workers import allowed_cores
 from real.run.contention import Guard
+from real.run.worker import allowed_cores
 
 pytestmark = [pytest.mark.skipif(len(allowed_cores()) < 2, reason="two CPU workers need two cores"),
               pytest.mark.usefixtures("one_torch_thread")]
@@ -87,6 +87,10 @@ def test_the_section_end_to_end(tiny_demo, tmp_path):
                                                      f"{pair[0]} -> {pair[0]}"]
     assert all(r["pred_step_ms"] > 0 and r["meas_step_ms"] > 0 for r in d["placements"])
     assert d["predicted_best"] in {r["label"] for r in d["placements"]}
+    # a host without dovetail loop costs (calibrated without the heterogeneous probes) prices no host work, and says so
+    assert all(r["pred_parts_ms"]["host"] == 0.0 for r in d["placements"])
+    missing = d["host_costs_missing"]
+    assert "has no dovetail loop costs for" in missing and all(w in missing for w in pair)
     for r in d["placements"]:    # the round's parts add up to it: passes, the tree's host work, transfers, verify
         parts = r["meas_parts_ms"]
         assert parts["draft"] > 0 and parts["verify"] > 0 and parts["host"] > 0
@@ -108,6 +112,7 @@ def test_the_section_end_to_end(tiny_demo, tmp_path):
         assert (tmp_path / name).stat().st_size > 0
     text = (tmp_path / "hetero.md").read_text()
     assert "regret" in text and "hcmp: partition ratio sweep" in text and "## Acceptance check" in text
+    assert "Host work not priced:" in text
     assert "the target of 5 %" in text               # the section's regret target, not the single-device 10 %
     assert doc["fresh_processes"] and doc["alspec"]["fresh_processes"]   # CPU workers: a process per repeat
     assert "each repeat in a process of its own" in text
@@ -305,3 +310,12 @@ def test_a_gguf_referenced_target_streams_from_a_copy_written_from_the_loaded_mo
         import shutil
 
         shutil.rmtree(copy)
+
+
+def test_the_dovetail_section_names_drafters_without_loop_costs():
+    from real.validation.hetero.dovetail import missing_host_costs
+
+    rows = [{"drafter": "cpu0"}, {"drafter": "cpu"}]
+    assert missing_host_costs(host_like({"dovetail_step": 30.0, "dovetail_pass": 5.0}), rows) == ""
+    text = missing_host_costs(host_like({"medusa_step": 30.0}), rows)
+    assert "no dovetail loop costs for cpu, cpu0" in text and "priced 0" in text

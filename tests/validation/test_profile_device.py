@@ -308,7 +308,7 @@ def test_a_single_thread_worker_is_profiled_pinned_to_its_core_on_one_thread(tmp
     import os
 
     from hwmodels.loader import load_platform_file
-    from real.hetero.workers import allowed_cores, can_pin
+    from real.run.worker import allowed_cores, can_pin
     from real.validation.profiler import profile_device as pd
 
     worker = f"cpu{allowed_cores()[0]}"
@@ -354,7 +354,7 @@ def test_the_calibration_profiles_the_first_cores_worker_beside_the_all_thread_c
     core's single-thread worker ``profiled-cpuN`` beside ``host.toml``, each with the host's cache for it."""
     from demo_helpers import host_platform_folder
     from hwmodels.loader import load_platform_file
-    from real.hetero.workers import allowed_cores
+    from real.run.worker import allowed_cores
     from real.validation.profiler import profile_device as pd
     from real.validation.calibration.cpu_profiles import profile_cpu_beside
 

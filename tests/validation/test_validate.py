@@ -75,7 +75,8 @@ def test_grid_is_the_documented_grid():
 # ---------------------------------------------------------------------------- end to end
 @pytest.mark.slow
 def test_validate_end_to_end_on_tiny(tiny_demo, tmp_path, monkeypatch):
-    from real.validation.validate import QUICK, acceptance_check, validate
+    from real.validation.commands import acceptance_check
+    from real.validation.validate import QUICK, validate
 
     folder = host_platform_folder(tmp_path)
     monkeypatch.setenv("HETSPEC_PLATFORMS_DIR", folder)

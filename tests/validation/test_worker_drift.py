@@ -48,7 +48,7 @@ def test_the_calibrated_step_comes_from_the_raw_record(tmp_path):
 
 
 def test_the_step_is_retimed_on_a_worker(one_torch_thread):
-    from real.hetero.workers import allowed_cores
+    from real.run.worker import allowed_cores
 
     seconds = worker_step_s(f"cpu{allowed_cores()[0]}", llc_bytes=1, repeats=2)    # a one-layer decoder
     assert math.isfinite(seconds) and 0 < seconds < 5.0

@@ -11,7 +11,8 @@ import pytest
 from page_helpers import ACCEPTANCE, MODEL, PLATFORM, require_modules
 
 from hwmodels.loader import get_platform, load_platform_file
-from sim.acceptance import load_acceptance, preset_dir
+from sim.acceptance import preset_dir
+from sim.acceptance_loader import load_acceptance
 from sim.commands.predict import describe_config
 from sim.model_spec import get_model
 from sim.optimizer import optimize

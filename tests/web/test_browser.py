@@ -26,7 +26,7 @@ from paths import REPO
 from hetspec.cli import main
 from hwmodels.errors import HetSpecError
 from hwmodels.loader import get_platform
-from sim.acceptance import load_acceptance
+from sim.acceptance_loader import load_acceptance
 from sim.commands.predict import describe_config
 from sim.model_spec import get_model
 from sim.optimizer import optimize

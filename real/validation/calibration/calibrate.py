@@ -14,7 +14,8 @@ Each number's ``source`` names what was measured, how (kernel, sizes, threads, m
 many) and when, on which CPU: ``measured: 18.1 GB/s by hetspec calibrate (stream triad, 3 x 128
 MiB arrays, 2 threads, median of 7) on AMD EPYC, <date>``. The raw measurements (the whole
 GEMM table, bandwidth against working-set size, overhead probe, contention) are written next to
-the platform as ``<name>.calibration.json`` for plots (``notebooks/host_calibration.ipynb``).
+the platform as ``<name>.calibration.json`` for plots (``notebooks/host_calibration.ipynb``, through
+:mod:`real.validation.calibration.notebook_data`).
 
 On a shared machine (docs/validation.md, "Calibration"): the benchmarks of each thread count run in
 short interleaved rounds inside a time budget the code enforces (:mod:`real.validation.calibration.budget`),
@@ -55,10 +56,11 @@ How the measurements enter the roofline (:mod:`hwmodels.roofline`):
   (:func:`real.validation.calibration.microbench.layer_overhead`): the real path issues several torch operators per
   step-graph operator (counted and reported), so a tiny ``torch.add`` alone would underestimate it.
 - ``loop_costs`` (per device, not part of the hardware record) is the host-side work of HetSpec's decode loops beyond their forwards (inputs,
-  masks, argmax, acceptance walk, cache compaction; dovetail: growing and reranking its tree), per
-  method, per step / draft pass / verified token (:func:`fit_host_costs` on
-  :func:`real.validation.calibration.microbench.decode_loop_samples`; the dovetail loop runs drafter and verifier on the
-  one worker the device stands for).
+  masks, argmax, acceptance walk, cache compaction), per method, per step / draft pass / verified token
+  (:func:`~real.validation.calibration.host_costs.fit_host_costs` on
+  :func:`real.validation.calibration.microbench.decode_loop_samples`); with the heterogeneous probes also Dovetail's
+  (growing and reranking its tree; :mod:`real.validation.calibration.dovetail_probe`: drafter and verifier on the
+  one worker the device stands for) and the split step's.
 - the ``storage`` link (:mod:`real.validation.calibration.host_hetero`): its latency from single tensor reads with the
   page cache dropped (:mod:`real.validation.calibration.storage_probe`), its bandwidth from the real loader's
   whole-layer reads and its ``host_share`` from a forward timed beside such reads
@@ -87,6 +89,7 @@ from real.validation.calibration.host_facts import (
     HOST_NAME,
     WARM_WEIGHT_MAX_BYTES,
     Calibration,
+    CalibrationProbes,
     Settings,
     WorkerMeasurement,
     effective_cache,
@@ -104,8 +107,8 @@ from sim.records.machine import cpu_model, usable_cores
 #: goes to the streaming probes, contention, hand-off and the heterogeneous probes.
 ALL_THREADS_SHARE = 0.4
 ONE_THREAD_SHARE = 0.3
-#: The heterogeneous probes (split step, storage, streaming loop) run only while this share of the budget
-#: is left; otherwise the platform has no hcmp loop costs or storage link, and says so.
+#: The heterogeneous probes (split step, dovetail loop, storage, streaming loop) run only while this share of
+#: the budget is left; otherwise the platform has no hcmp or dovetail loop costs or storage link, and says so.
 HETERO_SHARE = 0.15
 #: The benchmarks measured in interleaved rounds, in the first round's order (the streaming probe,
 #: which needs a fresh process, runs once after them).
@@ -253,11 +256,11 @@ def _label(threads: int, all_threads: int) -> str:
 
 
 def measure(settings: Settings, progress: bool = True, command: str = "hetspec calibrate",
-            budget: Budget | None = None, probes=None) -> Calibration:
+            budget: Budget | None = None, probes: CalibrationProbes | None = None) -> Calibration:
     """Run every micro-benchmark inside ``budget`` (with a progress bar) and return the measurements, with the
     spread of the interleaved rounds and how the budget was spent in ``robustness``, and the torch threads
-    and OpenMP settings it ran with in ``runtime``. ``probes(settings) -> dict``: further probes kept in the
-    record's ``extra`` (the heterogeneous ones, :mod:`real.validation.calibration.hetero_probes`), run while
+    and OpenMP settings it ran with in ``runtime``. ``probes``: further probes whose measurements are kept in
+    the record's ``extra`` (the heterogeneous ones, :mod:`real.validation.calibration.hetero_probes`), run while
     the budget leaves room for them."""
     import torch
     from tqdm.auto import tqdm
@@ -295,12 +298,13 @@ def measure(settings: Settings, progress: bool = True, command: str = "hetspec c
         tick()
         extra, skipped = {}, None
         if probes is None:
-            skipped = "no heterogeneous probes (split step, storage, streaming loop) in this calibration"
+            skipped = ("no heterogeneous probes (split step, dovetail loop, storage, streaming loop) in this "
+                       "calibration")
         elif fits(budget, HETERO_SHARE * budget.seconds):
-            bar.set_postfix_str("split step, storage, streaming loop")
-            extra = probes(settings)
+            bar.set_postfix_str("split step, dovetail loop, storage, streaming loop")
+            extra = probes.measure(settings)
         else:
-            skipped = (f"the heterogeneous probes (split step, storage, streaming loop) were skipped: "
+            skipped = (f"the heterogeneous probes (split step, dovetail loop, storage, streaming loop) were skipped: "
                        f"{max(budget.left(), 0):.0f} s of the budget left")
         bar.update(max(0, total - bar.n))
     robustness = {
@@ -323,15 +327,17 @@ def default_out() -> Path:
     return user_platform_dir() / f"{HOST_NAME}.toml"
 
 
-def write_calibration(cal: Calibration, out: str | Path) -> tuple[Platform, Path]:
-    """Write the platform file and its raw measurements next to it; returns the reloaded platform. A
-    calibration whose rounds spread beyond the limit says so in the platform's descriptions."""
+def write_calibration(cal: Calibration, out: str | Path, probes: CalibrationProbes | None = None
+                      ) -> tuple[Platform, Path]:
+    """Write the platform file (with what ``probes``, the ones ``cal`` ran, add to it) and its raw measurements
+    next to it; returns the reloaded platform. A calibration whose rounds spread beyond the limit says so in the
+    platform's descriptions."""
     from hwmodels.loader import load_platform_file
 
     out = Path(out)
     if out.suffix != ".toml":
         raise HetSpecError(f"--out {out}: a platform file ends in .toml")
-    platform = build_platform(cal)
+    platform = build_platform(cal, extend=probes.extend if probes is not None else None)
     label = cal.robustness.get("label")
     if label:
         platform = replace(platform, description=f"{platform.description}. {label}")
@@ -363,7 +369,8 @@ def budget_for(quick: bool, seconds: float | None = None) -> Budget:
 
 def calibrate(out: str | Path | None = None, quick: bool = False, progress: bool = True,
               settings: Settings | None = None, strict: bool = False,
-              budget: Budget | None = None, probes=None) -> tuple[Platform, Path, Calibration]:
+              budget: Budget | None = None, probes: CalibrationProbes | None = None
+              ) -> tuple[Platform, Path, Calibration]:
     """Measure this host inside ``budget`` (default :func:`budget_for`) and write ``out`` (default: ``host.toml``
     in the user platform folder); ``probes``: as :func:`measure` takes them.
 
@@ -382,7 +389,7 @@ def calibrate(out: str | Path | None = None, quick: bool = False, progress: bool
         raise MachineChanged(f"calibration not written (--strict): {what}")
     label = f"Measured on a noisy machine: {what}" if problems else None
     cal = replace(cal, robustness={**cal.robustness, "problems": problems, "label": label})
-    platform, path = write_calibration(cal, out)
+    platform, path = write_calibration(cal, out, probes)
     return platform, path, cal
 
 
@@ -480,44 +487,3 @@ def robustness_lines(cal: Calibration) -> list[str]:
     if rob.get("label"):
         lines.append(f"  {rob['label']} (labelled, not refused; --strict refuses it)")
     return lines
-
-
-# ---------------------------------------------------------------------------- for notebooks
-#: A short measurement (three token counts, one small shape, probe decode loops of 24 tokens: under a minute
-#: on 2 cores) for when no host platform exists yet, e.g. in the test suite: enough to draw the plots, not to
-#: validate with.
-GLANCE = Settings(m_values=(1, 16, 64), shapes=((256, 256),), repeats=2, warmup=1,
-                  dram_working_set_bytes=48 * 2**20, cold_pool_bytes=48 * 2**20, overhead_repeats=2, loop_repeats=1,
-                  loop_new_tokens=24, label="glance", dtype_m_values=(1, 16), dtype_shapes=((256, 256),))
-
-
-def host_calibration(platform_path: str | Path | None = None) -> tuple[Platform, dict, str]:
-    """The calibrated host and its raw measurements, or, if there is none yet, a short
-    :data:`GLANCE` measurement in a temporary folder. Returns ``(platform, raw, where)``."""
-    import tempfile
-
-    from hwmodels.loader import load_platform_file
-
-    path = Path(platform_path) if platform_path is not None else default_out()
-    if path.exists() and raw_path(path).exists():
-        return load_platform_file(path), load_raw(path), str(path)
-    tmp = Path(tempfile.mkdtemp(prefix="hetspec-glance-")) / f"{HOST_NAME}.toml"
-    platform, path, _ = calibrate(tmp, progress=False, settings=GLANCE, budget=Budget(QUICK_BUDGET_S))
-    return platform, load_raw(path), f"{path} (a quick glance: no calibrated host yet, run `hetspec calibrate`)"
-
-
-def gemm_table(raw: dict):
-    """Every GEMM measurement of a calibration as a DataFrame: threads, warm/cold, M, K, N, GFLOP/s,
-    arithmetic intensity (FLOP per byte moved: activations in and out plus the weight, fp32)."""
-    import pandas as pd
-
-    rows = []
-    for key in ("all_threads", "one_thread"):
-        w = raw[key]
-        for state in ("warm", "cold"):
-            for p in w[f"gemm_{state}"]:
-                nbytes = 4.0 * (p["m"] * p["k"] + p["m"] * p["n"] + p["k"] * p["n"])
-                rows.append({"threads": w["threads"], "weights": "in cache" if state == "warm" else "from DRAM",
-                             "m": p["m"], "k": p["k"], "n": p["n"], "gflops": p["flops_per_s"] / 1e9,
-                             "intensity": 2.0 * p["m"] * p["k"] * p["n"] / nbytes})
-    return pd.DataFrame(rows)

@@ -56,7 +56,7 @@ def profile_cpu_beside(host_path: str | Path, quick: bool, progress: bool = True
 def first_worker(host) -> str | None:
     """The single-thread worker on the first core this process may use (``cpuN``), on a machine of several
     cores whose torch runs several threads; None otherwise."""
-    from real.hetero.workers import allowed_cores
+    from real.run.worker import allowed_cores
 
     cores = allowed_cores()
     return f"cpu{cores[0]}" if torch.get_num_threads() > 1 and len(cores) > 1 else None

@@ -5,16 +5,12 @@ What is fitted is what the validation measures as host work: the probe decode's 
 traced forwards (its acceptance records plus untraced Python, :attr:`real.decode.common.DecodeResult.host_s`).
 The forwards themselves, the Python inside a draft pass included, are priced by the device's fixed
 costs per operator (``cache_loop_op_overhead_us`` for a resident model's passes in a loop), so the
-per-pass Python is not counted twice. Dovetail's drafter grows and reranks its tree between its passes,
-outside its pass records (:func:`real.hetero.dovetail.grow_tree`), so its host work is measured the same
-way. A sample without the measure (an older calibration) falls back to the loop's time beyond the
-model's price of its forwards (the residual), which moves with every price of the probe's passes: the
-dovetail residual came out 1.6-7.3 ms per step on single-thread workers from one calibration to the next
-(the host part of the dovetail rows of two validations after two calibrations: 1.65 and 7.26 ms), the loops' time within 3 %."""
+per-pass Python is not counted twice. A sample without the measure (an older calibration, a GPU's loops) falls
+back to the loop's time beyond the model's price of its forwards (the residual). Dovetail's loop, a
+heterogeneous probe, is fitted the same way with its own terms and price
+(:mod:`real.validation.calibration.dovetail_probe`)."""
 
 from __future__ import annotations
-
-import math
 
 from hwmodels.platform import Device, Platform
 
@@ -22,13 +18,14 @@ from hwmodels.platform import Device, Platform
 #: (chain and draft-tree: passes and verified tokens move together, so the per-token part is folded
 #: into the per-pass one; medusa has no draft passes.)
 HOST_COST_TERMS = {"ar": ("step",), "chain": ("step", "pass"), "draft-tree": ("step", "pass"),
-                   "medusa": ("step", "node"), "dovetail": ("step", "pass")}
+                   "medusa": ("step", "node")}
+
 
 def _model_price(device: Device, sample, context: int, dtype: str | None = None) -> float:
     """What the model prices for the forwards (and heads) of one probe decode step on ``device``, the probe
     models in ``dtype`` (the one their loops ran in; None: the probe's own, fp32)."""
     from real.validation.calibration.microbench import LOOP_SHAPE, probe_specs
-    from sim.pricing import dovetail_draft_passes, forward_seconds, medusa_heads_seconds
+    from sim.pricing import forward_seconds, medusa_heads_seconds
 
     spec, draft = probe_specs(LOOP_SHAPE)
     if dtype is not None:      # e.g. a GPU's fp16 profile: its device has no fp32 peak to price fp32 with
@@ -37,12 +34,6 @@ def _model_price(device: Device, sample, context: int, dtype: str | None = None)
     platform = Platform(name="probe", description="", devices={device.name: device})
     q = max(int(round(sample.nodes)), 1)
     price = float(forward_seconds(spec, platform, device.name, q, context))
-    if sample.method == "dovetail":       # the drafter's passes: the accepted tokens, then top-k per level
-        from real.hetero.dovetail import DEFAULT_TOP_K
-
-        n0 = max(math.ceil(sample.tokens), 1)
-        passes = dovetail_draft_passes(n0, int(round(sample.passes)) - 1, DEFAULT_TOP_K, context)
-        return price + sum(float(forward_seconds(draft, platform, device.name, tokens, ctx)) for tokens, ctx in passes)
     price += sample.passes * float(forward_seconds(draft, platform, device.name, 1, context))
     if sample.heads:
         price += medusa_heads_seconds(spec, platform, device.name, 1, sample.heads, batched=True)
@@ -69,20 +60,22 @@ def _nonneg_fit(xs, ys, terms: tuple[str, ...]) -> dict[str, float]:
     return {terms[0]: float(a), terms[1]: float(b)}
 
 
-def _host_seconds(device: Device, sample, context: int, dtype: str | None) -> tuple[float, str]:
+def _host_seconds(device: Device, sample, context: int, dtype: str | None, price) -> tuple[float, str]:
     """Seconds per step of ``sample``'s loop to fit as host work, and what they are."""
     if sample.host_s is None:
-        return sample.step_s - _model_price(device, sample, context, dtype), "residual"
+        return sample.step_s - price(device, sample, context, dtype), "residual"
     return sample.host_s, "measured"
 
 
 def fit_host_costs(device: Device, loops, statistic: str, by: str, on: str,
-                   dtype: str | None = None) -> tuple[dict, dict]:
+                   dtype: str | None = None, terms: dict | None = None, price=None) -> tuple[dict, dict]:
     """The loop costs of ``device`` (:class:`hwmodels.platform.LoopCosts`) and their sources: per method,
     the probe loops' time outside their traced forwards (a sample without it: the step time minus the
     model's price of its forwards and heads, the probe priced in ``dtype``, the one its loops ran in;
     None: the probe's fp32), fitted per step / per pass / per verified token.
-    ``statistic``: how the sources name the samples' statistic (e.g. "median of 3 interleaved rounds x 2")."""
+    ``statistic``: how the sources name the samples' statistic (e.g. "median of 3 interleaved rounds x 2").
+    ``terms`` (default :data:`HOST_COST_TERMS`) and ``price(device, sample, context, dtype)`` (default: the
+    single-device loops' forwards and heads) fit another loop's samples the same way."""
     from real.decode import ALL_DECODER_MODULES
     from real.validation.calibration.microbench import (
         LOOP_PROMPT_TOKENS,
@@ -90,12 +83,13 @@ def fit_host_costs(device: Device, loops, statistic: str, by: str, on: str,
         REFERENCE_LAYERS,
     )
 
+    price = price or _model_price
     costs, sources = {}, {}
-    for method, terms in HOST_COST_TERMS.items():
+    for method, terms in (HOST_COST_TERMS if terms is None else terms).items():
         rows = [s for s in loops if s.method == method]
         if not rows:
             continue
-        host = [_host_seconds(device, s, LOOP_PROMPT_TOKENS + s.new_tokens // 2, dtype) for s in rows]
+        host = [_host_seconds(device, s, LOOP_PROMPT_TOKENS + s.new_tokens // 2, dtype, price) for s in rows]
         seconds = [h for h, _ in host]
         what = ("its time outside the traced forwards (acceptance records and untraced Python)"
                 if all(kind == "measured" for _, kind in host)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import os
 import statistics
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -221,6 +222,18 @@ class Calibration:
         out = asdict(self)
         out["settings"] = asdict(self.settings)
         return out
+
+
+@dataclass(frozen=True)
+class CalibrationProbes:
+    """Probes a calibration runs beyond its core micro-benchmarks, and what they add to its platform:
+    ``measure(settings) -> dict`` (kept in the calibration's ``extra`` record, run while the budget leaves
+    room) and ``extend(cal, devices, loops, links, workers) -> (loops, links)`` (the platform's loop costs and
+    links with what they measured; :func:`real.validation.calibration.host_platform.build_platform`). The
+    heterogeneous ones are :data:`real.validation.calibration.hetero_probes.HETERO_PROBES`."""
+
+    measure: Callable[[Settings], dict]
+    extend: Callable[..., tuple[dict, tuple]]
 
 
 def raw_path(platform_path: str | Path) -> Path:

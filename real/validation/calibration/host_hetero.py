@@ -1,8 +1,10 @@
 """The heterogeneous parts of the calibrated ``host`` platform: what the split step costs on two worker
-threads (the single-thread workers' ``hcmp_*`` loop costs), the disk the streamed weights come from
-(the ``storage`` link) and what streaming costs the compute beside it (the link's ``host_share``, the
-workers' ``stream_layer``). :func:`real.validation.calibration.host_platform.build_platform` adds them from the probes
-of :mod:`real.validation.calibration.split_probe`, :mod:`real.validation.calibration.storage_probe` and
+threads (the single-thread workers' ``hcmp_*`` loop costs), the host work of Dovetail's loop (the
+``dovetail_*`` loop costs), the disk the streamed weights come from (the ``storage`` link) and what streaming
+costs the compute beside it (the link's ``host_share``, the workers' ``stream_layer``).
+:func:`add_hetero` adds them, when ``hetspec calibrate`` ran its heterogeneous probes
+(:mod:`real.validation.calibration.hetero_probes`), from the probes of :mod:`real.validation.calibration.split_probe`,
+:mod:`real.validation.calibration.dovetail_probe`, :mod:`real.validation.calibration.storage_probe` and
 :mod:`real.validation.calibration.stream_probe`."""
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from hwmodels.platform import STORAGE, Link
 SPLIT_KEY = "split_probe"
 STORAGE_KEY = "storage_probe"
 STREAM_KEY = "stream_probe"
+DOVETAIL_KEY = "dovetail_loops"
 
 
 def split_loop_costs(probe, by: str, on: str) -> tuple[dict[str, float], dict[str, str]]:
@@ -97,13 +100,19 @@ def storage_link(probe, by: str, on: str, device: str = "cpu", stream=None) -> L
                 efficiency=1.0, host_share=share, sources={"bw_gbps": bw_source, **sources})
 
 
-def add_hetero(cal, loops: dict, links: tuple, workers) -> tuple[dict, tuple]:
-    """``loops`` (device -> LoopCosts) with the split step's costs on every single-thread worker, and ``links``
-    with the storage link, from the calibration's probes (unchanged where it has none)."""
+def add_hetero(cal, devices: dict, loops: dict, links: tuple, workers) -> tuple[dict, tuple]:
+    """``loops`` (device -> LoopCosts) with the split step's costs on every single-thread worker and Dovetail's
+    loop costs on ``cpu`` and the workers (``devices``: name -> Device), and ``links`` with the storage link,
+    from the calibration's probes (unchanged where it has none)."""
     by, on = f"by {cal.command}", f"on {cal.cpu}, {cal.date}"
     extra = cal.extra or {}
     if extra.get(SPLIT_KEY) is not None:
         loops = with_loop_costs(loops, workers, *split_loop_costs(extra[SPLIT_KEY], by, on))
+    if extra.get(DOVETAIL_KEY) is not None:
+        from real.validation.calibration.dovetail_probe import dovetail_loop_costs
+
+        for name, (costs, sources) in dovetail_loop_costs(devices, extra[DOVETAIL_KEY], by, on).items():
+            loops = with_loop_costs(loops, (name,), costs, sources)
     stream = extra.get(STREAM_KEY)
     if extra.get(STORAGE_KEY) is not None:
         links = tuple(links) + (storage_link(extra[STORAGE_KEY], by, on, stream=stream),)

@@ -9,7 +9,6 @@ from hwmodels.platform import Device, Link, LoopCosts, MemoryDomain, Platform
 from real import openmp_label
 from real.validation.calibration.gemm_rows import row_curve
 from real.validation.calibration.host_costs import fit_host_costs
-from real.validation.calibration.host_hetero import add_hetero
 from real.validation.calibration.host_facts import (
     COLD_POOL_LLC,
     DRAM_WORKING_SET_LLC,
@@ -294,8 +293,10 @@ def resident_loop_overhead(probe, device: Device, thr: str, settings: Settings, 
     return per_op, source
 
 
-def build_platform(cal: Calibration, name: str = HOST_NAME) -> Platform:
-    """The ``host`` platform of a calibration (see the module docstring)."""
+def build_platform(cal: Calibration, name: str = HOST_NAME, extend=None) -> Platform:
+    """The ``host`` platform of a calibration (see the module docstring); ``extend``: what further probes add
+    to its loop costs and links (:attr:`~real.validation.calibration.host_facts.CalibrationProbes.extend`; the
+    heterogeneous ones: the split step's and Dovetail's loop costs, the storage link)."""
     whole, single = cal.all_threads, cal.one_thread
     devices = {"cpu": _device("cpu", whole, cal, f"{cal.cpu}: all {whole.threads} torch threads")}
     workers = [f"cpu{i}" for i in range(cal.cores)]
@@ -324,7 +325,9 @@ def build_platform(cal: Calibration, name: str = HOST_NAME) -> Platform:
                 f"(one worker alone: {single.dram_bw_bytes_per_s / 1e9:.1f} GB/s) {on}"
                 if n_conc > 1 else "1: a single core has no second worker to contend with"),
         })
-    loops, extra_links = add_hetero(cal, loops, (), workers)   # split-step costs, the storage link
+    extra_links: tuple = ()
+    if extend is not None:
+        loops, extra_links = extend(cal, devices, loops, extra_links, workers)
     linked = workers[:MAX_LINKED_WORKERS]
     links = tuple(
         Link(name=f"{a}-{b}", kind="unified", src=a, dst=b, description="zero-copy hand-over between worker threads",

@@ -458,8 +458,9 @@ class LoopSample:
 #: Logit scale of the probe's LM head: makes its predictions confident (top-1 probability near 1),
 #: so draft-tree rounds grow instead of falling back after one token, as a trained draft's do.
 PROBE_LOGIT_SCALE = 40.0
-#: Configurations timed per method (two or more, so a per-pass or per-node cost can be fitted).
-LOOP_CONFIGS = {"ar": (0,), "chain": (1, 3, 6), "draft-tree": (4, 8), "medusa": (1, 8, 32), "dovetail": (2, 7)}
+#: Configurations timed per method (two or more, so a per-pass or per-node cost can be fitted). Dovetail's
+#: loop runs on CPU workers: it is a heterogeneous probe (:mod:`real.validation.calibration.dovetail_probe`).
+LOOP_CONFIGS = {"ar": (0,), "chain": (1, 3, 6), "draft-tree": (4, 8), "medusa": (1, 8, 32)}
 #: Medusa heads of the probe (the tiny demo preset has 3).
 PROBE_MEDUSA_HEADS = 3
 #: Width of the decode-loop probe: the small demo target's (every validation runs it), unlike the
@@ -502,27 +503,23 @@ def loop_prompt() -> list[int]:
 def decode_loop_samples(threads: int, repeats: int, placement=None,
                         configs: dict[str, tuple[int, ...]] | None = None,
                         new_tokens: int = LOOP_NEW_TOKENS) -> tuple[LoopSample, ...]:
-    """Time HetSpec's real decode loops (real.decode) on the probe models: per method and config the
-    median step time, with the draft passes and verified tokens per step.
+    """Time HetSpec's real single-device decode loops (real.decode) on the probe models: per method and config
+    the median step time, with the draft passes and verified tokens per step.
 
     ``placement`` (:class:`real.model.placement.Placement`; None: this CPU, as ``hetspec calibrate`` times
     the host): the device, dtype and CUDA graphs the probe models run with, as a validation runs its
-    models there. ``configs``: the methods and knobs timed (default :data:`LOOP_CONFIGS`; dovetail runs on
-    CPU workers and is left out on another device). ``new_tokens``: what each timed run decodes.
+    models there. ``configs``: the methods and knobs timed (default :data:`LOOP_CONFIGS`). ``new_tokens``: what
+    each timed run decodes.
 
     The samples carry the loops' time outside their traced forwards (``host_s``) where that is host work
     alone: on a CPU a forward's record ends when it has run. On CUDA it ends once the host has queued the
     forward's kernels, and the device's work spills into the next record up to the step's read-back, so
     there the samples carry none and :func:`real.validation.calibration.host_costs.fit_host_costs` takes what the step
     time leaves beyond the device's price of the probe's forwards."""
-    from real.decode import decoder
-    from real.decode.common import Clock
     from real.validation.grid import GridPoint, medusa_tree, real_config
 
     cuda = placement is not None and placement.is_cuda
     configs = dict(LOOP_CONFIGS if configs is None else configs)
-    if cuda:
-        configs.pop("dovetail", None)
     models = probe_models()
     if placement is not None:
         from real.model.placement import place_models
@@ -530,43 +527,38 @@ def decode_loop_samples(threads: int, repeats: int, placement=None,
         models = place_models(models, placement, in_place=True, target_tokens=max(configs.get("medusa", (1,))))
     # accuracies only shape the Medusa trees (greedy sparse trees of the demo kind)
     accuracy = [[0.6, 0.15, 0.05, 0.05], [0.5, 0.15, 0.05, 0.05], [0.4, 0.15, 0.05, 0.05]]
+    jobs = [(method, knob, real_config(GridPoint(method, knob), accuracy,
+                                       medusa_tree(knob, accuracy) if method == "medusa" else None))
+            for method, knobs in configs.items() for knob in knobs]
+    return time_decode_loops(models, jobs, threads, repeats, new_tokens, host_s=not cuda)
+
+
+def time_decode_loops(models, jobs, threads: int, repeats: int, new_tokens: int = LOOP_NEW_TOKENS,
+                      host_s: bool = True) -> tuple[LoopSample, ...]:
+    """Time ``jobs`` (``(method, knob, config)`` each: a real decoder of :mod:`real.decode`, its config) on the
+    probe ``models`` from :func:`loop_prompt` with ``threads`` torch threads: a warm-up each, then ``repeats``
+    rounds that run every loop once (a slow moment of the machine hits them all alike); per job the median
+    step time, with the draft passes and verified tokens per step. ``host_s``: whether the samples carry the
+    loops' time outside their traced forwards (host work alone where it is: :func:`decode_loop_samples`)."""
+    from real.decode import decoder
+    from real.decode.common import Clock
+
     prompt = loop_prompt()
-    jobs = []
-    for method, knobs in configs.items():
-        for knob in knobs:
-            if method == "dovetail":
-                config = dovetail_probe_config(knob, threads)
-            else:
-                tree = medusa_tree(knob, accuracy) if method == "medusa" else None
-                config = real_config(GridPoint(method, knob), accuracy, tree)
-            jobs.append((method, knob, config, decoder(method).generate))
+    gens = [decoder(method).generate for method, _, _ in jobs]
     runs: list[list] = [[] for _ in jobs]
     with torch_threads(threads), torch.inference_mode():
-        for _, _, config, gen in jobs:
+        for (_, _, config), gen in zip(jobs, gens):
             gen(models, prompt, 8, config, Clock())                         # warm-up
-        # every repeat runs every loop once, so a slow moment of the machine hits them all alike
         for _ in range(repeats):
-            for i, (_, _, config, gen) in enumerate(jobs):
+            for i, ((_, _, config), gen) in enumerate(zip(jobs, gens)):
                 runs[i].append(gen(models, prompt, new_tokens, config, Clock()))
     out = []
-    for (method, knob, _, _), results in zip(jobs, runs):
+    for (method, knob, _), results in zip(jobs, runs):
         run = sorted(results, key=lambda r: r.decode_s)[len(results) // 2]
         out.append(LoopSample(method, knob, statistics.median(r.decode_s / r.steps for r in results),
                               passes=run.draft_passes / run.steps, nodes=1.0 + sum(run.proposed_per_step) / run.steps,
                               heads=PROBE_MEDUSA_HEADS if method == "medusa" else 0,
                               tokens=run.mean_accepted_per_step,
-                              host_s=None if cuda else statistics.median(r.host_s / r.steps for r in results),
+                              host_s=statistics.median(r.host_s / r.steps for r in results) if host_s else None,
                               new_tokens=new_tokens))
     return tuple(out)
-
-
-def dovetail_probe_config(depth: int, threads: int):
-    """The probe's dovetail round: Dovetail's tree (top-k 10, 16 verified tokens) from ``1 + depth``
-    drafter passes, drafter and verifier on the one worker the calibrated device stands for (``cpu``
-    = all cores; one thread: ``cpuN`` on the first allowed core)."""
-    from real.hetero.dovetail import DEFAULT_TOP_K, DEFAULT_WIDTH, DovetailConfig
-    from real.hetero.workers import allowed_cores
-
-    cores = allowed_cores()
-    worker = "cpu" if threads > 1 or len(cores) == 1 else f"cpu{cores[0]}"
-    return DovetailConfig(tree_width=DEFAULT_WIDTH, draft_depth=depth, top_k=DEFAULT_TOP_K, workers=(worker, worker))

@@ -170,7 +170,7 @@ def _one_token_s(model, passes: int) -> float:
 def stream_loop_probe(worker: str, rounds: int, warmup: int = 1, folder: str | Path | None = None) -> StreamLoopProbe | None:
     """Run the probe on ``worker`` (a single-thread worker name); None where ``posix_fadvise`` is missing."""
     from real.hetero.streaming import close_streamed, streamed_target, tensor_locations
-    from real.hetero.workers import can_pin, get_worker, on_worker
+    from real.run.worker import can_pin, get_worker, on_worker
     from real.model.checkpoint import check_shapes, save_model
     from real.model.random_models import random_transformer
     from real.validation.calibration.storage_probe import probe_folder

@@ -82,8 +82,22 @@ def dovetail_placements(models, platform, ctx, settings: HeteroSettings, pair: t
     usable = [r for r in rows if not r["missing"]]
     out = {"tau_calibration": tau, "drafter": "demo draft model", "width": settings.dovetail_width,
            "depth": settings.dovetail_depth, "top_k": settings.dovetail_top_k, "placements": rows,
-           "contention": contention}
+           "contention": contention, "host_costs_missing": missing_host_costs(platform, usable)}
     if usable:
         reg, p_best, m_best = regret([r["pred_tokens_per_s"] for r in usable], [r["meas_tokens_per_s"] for r in usable])
         out.update({"regret": reg, "predicted_best": usable[p_best]["label"], "measured_best": usable[m_best]["label"]})
     return out
+
+
+def missing_host_costs(platform, rows) -> str:
+    """Which drafter devices of ``rows`` (the predicted placements) have no calibrated ``dovetail`` loop costs,
+    as a sentence (empty where all have them): their rounds' host work is priced 0. Only the heterogeneous probes
+    of ``hetspec calibrate`` measure them, on the CPU workers (:mod:`real.validation.calibration.dovetail_probe`): a
+    host calibrated without them (``hetspec demo``'s calibration) has none."""
+    lacking = sorted({r["drafter"] for r in rows
+                      if "dovetail_step" not in platform.loop_costs_us(platform_device(platform, r["drafter"]))})
+    if not lacking:
+        return ""
+    return (f"platform {platform.name} has no dovetail loop costs for {', '.join(lacking)} (only the heterogeneous "
+            "probes of `hetspec calibrate` measure them, on the CPU workers): the host work of those drafters' rounds "
+            "is priced 0")

@@ -101,6 +101,8 @@ def markdown(doc: dict, standalone: bool = False) -> list[str]:
                   "its passes, transfers and verification (choosing each pass's nodes and building their mask rows, "
                   "growing and reranking the tree, acceptance), which the prediction prices by the calibrated "
                   "`dovetail` host costs of the drafter's device."]
+    if d.get("host_costs_missing"):
+        lines += ["", f"- **Host work not priced:** {d['host_costs_missing']}."]
     if d.get("regret") is not None:
         lines += ["", f"- Predicted best placement **{d['predicted_best']}**, highest median **{d['measured_best']}**; "
                       f"regret of the medians {_pct(d['regret'])}. Plot: `{PLOTS['placement']}`."]

@@ -68,7 +68,7 @@ def settings_for(quick: bool) -> HeteroSettings:
 # ---------------------------------------------------------------------------- workers and platforms
 def default_pair() -> tuple[str, str]:
     """The two workers of the ratio sweep: ``cuda:0`` + ``cpu`` where CUDA exists, else the first two cores."""
-    from real.hetero.workers import allowed_cores, cuda_devices
+    from real.run.worker import allowed_cores, cuda_devices
 
     if cuda_devices():
         return "cuda:0", "cpu"
@@ -117,7 +117,7 @@ def with_sync_latency(platform, a: str, b: str, latency_s: float):
 
 
 def default_cpu_pair() -> tuple[str, str]:
-    from real.hetero.workers import allowed_cores
+    from real.run.worker import allowed_cores
 
     cores = allowed_cores()
     return (f"cpu{cores[0]}", f"cpu{cores[-1]}") if len(cores) > 1 else ("cpu", f"cpu{cores[0]}")
@@ -172,11 +172,11 @@ def progress_bar(total: int, desc: str, progress: bool):
 def timed_sweep(settings: HeteroSettings, pair, n: int, repeats: int, measure, payload, desc: str, guard,
                 progress: bool) -> tuple[list, dict | None]:
     """A section's timed runs: ``measure(payload, i, repeat, first)`` for each of ``n`` settings, ``repeats``
-    times, interleaved (:func:`real.run.repeats.interleaved_repeats`; each repeat in a process of its own on
+    times, interleaved (:func:`real.run.repeat_processes.interleaved_repeats`; each repeat in a process of its own on
     CPU workers), guarded by ``guard``, with a progress bar. The samples by setting, and what the guard did
     (:func:`real.run.contention.guard_summary`; None without a guard)."""
     from real.run.contention import guard_summary
-    from real.run.repeats import interleaved_repeats
+    from real.run.repeat_processes import interleaved_repeats
 
     log: list = []
     with progress_bar(n * repeats, desc, progress) as bar:

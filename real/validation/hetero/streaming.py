@@ -76,7 +76,7 @@ def streaming_table(models, settings: HeteroSettings, worker: str, progress: boo
     from real.decode.draft_tree import DraftTreeConfig
     from real.hetero.runner import run_runtime, streaming_budget_parts
     from real.hetero.streaming import StreamStats, close_streamed, streamed_target, tensor_locations
-    from real.hetero.workers import get_worker, on_worker
+    from real.run.worker import get_worker, on_worker
     from real.model.checkpoint import check_shapes
     from real.run.request import RunRequest
 

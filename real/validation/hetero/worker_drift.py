@@ -39,7 +39,7 @@ def worker_step_s(worker: str, llc_bytes: int | None = None, repeats: int = WORK
     """The same step re-timed now on ``worker`` (pinned, its threads): median seconds."""
     import torch
 
-    from real.hetero.workers import get_worker, on_worker
+    from real.run.worker import get_worker, on_worker
     from real.model.random_models import random_transformer
     from real.validation.calibration.host_facts import llc_bytes as machine_llc
     from real.validation.calibration.microbench import _probe_step, median_time

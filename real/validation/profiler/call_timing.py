@@ -35,9 +35,9 @@ class OpTiming:
 
 
 def cpu_worker(text: str):
-    """The single-thread worker ``cpuN`` names (:func:`real.hetero.workers.get_worker`: pinned to core N,
+    """The single-thread worker ``cpuN`` names (:func:`real.run.worker.get_worker`: pinned to core N,
     one torch thread; one line for a core this process may not use), else None."""
-    from real.hetero.workers import CPU_RE, get_worker
+    from real.run.worker import CPU_RE, get_worker
 
     return get_worker(text) if CPU_RE.fullmatch(text.strip()) else None
 

@@ -508,7 +508,7 @@ def profile_and_write(device_text: str, model_names: Sequence[str] | None, dtype
     :func:`default_models`), write ``out`` (default ``profiled-<device>.toml`` in the user platform
     folder) and its CSV; returns the summary lines."""
     from hwmodels.loader import user_platform_dir
-    from real.hetero.workers import on_worker
+    from real.run.worker import on_worker
     from real.validation.gpu_target import profiled_platform_name
 
     device = parse_device(device_text)

@@ -18,7 +18,8 @@ from real.run.acceptance import MAX_PROFILE_WIDTH, PROFILE_RANKS, measure_profil
 from real.run.session import run_prompts
 from real.train.corpus import prompts as corpus_prompts
 from sim.acceptance_profile import AcceptanceProfile
-from sim.trace import read_trace, summarize
+from sim.trace import summarize
+from sim.trace_files import read_trace
 from sim.tree import TokenTree
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

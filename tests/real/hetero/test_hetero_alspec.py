@@ -9,7 +9,7 @@ from demo_helpers import evaluation_prompts, reference_ids
 from hwmodels.errors import HetSpecError
 from real.hetero.alspec import AlspecConfig, prepare, sink_window_attention
 from real.hetero.runner import agreement, run_runtime
-from real.hetero.workers import allowed_cores
+from real.run.worker import allowed_cores
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -16,8 +16,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from real.hetero import workers
-from real.hetero.workers import allowed_cores
+from real.run import worker
+from real.run.worker import allowed_cores
 
 pytestmark = [pytest.mark.skipif(len(allowed_cores()) < 1, reason="needs a CPU worker"),
               pytest.mark.usefixtures("one_torch_thread")]
@@ -42,8 +42,8 @@ def host_like():
 
 @pytest.fixture
 def cuda_standin(monkeypatch):
-    monkeypatch.setattr(workers, "cuda_devices", lambda: 1)
-    monkeypatch.setattr(workers, "cuda_torch_device", lambda index: f"cpu:{index}")
+    monkeypatch.setattr(worker, "cuda_devices", lambda: 1)
+    monkeypatch.setattr(worker, "cuda_torch_device", lambda index: f"cpu:{index}")
 
 
 @pytest.fixture
@@ -69,7 +69,7 @@ def test_the_section_pairs_cuda0_with_cpu(cuda_standin):
     pair = default_pair()
     assert pair == ("cuda:0", "cpu")
     assert placements(pair) == (("cuda:0", "cpu"), ("cpu", "cuda:0"), ("cuda:0", "cuda:0"), ("cpu", "cpu"))
-    gpu = workers.get_worker("cuda:0")
+    gpu = worker.get_worker("cuda:0")
     assert gpu.name == "cuda:0" and gpu.device == "cpu:0" and not gpu.is_cuda
 
 

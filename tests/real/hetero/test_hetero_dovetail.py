@@ -11,7 +11,7 @@ from hwmodels.errors import HetSpecError
 from real.hetero.dgf_drafter import DgfDrafter, dgf_examples, dgf_loss
 from real.hetero.dovetail import DovetailConfig, Node, prepare, tree_of
 from real.hetero.runner import run_runtime
-from real.hetero.workers import allowed_cores
+from real.run.worker import allowed_cores
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -12,10 +12,11 @@ from hwmodels.errors import HetSpecError
 from real.hetero.hcmp import HcmpConfig
 from real.hetero.layer_ops import merge_partials, partial_attention
 from real.hetero.split_model import SplitTarget, column_cut
-from real.hetero.workers import WorkerSession, allowed_cores, parse_workers
+from real.hetero.workers import WorkerSession, parse_workers
 from real.model.medusa_heads import MedusaHeads
 from real.model.transformer import Transformer
 from real.run.session import run_prompts
+from real.run.worker import allowed_cores
 from real.train.loops import init_weights
 from sim.model_spec import ModelSpec
 from sim.tree import TokenTree

@@ -1,4 +1,5 @@
-"""Workers (real/hetero/workers.py): names, per-thread pinning and intra-op threads, the pair barrier, worker threads."""
+"""Workers (real/run/worker.py, real/hetero/workers.py): names, per-thread pinning and intra-op threads, the pair
+barrier, worker threads."""
 
 from __future__ import annotations
 
@@ -12,17 +13,14 @@ from hwmodels.errors import HetSpecError
 from real.hetero.workers import (
     BrokenBarrier,
     PairBarrier,
-    Worker,
     WorkerSession,
     WorkerThread,
-    allowed_cores,
     barrier_round_trip_s,
-    get_worker,
-    on_worker,
     parse_workers,
     sequential_caller,
     team_helpers,
 )
+from real.run.worker import Worker, allowed_cores, get_worker, on_worker
 
 CORES = allowed_cores()
 two_cores = pytest.mark.skipif(len(CORES) < 2, reason="needs two cores")

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from real.run.contention import Guard, guard_line, guard_summary, guarded
-from real.run.repeats import interleaved_repeats
+from real.run.repeat_processes import interleaved_repeats
 
 
 def scripted(readings):
@@ -340,7 +340,7 @@ def test_a_long_run_of_batches_stops_too():
 def test_a_measuring_process_that_stops_hands_back_its_line_and_exit_status():
     import multiprocessing
 
-    from real.run.repeats import _repeat_child
+    from real.run.repeat_processes import _repeat_child
 
     g, _ = _stopping_guard([50], give_up_s=1e-9, pause_s=0.0, max_wait_s=0.0)
     g.stretch.since = -1.0                       # the stretch began before this process's first reading

@@ -7,7 +7,8 @@ import os
 import pytest
 
 from hwmodels.errors import HetSpecError
-from real.run.repeats import interleaved, interleaved_repeats, rotation
+from real.run.repeat_processes import interleaved_repeats
+from real.run.repeats import interleaved, rotation
 
 
 def test_rotation_starts_where_told_and_wraps():

@@ -8,7 +8,7 @@ import pytest
 
 from hwmodels.errors import HetSpecError, UnknownNameError
 from hwmodels.loader import get_platform
-from sim.acceptance import load_acceptance
+from sim.acceptance_loader import load_acceptance
 from sim.engine import simulate
 from sim.model_spec import get_model
 from sim.optimizer import optimize

@@ -9,7 +9,8 @@ import pytest
 
 from hwmodels.errors import HetSpecError, UnknownNameError
 from hwmodels.loader import get_platform
-from sim.acceptance import AcceptanceModel, load_acceptance, omega
+from sim.acceptance import AcceptanceModel, omega
+from sim.acceptance_loader import load_acceptance
 from sim.closed_form import step_seconds
 from sim.engine import simulate
 from sim.model_spec import get_model

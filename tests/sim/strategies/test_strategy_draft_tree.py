@@ -10,7 +10,8 @@ import pytest
 
 from hwmodels.errors import HetSpecError, UnknownNameError
 from hwmodels.loader import get_platform
-from sim.acceptance import AcceptanceModel, load_acceptance
+from sim.acceptance import AcceptanceModel
+from sim.acceptance_loader import load_acceptance
 from sim.engine import simulate
 from sim.model_spec import get_model
 from sim.strategies import get_strategy

@@ -11,7 +11,7 @@ import pytest
 from hwmodels.contention import standalone_bw
 from hwmodels.errors import HetSpecError, UnknownNameError
 from hwmodels.loader import get_platform
-from sim.acceptance import load_acceptance
+from sim.acceptance_loader import load_acceptance
 from sim.engine import run_plans, simulate
 from sim.model_spec import get_model
 from sim.optimizer import optimize

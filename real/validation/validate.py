@@ -400,7 +400,7 @@ def write_run_machine(out: Path, command: str, started: datetime, host, device: 
 def _device_json(dev) -> dict:
     out = {}
     for key in ("peak_tflops", "mem_bw_gbps", "bw_efficiency", "op_overhead_us", "cache_op_overhead_us",
-                "cache_loop_op_overhead_us", "cache_gb", "gemv_cache_gb",
+                "cache_loop_op_overhead_us", "masked_overhead_factor", "cache_gb", "gemv_cache_gb",
                 "cache_bw_gbps", "gemm_efficiency_curve", "cache_gemm_efficiency_curve", "cores"):
         value = getattr(dev, key)
         out[key] = dict(value) if key == "peak_tflops" else value

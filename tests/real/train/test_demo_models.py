@@ -13,6 +13,7 @@ from cli_runner import run_cli
 from hwmodels.errors import UnknownNameError
 from real.train import demo
 from real.train.demo import (
+    CACHE_ENV,
     DEMO_PRESETS,
     cache_folder,
     cache_root,
@@ -98,7 +99,8 @@ def test_second_load_comes_from_the_cache(tiny_demo, count_trainings):
     assert again.summary == tiny_demo.summary
 
 
-def test_cache_reuse_force_and_stale_fingerprint(demo_cache_dir, count_trainings):
+def test_cache_reuse_force_and_stale_fingerprint(count_trainings, tmp_path, monkeypatch):
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))       # a cache of its own: the session's may hold micro already
     first = load_demo(MICRO, progress=False)
     assert count_trainings == ["micro"]
     second = load_demo(MICRO, progress=False)

@@ -26,6 +26,9 @@ MEDUSA_WIDTHS = (1, 2, 4, 8, 16, 32, 64)
 #: sweep of each knob around where the best configurations lie. The whole grid took 82 s per A/B block and a
 #: 35-minute acceptance profile on two cores there, two hours in all.
 PRETRAINED_QUICK_VALUES = {"chain": (1, 2, 3, 4), "draft-tree": (4, 16), "medusa": (4, 16, 64)}
+#: The full validation's grid: every other knob value past the first few, so that its more prompts per A/B
+#: block fit its time (:data:`real.validation.validate.FULL`).
+FULL_VALUES = {"chain": (1, 2, 3, 4, 6, 8), "draft-tree": (4, 8, 16, 32), "medusa": (2, 4, 8, 16, 32, 64)}
 
 #: Which knob each method's grid varies, and its symbol in labels.
 KNOB_OF = {"ar": ("", ""), "chain": ("draft_depth", "γ"), "draft-tree": ("tree_width", "M"),

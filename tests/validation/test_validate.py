@@ -421,13 +421,17 @@ def test_validate_takes_the_smollm2_preset_and_asks_before_training_it(tmp_path,
 
 
 def test_a_quick_run_on_a_pretrained_target_takes_the_thinner_grid():
-    from real.validation.grid import PRETRAINED_QUICK_VALUES
+    from real.validation.grid import FULL_VALUES, PRETRAINED_QUICK_VALUES
     from real.validation.validate import QUICK, QUICK_PRETRAINED, grid_for, settings_for
 
     thin = grid_for(True, "smollm2")
     assert [p.method for p in thin].count("ar") == 1
     for method, values in PRETRAINED_QUICK_VALUES.items():
         assert tuple(p.value for p in thin if p.method == method) == values
-    assert grid_for(True, "tiny") == default_grid() == grid_for(False, "smollm2") == grid_for(True, None)
+    assert grid_for(True, "tiny") == default_grid() == grid_for(True, None)
+    full = grid_for(False, "smollm2")          # a full run takes its own thinner grid, whatever the preset
+    assert full == grid_for(False, "small") and len(full) < len(default_grid())
+    for method, values in FULL_VALUES.items():
+        assert tuple(p.value for p in full if p.method == method) == values
     assert settings_for(True, "smollm2") is QUICK_PRETRAINED and settings_for(True, "small") is QUICK
     assert QUICK_PRETRAINED.calibration_prompts < QUICK.calibration_prompts

@@ -50,14 +50,14 @@ QUICK = HeteroSettings(eval_prompts=4, prompt_tokens=64, max_new_tokens=64, repe
                        dovetail_width=16, dovetail_depth=7, dovetail_top_k=10, tau_prompts=8,
                        alspec_lambdas=(0.0, 0.05, 0.1, 0.2, 0.3), alspec_windows=(4, 8, 16, 32), alspec_prompts=3,
                        stream_prompts=2, label="quick")
-#: Full: 48 evaluation prompts in 3 interleaved repeats, as the main validation (tokens per step of a dozen
-#: prompts differ from the calibration prompts' by several percent from the prompt sample alone: the hcmp
-#: section's tokens-per-step check); Dovetail's tokens per round from the main validation's 96 calibration
-#: prompts (16 gave 6.28 where the evaluation prompts decoded 5.96 in one run); weight
+#: Full: 48 evaluation prompts in 3 interleaved repeats (tokens per step of a dozen prompts differ from the
+#: calibration prompts' by several percent from the prompt sample alone: the hcmp section's tokens-per-step
+#: check); Dovetail's tokens per round from the main validation's 64 calibration prompts (16 gave 6.28 where the
+#: evaluation prompts decoded 5.96 in one run); weight
 #: streaming, slower per token, decodes 24 (12 gave 4.10 tokens per round against 3.80 from the calibration
 #: prompts in the same run).
 FULL = replace(QUICK, eval_prompts=48, max_new_tokens=96, repeats=3, tau_prompts=96, alspec_prompts=6,
-               stream_prompts=24, alspec_calib_prompts=8, calibration_prompts=96, stream_probe_rounds=9, label="full",
+               stream_prompts=24, alspec_calib_prompts=8, calibration_prompts=64, stream_probe_rounds=9, label="full",
                contention_guard=True)
 
 

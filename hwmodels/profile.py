@@ -45,7 +45,9 @@ Columns (all required; one row per operator call):
 - ``keys``: keys attended (attention; ``0`` for every other operator);
 - ``kernel_us``: device time of the call's kernels (microseconds, >= 0);
 - ``eager_launch_us``, ``graph_launch_us``: what the call adds on top of ``kernel_us`` when the device
-  runs in that execution mode (>= 0), or ``-`` when it was not measured in that mode. A launch-
+  runs in that execution mode (>= 0; a ``forward_rest`` row's eager value may be negative, where the
+  operator rows were timed at a slower moment than the whole forward), or ``-`` when it was not
+  measured in that mode. A launch-
   inclusive measurement (CUDA events around one eager call) has its whole time in ``kernel_us``,
   ``eager_launch_us`` 0 and ``graph_launch_us`` ``-``.
 
@@ -282,7 +284,8 @@ def read_profile(path: str | Path) -> OpProfile:
             raise _fail(where_file, f"{here}: keys", f"only attention, draft_pass and verify_pass rows have keys; a {op} "
                                                      f"row has 0 (got {keys})")
         kernel = _number(where_file, f"{here}: kernel_us", get["kernel_us"])
-        eager = _number(where_file, f"{here}: eager_launch_us", get["eager_launch_us"], allow_missing=True)
+        eager = _number(where_file, f"{here}: eager_launch_us", get["eager_launch_us"], allow_missing=True,
+                        low=-math.inf if op == "forward_rest" else 0.0)
         graph = _number(where_file, f"{here}: graph_launch_us", get["graph_launch_us"], allow_missing=True)
         key = (op, shape, keys, tokens)
         if key in seen:

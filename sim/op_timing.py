@@ -213,8 +213,9 @@ def rest_fallback(profile: OpProfile, mode: str, shape: str, tokens: float) -> t
     layers, hidden = int(m.group(1)), int(m.group(2))
     key, ref_layers, _ = min(others, key=lambda o: (abs(np.log(o[2] / hidden)), -o[1], o[0][1]))
     seconds, near = at(key)
-    return seconds * layers / ref_layers, (f"forward_rest {shape} not profiled; {key[1]}'s rest at {near} tokens "
-                                           f"per layer x {layers} layers")
+    # a negative rest says that model's rows were timed slower than it ran whole: nothing about this model
+    return max(seconds, 0.0) * layers / ref_layers, (f"forward_rest {shape} not profiled; {key[1]}'s rest at "
+                                                     f"{near} tokens per layer x {layers} layers")
 
 
 def _profile_shape(op: Op) -> str:

@@ -18,7 +18,8 @@ from sim.acceptance_loader import load_acceptance
 from sim.closed_form import step_seconds
 from sim.engine import simulate
 from sim.model_spec import get_model
-from sim.step_graph import forward_key
+from sim.step_graph import build_step_graph, forward_key
+from sim.step_timing import price_step
 from sim.strategies import get_strategy
 from sim.strategies.base import Problem, StrategyConfig
 from sim.strategies.chain import draft_cumulative, draft_pass_seconds
@@ -170,19 +171,50 @@ def test_the_probe_times_every_pass_of_rounds_that_accept_all_or_nothing(tmp_pat
         for full in (False, True):
             rounds = time_loop_passes(models, method, full, repeats=1)
             assert len(rounds) == ROUNDS
-            context, seconds, verify = pass_medians(rounds)
-            assert len(seconds) == PASSES and all(s > 0 for s in seconds) and verify > 0
+            context, ratios, verify = pass_medians(rounds)
+            # each pass over its standalone twin: inside the loop it does the twin's work and more, never 10x it
+            assert len(ratios) == PASSES and all(0.5 < r < 10.0 for r in ratios) and 0.5 < verify < 10.0
             # kept rounds 1..ROUNDS, each after a round that emitted PASSES + 1 tokens (all accepted) or 1
             per_round = PASSES + 1 if full else 1
             assert context == int(np.median([PROMPT_TOKENS + per_round * s for s in range(1, ROUNDS + 1)]))
             timed.append((f"draft_pass_{'chain' if method == 'chain' else 'tree'}{'_full' if full else ''}", target,
-                          draft, context, seconds, verify))
+                          draft, context, ratios, verify))
     assert models.target.lm_head._forward_hooks == {} and models.draft.lm_head._forward_hooks == {}
-    prof = read_profile(write_profile(tmp_path / "p.csv", {"dtype": "fp32", "source": "test"}, draft_pass_rows(timed)))
-    assert len(prof.table("draft_pass_tree_full", forward_key(draft)).lines[0][1]) == PASSES
+    device = EAGER.device("gpu")
+    prof = read_profile(write_profile(tmp_path / "p.csv", {"dtype": "fp32", "source": "test"},
+                                      draft_pass_rows(timed, device)))
+    keys, index, kernel_us = prof.table("draft_pass_tree_full", forward_key(draft)).lines[0][:3]
+    assert list(index) == list(range(1, PASSES + 1))
+    # a row is its ratio times the device's price of the standalone forward at the rounds' context
+    pass_s = price_step(build_step_graph(draft, 1, int(keys)), device).total_s
+    assert kernel_us[0] == pytest.approx(timed[3][4][0] * pass_s * 1e6, rel=1e-3)
     # each round's verification of PASSES + 1 tokens is a row of the target
     keys, tokens, kernel_us = prof.table("verify_pass_chain", forward_key(target)).lines[0][:3]
-    assert list(tokens) == [PASSES + 1] and kernel_us[0] == pytest.approx(timed[0][5] * 1e6, rel=1e-3)
+    verify_s = price_step(build_step_graph(target, PASSES + 1, int(keys)), device).total_s
+    assert list(tokens) == [PASSES + 1] and kernel_us[0] == pytest.approx(timed[0][5] * verify_s * 1e6, rel=1e-3)
+
+
+def test_a_standalone_twin_is_timed_per_call_after_its_warm_calls():
+    """Under a fake clock each call of the twin advances by its pace: the twin reads exactly that per call,
+    whatever the pace, and only the timed calls count."""
+    from real.validation.profiler.draft_loop import TWIN_CALLS, twin_seconds
+
+    now = [0.0]
+
+    def clock() -> float:
+        return now[0]
+
+    def step_at(seconds: float):
+        def step():
+            now[0] += seconds
+        return step
+
+    for pace in (1.0, 2.0, 7.5):
+        twin = twin_seconds(step_at(1e-3 * pace), clock=clock)
+        assert twin == pytest.approx(1e-3 * pace)
+    calls = []
+    twin_seconds(lambda: calls.append(1), calls=TWIN_CALLS, clock=clock)
+    assert len(calls) >= TWIN_CALLS + 2          # warm calls, then the timed ones
 
 
 def test_the_passes_before_and_after_the_rows_are_pooled():

@@ -68,6 +68,15 @@ def test_a_profile_reads_back_its_rows(tmp_path):
     assert [line[0] for line in prof.table("attention", "h2kv2d4").lines] == [16, 48]
 
 
+def test_only_a_forward_rest_row_may_carry_a_negative_eager_rest(tmp_path):
+    """A forward timed whole faster than its rows leaves a negative rest (the rows were timed slower); any other
+    row's eager time below zero contradicts the format."""
+    rest = ROWS.replace("linear,64x128,1,", "forward_rest,L2H64I128h4kv2d16V256,1,0,0,-35.5,-\nlinear,64x128,1,")
+    assert read_profile(fixture(tmp_path, rest)).table("forward_rest", "L2H64I128h4kv2d16V256").lines[0][3] == (-35.5,)
+    with pytest.raises(HetSpecError, match=r"row 6 \(line 12\): eager_launch_us: must be >= 0"):
+        read_profile(fixture(tmp_path, ROWS.replace("linear,64x128,8,0,10,-,1", "linear,64x128,8,0,10,-2,1")))
+
+
 @pytest.mark.parametrize("edit, where", [
     (lambda rows: rows.replace("linear,64x128,16,0,14,", "linear,64x128,16,0,-14,"), "row 7 (line 13): kernel_us: must be >= 0"),
     (lambda rows: rows.replace("linear,64x128,8,0,10,-,1", "linear,64x128,8,0,10,-,-0.5"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -169,6 +170,7 @@ def test_the_eager_launch_is_the_launch_inside_the_real_forward(tiny_profile):
 
 def test_the_forward_rest_rows_price_each_profiled_forward_at_its_measured_time(tiny_profile):
     from hwmodels.loader import load_platform_file
+    from hwmodels.profile import in_mode
     from real.validation.profiler.forward_launch import REST_CONTEXT, forward_rest_rows
     from sim.step_graph import build_step_graph, forward_key
     from sim.step_timing import price_step
@@ -185,15 +187,17 @@ def test_the_forward_rest_rows_price_each_profiled_forward_at_its_measured_time(
         priced = price_step(build_step_graph(SPEC, tokens, REST_CONTEXT), dev)
         rest = {p.op.name: p for p in priced.ops}["forward_rest"]
         assert rest.source == "profile" and rest.timing.compute_s == 0.0
-        if rest.time_s > 0:   # the rest is what the rows left of the measured forward (to the rounding of the
-            # profile's 6-significant-digit microseconds: a few nanoseconds over the step's rows)
-            assert priced.total_s == pytest.approx(seconds, rel=1e-6, abs=1e-8)
-        else:                 # rows timed slower than the forward: never a negative rest
-            assert priced.total_s >= seconds
-    # a forward faster than its rows gives 0; a graph replays none of it
+        # the rest is what the rows left of the measured forward, negative where the rows were timed slower (to
+        # the rounding of the profile's 6-significant-digit microseconds: a few nanoseconds over the step's rows)
+        assert priced.total_s == pytest.approx(seconds, rel=1e-6, abs=1e-8)
+    # a forward faster than its rows gives a negative rest, the forward priced at its measured time; a graph
+    # replays none of it
     for graphs, graph_cell in ((False, math.nan), (True, 0.0)):
         (row,) = forward_rest_rows(dev, [(SPEC, [(2, 1e-9)])], graphs=graphs)
-        assert row[:5] == ("forward_rest", forward_key(SPEC), 2, 0, 0.0) and row[5] == 0.0
+        # what the device prices for the forward (here its rest rows too) comes off the measured time
+        priced_s = price_step(build_step_graph(SPEC, 2, REST_CONTEXT), in_mode(dev, "eager", "test")).total_s
+        assert row[:5] == ("forward_rest", forward_key(SPEC), 2, 0, 0.0)
+        assert row[5] == pytest.approx((1e-9 - priced_s) * 1e6, rel=1e-6) and row[5] < 0
         assert (math.isnan(row[6]) and math.isnan(graph_cell)) or row[6] == graph_cell
 
 
@@ -220,11 +224,39 @@ def test_every_timed_forward_sample_follows_untimed_calls_of_the_same_forward(mo
         return 1e-3
 
     monkeypatch.setattr(forward_launch, "forward_step", counting_step)
-    out = forward_launch.time_model_forwards(SPEC, torch.device("cpu"), torch.float32, (1, 2, 8, 100), time_calls,
-                                             calls=3, repeats=2)
+    out, = forward_launch.time_model_forwards([SPEC], torch.device("cpu"), torch.float32, (1, 2, 8, 100), time_calls,
+                                              calls=3, repeats=2)
     assert [t for t, _ in out] == [1, 2, 8] and all(s == [1e-3, 1e-3] for _, s in out)   # 64 + 100 > 128 positions
     for tokens, before in timed:   # the calls just before each sample: the same forward, WARM_CALLS of them
         assert calls[before - forward_launch.WARM_CALLS:before] == [tokens] * forward_launch.WARM_CALLS
+
+
+def test_the_models_forwards_are_timed_interleaved_so_they_see_the_same_machine(monkeypatch):
+    """Two models' forwards in one rotation: every repeat visits both models before the next repeat starts, so a
+    machine that slows down half way slows both models' samples alike and keeps their ratio."""
+    from real.validation.profiler import forward_launch
+
+    wider = replace(SPEC, name="wider", hidden=2 * SPEC.hidden, intermediate=2 * SPEC.intermediate)
+    real_step = forward_launch.forward_step
+    seen: list = []
+
+    def tagged_step(model, cache, tokens):
+        step = real_step(model, cache, tokens)
+        step.tag = (model.spec.name, tokens)
+        return step
+
+    def time_calls(fn, n):        # the machine runs at half speed from the second repeat on
+        seen.append(fn.tag)
+        pace = 1.0 if len(seen) <= 4 else 2.0
+        return pace * (2e-3 if fn.tag[0] == "wider" else 1e-3)
+
+    monkeypatch.setattr(forward_launch, "forward_step", tagged_step)
+    small, wide = forward_launch.time_model_forwards([SPEC, wider], torch.device("cpu"), torch.float32, (1, 2),
+                                                     time_calls, calls=1, repeats=2)
+    assert sorted(seen[:4]) == sorted([(SPEC.name, 1), (SPEC.name, 2), ("wider", 1), ("wider", 2)])
+    assert sorted(seen[4:]) == sorted(seen[:4])
+    for (t, a), (u, b) in zip(small, wide):
+        assert t == u and [y / x for x, y in zip(sorted(a), sorted(b))] == [2.0, 2.0]
 
 
 def test_the_warm_up_lasts_its_calls_and_its_time():
@@ -250,6 +282,16 @@ def test_forwards_timed_before_and_after_the_rows_are_pooled():
     before, after = [(1, [1.0, 2.0, 9.0]), (2, [4.0])], [(1, [3.0, 3.5]), (2, [6.0, 5.0])]
     assert bracketed_forwards(before, after) == [(1, 3.0), (2, 5.0)]
     assert bracketed_forwards(before, []) == [(1, 2.0), (2, 4.0)]
+
+
+def test_a_forward_of_more_tokens_is_never_kept_cheaper_than_a_shorter_one():
+    """A median that reads below a shorter forward's (the machine's noise) is pooled with it, weighted by the
+    samples: the fit is non-decreasing, and medians already in order are kept."""
+    from real.validation.profiler.forward_launch import bracketed_forwards
+
+    noisy = [(1, [5.0, 5.0, 5.0]), (2, [2.0]), (4, [6.0, 6.0]), (8, [7.0])]
+    assert bracketed_forwards(noisy, []) == [(1, 4.25), (2, 4.25), (4, 6.0), (8, 7.0)]
+    assert bracketed_forwards([(1, [1.0]), (4, [2.0]), (16, [2.0])], [(16, [])]) == [(1, 1.0), (4, 2.0), (16, 2.0)]
 
 
 def test_a_launch_inside_the_forward_is_never_below_the_bare_dispatch(tiny_profile):
@@ -555,8 +597,8 @@ def test_guarded_forwards_are_taken_again_after_a_slow_probe_and_keep_their_orde
         return 1e-3 * len(seen)
 
     records: list = []
-    out = forward_launch.time_model_forwards(SPEC, torch.device("cpu"), torch.float32, (1, 2), time_calls, calls=2,
-                                             repeats=2, guard=guard, records=records)
+    out, = forward_launch.time_model_forwards([SPEC], torch.device("cpu"), torch.float32, (1, 2), time_calls, calls=2,
+                                              repeats=2, guard=guard, records=records)
     assert [t for t, _ in out] == [1, 2] and all(len(s) == 2 for _, s in out)
     assert len(records) >= 1 and records[0].retakes == 1       # the first batch measured twice
     assert len(seen) > 4                                       # 4 samples kept, more taken

@@ -9,11 +9,15 @@ of that. On the 2-core Intel Xeon of docs/validation.md the small demo draft's p
 the loop where those rows price 1.69-1.82 ms.
 
 So ``hetspec calibrate --device cpu`` also runs the real decoders (:mod:`real.decode.chain`,
-:mod:`real.decode.draft_tree`) on random-weight models of every profiled demo preset's target and draft shapes,
-and writes the median time of each pass of a round, by its index in the round, as the draft's rows. They are
-timed before and after the operator rows and the rounds of both pooled, so that a drift of the machine's speed
-during the profile moves them as it moves the rows; :mod:`sim.strategies.loop_passes` says how the simulator
-prices them. What the models propose is set, not learnt: a forward hook on each LM head raises one token's
+:mod:`real.decode.draft_tree`) on random-weight models of every profiled demo preset's target and draft shapes.
+Each timed decode is paired with the same forwards timed standalone right after it, on the same models (the
+draft's one-token pass, the target's verification of the round's tokens, each in a loop of its own as the rows
+are timed): what the profile keeps of a pass is its time over its standalone twin's, the median of those
+ratios, and the row it writes is that ratio times the profile's own price of the standalone forward. A machine
+whose speed moves (another process, a stall) moves a decode and its twins together, so the ratio holds where an
+absolute time taken at another moment than the operator rows would not. The decodes are taken before and after
+the operator rows and their ratios pooled; :mod:`sim.strategies.loop_passes` says how the simulator prices the
+rows. What the models propose is set, not learnt: a forward hook on each LM head raises one token's
 logit far above the rest, the same token for both models (every draft accepted: the ``_full`` rows) or another
 for the draft (every draft rejected), so every round drafts :data:`PASSES` tokens whatever the weights, and a
 draft tree grows along one branch to its budget.
@@ -23,6 +27,7 @@ Only times are taken from these runs, never acceptance.
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Sequence
 
 import torch
@@ -38,6 +43,8 @@ ROUNDS = 6
 PROMPT_TOKENS = 64
 #: What the LM-head hooks add to the proposed token's logit (the softmax puts all but nothing on it).
 LOGIT_LIFT = 30.0
+#: Timed calls of each standalone twin after a decode (after :func:`real.validation.profiler.forward_launch.warm_up`).
+TWIN_CALLS = 5
 
 
 def demo_pairs(names: Sequence[str]) -> list[tuple]:
@@ -74,35 +81,56 @@ def passes_by_round(clock, phase: str = "draft") -> dict[int, list[float]]:
     return passes
 
 
+def twin_seconds(step, calls: int = TWIN_CALLS, clock=time.perf_counter) -> float:
+    """Seconds per call of ``step`` timed as a loop of its own: untimed calls until its caches are its own
+    (:func:`real.validation.profiler.forward_launch.warm_up`), then the mean of ``calls`` timed calls."""
+    from real.validation.profiler.forward_launch import warm_up
+
+    warm_up(step)
+    start = clock()
+    for _ in range(calls):
+        step()
+    return (clock() - start) / calls
+
+
 def time_loop_passes(models, method: str, full: bool, repeats: int, guard=None,
                      records: list | None = None) -> list[tuple[int, list[float], float]]:
-    """(context, seconds of pass 1..:data:`PASSES`, seconds of the verification) of every kept round of the draft
-    inside ``method``'s decode loop on ``models`` (:class:`real.decode.common.DecodeModels`, random weights), every
-    draft accepted (``full``) or rejected: ``repeats`` decodes of :data:`ROUNDS` kept rounds each (the first round,
-    after the prefill, and the last rounds, which draft fewer, left out), taken in batches the contention ``guard``
-    checks (its records appended to ``records``). ``context``: the draft's cached tokens at the round's first
-    pass; the verification covers :data:`PASSES` + 1 tokens."""
+    """(context, pass 1..:data:`PASSES` over the standalone draft pass, the verification over the standalone
+    verification) of every kept round of the draft inside ``method``'s decode loop on ``models``
+    (:class:`real.decode.common.DecodeModels`, random weights), every draft accepted (``full``) or rejected:
+    ``repeats`` decodes of :data:`ROUNDS` kept rounds each (the first round, after the prefill, and the last
+    rounds, which draft fewer, left out), each decode followed by its standalone twins (:func:`twin_seconds`:
+    the draft's one-token forward and the target's forward of :data:`PASSES` + 1 tokens under a chain's mask, at
+    the kept rounds' middle context), taken in batches the contention ``guard`` checks (its records appended to
+    ``records``). ``context``: the draft's cached tokens at the round's first pass."""
     from real.decode.common import Clock
     from real.run.contention import guarded_batches
+    from real.validation.calibration.microbench import forward_step, prefilled_cache
 
     generate, config = _decoder(method)
     prompt = [1 + (7 * i) % (models.target.spec.vocab - 1) for i in range(PROMPT_TOKENS)]
     per_round = PASSES + 1 if full else 1            # tokens a round emits
     new_tokens = 1 + (ROUNDS + 1) * per_round + PASSES + 1
     handles = [_lift(models.target, 1), _lift(models.draft, 1 if full else 2)]
+    middle = PROMPT_TOKENS + per_round * (ROUNDS + 1) // 2
 
     def decode(_item) -> list[tuple[int, list[float], float]]:
         clock = Clock()
         result = generate(models, prompt, new_tokens, config, clock)
+        draft_s, verify_s = twin_seconds(draft_twin), twin_seconds(verify_twin)
         passes, verify = passes_by_round(clock), passes_by_round(clock, "verify")
         emitted = [0]
         for n in result.accepted_per_step:
             emitted.append(emitted[-1] + n)
-        return [(PROMPT_TOKENS + emitted[step], times, verify[step][0]) for step, times in sorted(passes.items())
+        return [(PROMPT_TOKENS + emitted[step], [t / draft_s for t in times], verify[step][0] / verify_s)
+                for step, times in sorted(passes.items())
                 if 1 <= step <= ROUNDS and len(times) == PASSES and step in verify]
 
     try:
         with torch.inference_mode():
+            draft_twin = forward_step(models.draft, prefilled_cache(models.draft, middle, middle + 1), 1)
+            verify_twin = forward_step(models.target, prefilled_cache(models.target, middle, middle + PASSES + 1),
+                                       PASSES + 1)
             decode(None)                   # allocations, first calls
             runs, kept = guarded_batches(guard, list(range(repeats)), decode)
     finally:
@@ -114,7 +142,7 @@ def time_loop_passes(models, method: str, full: bool, repeats: int, guard=None,
 
 
 def pass_medians(rounds) -> tuple[int, list[float], float]:
-    """(median context, median seconds of each pass index, median seconds of the verification) of ``rounds``
+    """(median context, median ratio of each pass index, median ratio of the verification) of ``rounds``
     (:func:`time_loop_passes`, any number of them pooled, at least one)."""
     return (int(median([c for c, _, _ in rounds])),
             [median([times[j] for _, times, _ in rounds]) for j in range(PASSES)],
@@ -146,28 +174,33 @@ def time_draft_passes(pairs, device: torch.device, dtype: torch.dtype, repeats: 
 
 
 def bracketed_passes(before, after) -> list[tuple]:
-    """(op, target spec, draft spec, context, [median seconds per pass index], median verification seconds) of two
+    """(op, target spec, draft spec, context, [median ratio per pass index], median verification ratio) of two
     :func:`time_draft_passes` measurements, taken before and after a profile's operator rows, their rounds pooled:
-    a machine whose speed drifts while the rows are measured moves these medians as it moved the rows (as the
-    ``forward_rest`` forwards are bracketed)."""
+    a machine whose pace changes between the two halves of a profile weighs in both."""
     pooled: dict = {}
     for op, target, spec, rounds in list(before) + list(after):
         pooled.setdefault((op, spec.name), [op, target, spec, []])[3].extend(rounds)
     return [(op, target, spec, *pass_medians(rounds)) for op, target, spec, rounds in pooled.values() if rounds]
 
 
-def draft_pass_rows(timed) -> list[tuple]:
-    """Profile rows of ``timed`` (:func:`bracketed_passes`): the whole measured pass in ``kernel_us``
-    (launch-inclusive: ``eager_launch_us`` 0, ``graph_launch_us`` not measured), ``tokens`` the pass's index in
-    its round (1-based), ``keys`` the draft's cached tokens at the round's first pass; and the round's
-    verification as a ``verify_pass_*`` row of the target (``tokens`` the tokens it verifies, ``keys`` the same
-    context), what the target's pass costs inside the loop (:mod:`sim.strategies.loop_passes`)."""
-    from sim.step_graph import forward_key
+def draft_pass_rows(timed, device) -> list[tuple]:
+    """Profile rows of ``timed`` (:func:`bracketed_passes`) for the profiled ``device`` (its operator and
+    ``forward_rest`` rows): each pass its ratio times the device's price of the draft's one-token forward at the
+    rounds' context, in ``kernel_us`` (launch-inclusive: ``eager_launch_us`` 0, ``graph_launch_us`` not
+    measured), ``tokens`` the pass's index in its round (1-based), ``keys`` the draft's cached tokens at the
+    round's first pass; and the round's verification as a ``verify_pass_*`` row of the target (``tokens`` the
+    tokens it verifies, ``keys`` the same context): its ratio times the device's price of that pass, what the
+    target's pass costs inside the loop (:mod:`sim.strategies.loop_passes`)."""
+    from sim.step_graph import build_step_graph, forward_key
+    from sim.step_timing import price_step
     from sim.strategies.loop_passes import verify_op
 
     rows = []
     for op, target, spec, context, passes, verify in timed:
-        rows += [(op, forward_key(spec), j + 1, context, seconds * 1e6, 0.0, float("nan"))
-                 for j, seconds in enumerate(passes)]
-        rows.append((verify_op(op), forward_key(target), PASSES + 1, context, verify * 1e6, 0.0, float("nan")))
+        pass_s = price_step(build_step_graph(spec, 1, context), device).total_s
+        verify_s = price_step(build_step_graph(target, PASSES + 1, context), device).total_s
+        rows += [(op, forward_key(spec), j + 1, context, ratio * pass_s * 1e6, 0.0, float("nan"))
+                 for j, ratio in enumerate(passes)]
+        rows.append((verify_op(op), forward_key(target), PASSES + 1, context, verify * verify_s * 1e6, 0.0,
+                     float("nan")))
     return rows

@@ -77,23 +77,20 @@ def warm_up(step: Callable[[], object], min_calls: int = WARM_CALLS, min_s: floa
     return done
 
 
-def time_model_forwards(spec, device: torch.device, dtype: torch.dtype, tokens: Sequence[int],
+def time_model_forwards(specs, device: torch.device, dtype: torch.dtype, tokens: Sequence[int],
                         time_calls: Callable[[Callable[[], object], int], float], calls: int, repeats: int,
                         tick: Callable[[int], None] | None = None, guard=None,
-                        records: list | None = None) -> list[tuple[int, list[float]]]:
-    """(tokens, samples) of the eager forward of a random-weight ``spec`` model at each of ``tokens`` that fits
-    its positions after :data:`REST_CONTEXT` cached tokens: ``time_calls(fn, calls)`` seconds per call after
-    untimed ones (:func:`warm_up`), ``repeats`` samples interleaved over the token counts (each repeat visits
-    them in :func:`real.run.repeats.rotation` order). ``guard`` (:class:`real.run.contention.Guard`): the samples
-    taken in batches of about 2 s, a batch the guard's probe reads slow after taken again
-    (:func:`real.run.contention.guarded_batches`); its records are appended to ``records`` when given. Empty when
-    the model does not fit the device's memory. ``tick(k)`` after ``k`` samples kept (a progress bar's
-    ``update``)."""
+                        records: list | None = None) -> list[list[tuple[int, list[float]]]]:
+    """Per model of ``specs``, (tokens, samples) of the eager forward of a random-weight model at each of
+    ``tokens`` that fits its positions after :data:`REST_CONTEXT` cached tokens: ``time_calls(fn, calls)``
+    seconds per call after untimed ones (:func:`warm_up`), ``repeats`` samples interleaved over every model and
+    token count (each repeat visits them all in :func:`real.run.repeats.rotation` order), so the models' forwards
+    see the same machine and a profile prices a draft against its target as they run side by side. ``guard``
+    (:class:`real.run.contention.Guard`): the samples taken in batches of about 2 s, a batch the guard's probe
+    reads slow after taken again (:func:`real.run.contention.guarded_batches`); its records are appended to
+    ``records`` when given. A model that does not fit the device's memory has none. ``tick(k)`` after ``k``
+    samples kept (a progress bar's ``update``)."""
     from real.model.transformer import Transformer
-
-    fits = [t for t in tokens if REST_CONTEXT + t <= spec.max_position]
-    if not fits:
-        return []
 
     def warm_then_time(step) -> float:
         # the forward as a loop of its own runs it (the rows' protocol): the forward of another token count just
@@ -102,42 +99,63 @@ def time_model_forwards(spec, device: torch.device, dtype: torch.dtype, tokens: 
         warm_up(step)
         return time_calls(step, calls)
 
-    try:
-        torch.manual_seed(0)
-        with torch.device(device):
-            model = Transformer(spec).to(dtype=dtype).eval()
-        with torch.inference_mode():
-            cache = prefilled_cache(model, REST_CONTEXT, REST_CONTEXT + max(fits))
-            steps = [forward_step(model, cache, t) for t in fits]
-            for step in steps:
-                step()   # allocations, kernel selection
-            order = [i for rep in range(repeats) for i in rotation(len(steps), rep)]
-            samples, kept = guarded_batches(guard, order, lambda i: warm_then_time(steps[i]), tick=tick)
-    except torch.OutOfMemoryError:
-        return []
+    steps: list[tuple[int, int, Callable[[], object]]] = []    # (model index, tokens, step)
+    with torch.inference_mode():
+        for index, spec in enumerate(specs):
+            fits = [t for t in tokens if REST_CONTEXT + t <= spec.max_position]
+            if not fits:
+                continue
+            try:
+                torch.manual_seed(0)
+                with torch.device(device):
+                    model = Transformer(spec).to(dtype=dtype).eval()
+                cache = prefilled_cache(model, REST_CONTEXT, REST_CONTEXT + max(fits))
+                made = [(index, t, forward_step(model, cache, t)) for t in fits]
+                for _, _, step in made:
+                    step()   # allocations, kernel selection
+            except torch.OutOfMemoryError:
+                continue
+            steps += made
+        order = [i for rep in range(repeats) for i in rotation(len(steps), rep)]
+        samples, kept = guarded_batches(guard, order, lambda i: warm_then_time(steps[i][2]), tick=tick)
     if records is not None:
         records += kept
-    by_count: list[list[float]] = [[] for _ in fits]
+    by_step: list[list[float]] = [[] for _ in steps]
     for i, seconds in zip(order, samples):
-        by_count[i].append(seconds)
-    return [(t, by_count[i]) for i, t in enumerate(fits)]
+        by_step[i].append(seconds)
+    return [[(t, by_step[i]) for i, (index, t, _) in enumerate(steps) if index == m] for m in range(len(specs))]
 
 
 def bracketed_forwards(before, after) -> list[tuple[int, float]]:
-    """(tokens, median seconds) of one model's forwards timed before and after the profile's operator rows
-    (:func:`time_model_forwards` twice): the samples of both, so a machine that drifts while the rows are
-    measured moves the forwards' median as it moved the rows."""
+    """(tokens, seconds) of one model's forwards timed before and after the profile's operator rows
+    (:func:`time_model_forwards` twice): the median of the samples of both at each token count, so a machine
+    that drifts while the rows are measured moves the forwards as it moved the rows, then made non-decreasing
+    in the token count (the isotonic fit to the medians, weighted by their samples). A forward of more new
+    tokens after the same context does all the work of a shorter one and more, so a median below a shorter
+    forward's is the machine's noise: on a 2-core EPYC the tiny demo target's rest beyond its rows read 494,
+    265, 581, 433 us at 1, 2, 4, 8 tokens in one quick profile, which priced a 2-token verification below an
+    ``ar`` step."""
+    from scipy.optimize import isotonic_regression
+
     samples = {t: list(s) for t, s in before}
     for t, s in after:
         samples.setdefault(t, []).extend(s)
-    return [(t, median(s)) for t, s in sorted(samples.items())]
+    counts = sorted((t, s) for t, s in samples.items() if s)
+    if not counts:
+        return []
+    fitted = isotonic_regression([median(s) for _, s in counts], weights=[len(s) for _, s in counts]).x
+    return [(t, float(x)) for (t, _), x in zip(counts, fitted)]
 
 
 def forward_rest_rows(device, forwards, graphs: bool, context: int = REST_CONTEXT) -> list[tuple]:
     """Profile rows ``forward_rest`` of ``forwards`` ((spec, [(tokens, seconds)]) of :func:`bracketed_forwards`),
     for the profiled ``device`` in eager mode: what each forward took beyond the profile's price of it at
-    ``context`` cached tokens, never below 0 (a forward timed faster than its rows: the rows were
-    timed at a slower moment), in ``eager_launch_us``; a replayed graph (``graphs``) runs none of it."""
+    ``context`` cached tokens, in ``eager_launch_us``, so that the profile prices a model it timed whole at
+    what it measured whole. Negative where the forward was timed faster than its rows: the rows, each
+    timed at its own moment, were timed at slower ones (on a shared 2-core EPYC the tiny demo draft's rows
+    added up to more than its whole forward at every token count in one quick profile, and a rest kept at 0
+    priced the draft 30 % dearer against its target than the two ran). A replayed graph (``graphs``) runs
+    none of it."""
     from hwmodels.profile import in_mode
     from sim.step_graph import build_step_graph, forward_key
     from sim.step_timing import price_step
@@ -147,6 +165,6 @@ def forward_rest_rows(device, forwards, graphs: bool, context: int = REST_CONTEX
     for spec, timed in forwards:
         for tokens, seconds in timed:
             priced = price_step(build_step_graph(spec, tokens, context), eager).total_s
-            rows.append(("forward_rest", forward_key(spec), tokens, 0, 0.0, max(seconds - priced, 0.0) * 1e6,
+            rows.append(("forward_rest", forward_key(spec), tokens, 0, 0.0, (seconds - priced) * 1e6,
                          0.0 if graphs else math.nan))
     return rows

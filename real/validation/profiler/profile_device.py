@@ -236,11 +236,11 @@ def profile_device(device_text: str, models, settings: ProfileSettings = Profile
 
     forward_records: list = []
 
-    def forwards(spec):
-        bar.set_postfix_str(f"whole forwards of {spec.name}", refresh=False)   # which part is slow, as it runs
-        return time_model_forwards(spec, device, tdtype, settings.tokens, lambda fn, n: wall_per_call(fn, device, n),
-                                   settings.calls, settings.repeats, tick=bar.update, guard=guard,
-                                   records=forward_records)
+    def forwards() -> list:       # every model's, interleaved (which part is slow, as it runs)
+        bar.set_postfix_str("whole forwards of " + ", ".join(spec.name for spec in forward_models), refresh=False)
+        return time_model_forwards(forward_models, device, tdtype, settings.tokens,
+                                   lambda fn, n: wall_per_call(fn, device, n), settings.calls, settings.repeats,
+                                   tick=bar.update, guard=guard, records=forward_records)
 
     def row(item) -> tuple | None:
         """One profile row (microseconds), None where the operator does not apply or does not fit."""
@@ -278,13 +278,13 @@ def profile_device(device_text: str, models, settings: ProfileSettings = Profile
         return timed
 
     phase("launch costs")
-    before = [forwards(spec) for spec in forward_models]
+    before = forwards()
     phase("whole forwards")
     passes_before = loop_passes()
     rows, records = guarded_batches(guard, work, row, tick=bar.update)
     out.rows += [r for r in rows if r is not None]
     phase("operator rows")
-    after = [forwards(spec) for spec in forward_models]
+    after = forwards()
     phase("whole forwards")
     out.draft_passes = bracketed_passes(passes_before, loop_passes())
     out.contention = guard_summary(guard, records + forward_records)
@@ -403,15 +403,18 @@ def write_device_profile(prof: DeviceProfile, out: str | Path, command: str) -> 
 
         rows = rows + forward_rest_rows(device, prof.forwards, graphs=mode == "graph")
         notes = notes + (f"forward_rest: each profiled model's eager forward (random weights, {REST_CONTEXT} cached "
-                         "tokens; timed before and after the operator rows, the median of both) less the rows' "
-                         "price of it, never below 0",)
+                         "tokens; timed before and after the operator rows, every model interleaved, the median of "
+                         "both made non-decreasing in tokens) less the rows' price of it (negative where the rows "
+                         "were timed slower)",)
         device = _written_device(prof, csv_path, header, rows, notes, mode, by)
     if prof.draft_passes:
         from real.validation.profiler.draft_loop import draft_pass_rows
 
-        rows = rows + draft_pass_rows(prof.draft_passes)
+        rows = rows + draft_pass_rows(prof.draft_passes, device)
         notes = notes + ("draft_pass_*: each pass of a round of the real chain and draft-tree decode loops, by its index "
-                         "in the round (random weights; LM-head hooks make every draft accepted or rejected)",)
+                         "in the round (random weights; LM-head hooks make every draft accepted or rejected): its median "
+                         "ratio to the same forward timed standalone after each decode, times this profile's price of "
+                         "that forward",)
         device = _written_device(prof, csv_path, header, rows, notes, mode, by)
     loops = device_loop_costs(device, prof, command, date)
     platform = Platform(name=toml_path.stem, description=f"{prof.name} ({prof.device}), profiled by {command} on {date}",

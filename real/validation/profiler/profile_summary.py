@@ -38,9 +38,10 @@ def summary_lines(prof, csv_path: Path, toml_path: Path) -> list[str]:
     if prof.phase_seconds:
         lines.append("  time: " + ", ".join(f"{k} {v:.0f} s" for k, v in prof.phase_seconds.items()))
     lines += forward_rest_lines(csv_path)
-    lines += [f"  {op} of {spec.name} inside the decode loop ({context} cached tokens), ms by pass of a round: "
-              + ", ".join(f"{x * 1e3:.2f}" for x in seconds) + f"; {target.name}'s verification {verify * 1e3:.2f}"
-              for op, target, spec, context, seconds, verify in prof.draft_passes]
+    lines += [f"  {op} of {spec.name} inside the decode loop ({context} cached tokens), by pass of a round, times "
+              "the same pass standalone: " + ", ".join(f"{x:.2f}" for x in ratios)
+              + f"; {target.name}'s verification {verify:.2f}"
+              for op, target, spec, context, ratios, verify in prof.draft_passes]
     lines += loop_cost_lines(toml_path)
     lines += [f"  {contention_note(prof.contention)}"] if prof.contention else []
     lines += [f"wrote {csv_path} and {toml_path}"]

@@ -18,14 +18,15 @@ def sync_device(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def wall_per_call(fn: Callable[[], object], device: torch.device, calls: int) -> float:
+def wall_per_call(fn: Callable[[], object], device: torch.device, calls: int,
+                  clock: Callable[[], float] = time.perf_counter) -> float:
     """Seconds per call of ``calls`` back-to-back calls (the device drained before and after)."""
     sync_device(device)
-    t0 = time.perf_counter()
+    t0 = clock()
     for _ in range(calls):
         fn()
     sync_device(device)
-    return (time.perf_counter() - t0) / calls
+    return (clock() - t0) / calls
 
 
 def copy_bandwidth(device: torch.device, nbytes: int, settings) -> float:

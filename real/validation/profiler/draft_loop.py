@@ -43,7 +43,7 @@ ROUNDS = 6
 PROMPT_TOKENS = 64
 #: What the LM-head hooks add to the proposed token's logit (the softmax puts all but nothing on it).
 LOGIT_LIFT = 30.0
-#: Timed calls of each standalone twin after a decode (after :func:`real.validation.profiler.forward_launch.warm_up`).
+#: Timed calls of each standalone twin after a decode (:func:`twin_seconds`).
 TWIN_CALLS = 5
 
 
@@ -82,15 +82,13 @@ def passes_by_round(clock, phase: str = "draft") -> dict[int, list[float]]:
 
 
 def twin_seconds(step, calls: int = TWIN_CALLS, clock=time.perf_counter) -> float:
-    """Seconds per call of ``step`` timed as a loop of its own: untimed calls until its caches are its own
-    (:func:`real.validation.profiler.forward_launch.warm_up`), then the mean of ``calls`` timed calls."""
-    from real.validation.profiler.forward_launch import warm_up
+    """Seconds per call of ``step`` (a CPU forward) timed as a loop of its own, as the profile's whole forwards
+    are (:func:`real.validation.profiler.forward_launch.warmed_time`): the mean of ``calls`` timed calls."""
+    from real.validation.profiler.device_copies import wall_per_call
+    from real.validation.profiler.forward_launch import warmed_time
 
-    warm_up(step)
-    start = clock()
-    for _ in range(calls):
-        step()
-    return (clock() - start) / calls
+    cpu = torch.device("cpu")
+    return warmed_time(step, lambda fn, n: wall_per_call(fn, cpu, n, clock), calls)
 
 
 def time_loop_passes(models, method: str, full: bool, repeats: int, guard=None,

@@ -77,13 +77,22 @@ def warm_up(step: Callable[[], object], min_calls: int = WARM_CALLS, min_s: floa
     return done
 
 
+def warmed_time(step: Callable[[], object], time_calls: Callable[[Callable[[], object], int], float],
+                calls: int) -> float:
+    """``time_calls(step, calls)`` after :func:`warm_up`: the forward as a loop of its own runs it (the rows'
+    protocol). The forward of another token count or model just before it leaves the caches to another working
+    set; a decode loop's re-warming after a verification is the host platform's to price (cache_rewarm)."""
+    warm_up(step)
+    return time_calls(step, calls)
+
+
 def time_model_forwards(specs, device: torch.device, dtype: torch.dtype, tokens: Sequence[int],
                         time_calls: Callable[[Callable[[], object], int], float], calls: int, repeats: int,
                         tick: Callable[[int], None] | None = None, guard=None,
                         records: list | None = None) -> list[list[tuple[int, list[float]]]]:
     """Per model of ``specs``, (tokens, samples) of the eager forward of a random-weight model at each of
     ``tokens`` that fits its positions after :data:`REST_CONTEXT` cached tokens: ``time_calls(fn, calls)``
-    seconds per call after untimed ones (:func:`warm_up`), ``repeats`` samples interleaved over every model and
+    seconds per call after untimed ones (:func:`warmed_time`), ``repeats`` samples interleaved over every model and
     token count (each repeat visits them all in :func:`real.run.repeats.rotation` order), so the models' forwards
     see the same machine and a profile prices a draft against its target as they run side by side. ``guard``
     (:class:`real.run.contention.Guard`): the samples taken in batches of about 2 s, a batch the guard's probe
@@ -91,13 +100,6 @@ def time_model_forwards(specs, device: torch.device, dtype: torch.dtype, tokens:
     ``records`` when given. A model that does not fit the device's memory has none. ``tick(k)`` after ``k``
     samples kept (a progress bar's ``update``)."""
     from real.model.transformer import Transformer
-
-    def warm_then_time(step) -> float:
-        # the forward as a loop of its own runs it (the rows' protocol): the forward of another token count just
-        # before it leaves the caches to another working set; a decode loop's re-warming after a verification is
-        # the host platform's to price (cache_rewarm)
-        warm_up(step)
-        return time_calls(step, calls)
 
     steps: list[tuple[int, int, Callable[[], object]]] = []    # (model index, tokens, step)
     with torch.inference_mode():
@@ -117,7 +119,7 @@ def time_model_forwards(specs, device: torch.device, dtype: torch.dtype, tokens:
                 continue
             steps += made
         order = [i for rep in range(repeats) for i in rotation(len(steps), rep)]
-        samples, kept = guarded_batches(guard, order, lambda i: warm_then_time(steps[i][2]), tick=tick)
+        samples, kept = guarded_batches(guard, order, lambda i: warmed_time(steps[i][2], time_calls, calls), tick=tick)
     if records is not None:
         records += kept
     by_step: list[list[float]] = [[] for _ in steps]

@@ -59,6 +59,7 @@ contention_efficiency = { value = 0.85, source = "..." }
 
 [loop_costs.cpu]        # optional (hetspec calibrate writes it): HetSpec's decode loops beyond their forwards
 chain_step = { value = 40.0, source = "..." }                 # <method>_step / _pass / _node, microseconds
+probe_lm_head = { value = 1572864, source = "..." }           # and a [loop_costs.cpu.narrow] table: docs
 ```
 
 A bad file raises :class:`~hwmodels.errors.PresetError` naming the file, the field and the
@@ -198,17 +199,27 @@ class _Reader:
             raise self.fail(f"{where}{extra[0]}", f"unknown field; valid: {', '.join(sorted(allowed))}")
 
     def loop_costs(self, device: str, table: Any, where: str, devices: dict) -> LoopCosts:
-        """A device's calibrated decode-loop costs: ``<method>_<step|pass|node> = { value, source }``."""
+        """A device's decode-loop costs: ``<method>_<term>``, ``probe_lm_head`` and an optional ``narrow`` table."""
         if device not in devices:
             raise self.fail(where.rstrip("."), f"loop costs of unknown device {device!r}; devices: {', '.join(devices)}")
-        if not isinstance(table, dict):
-            raise self.fail(where.rstrip("."), "must be a table of <method>_<step|pass|node> = { value, source }")
-        costs, sources = {}, {}
-        for key in table:
-            if key.rsplit("_", 1)[-1] not in LOOP_COST_TERMS:
-                raise self.fail(f"{where}{key}", f"keys are <method>_<term>, term one of {', '.join(LOOP_COST_TERMS)}")
-            costs[key] = float(self.number(table, key, where, "nonneg", True, sources))
-        return LoopCosts(device=device, costs_us=costs, sources=sources)
+        narrow = isinstance(table, dict) and "narrow" in table
+        parts = []     # (costs, sources, probe_lm_head) of the table and of its narrow one
+        for t, at in [(table, where)] + ([(table["narrow"], f"{where}narrow.")] if narrow else []):
+            if not isinstance(t, dict):
+                raise self.fail(at.rstrip("."), "must be a table of <method>_<step|pass|node> = { value, source }")
+            costs, sources = {}, {}
+            for key in (k for k in t if k not in ("probe_lm_head", "narrow")):
+                if key.rsplit("_", 1)[-1] not in LOOP_COST_TERMS:
+                    raise self.fail(f"{at}{key}", f"keys are <method>_<term>, term one of {', '.join(LOOP_COST_TERMS)}")
+                costs[key] = float(self.number(t, key, at, "nonneg", True, sources))
+            parts.append((costs, sources, self.number(t, "probe_lm_head", at, "pos", narrow, sources)))
+        (costs, sources, lm_head), (narrow_us, narrow_sources, narrow_lm_head) = parts[0], (parts + [({}, {}, None)])[1]
+        if narrow and not narrow_lm_head < lm_head:
+            raise self.fail(f"{where}narrow.probe_lm_head", f"must be below {where}probe_lm_head ({lm_head:g}; "
+                            f"got {narrow_lm_head:g})")
+        return LoopCosts(device=device, costs_us=costs, sources=sources | {f"narrow.{k}": v for k, v in
+                                                                            narrow_sources.items()},
+                         lm_head=lm_head, narrow_us=narrow_us, narrow_lm_head=narrow_lm_head)
 
     def device(self, name: str, table: Any) -> Device:
         where = f"devices.{name}."
@@ -511,6 +522,17 @@ def _sourced(value: Any, sources: dict[str, str], key: str) -> dict:
     return {"value": value, "source": sources.get(key, "unknown")}
 
 
+def _loop_costs_doc(c: LoopCosts) -> dict:
+    doc: dict[str, Any] = {}
+    if c.lm_head is not None:
+        doc["probe_lm_head"] = _sourced(c.lm_head, c.sources, "probe_lm_head")
+    doc |= {k: _sourced(v, c.sources, k) for k, v in c.costs_us.items()}
+    if c.narrow_us:
+        doc["narrow"] = {"probe_lm_head": _sourced(c.narrow_lm_head, c.sources, "narrow.probe_lm_head"),
+                         **{k: _sourced(v, c.sources, f"narrow.{k}") for k, v in c.narrow_us.items()}}
+    return doc
+
+
 def platform_to_dict(platform: Platform) -> dict:
     """The TOML document of a platform (inverse of :func:`parse_platform`)."""
     devices = {}
@@ -547,8 +569,7 @@ def platform_to_dict(platform: Platform) -> dict:
             for l in platform.links
         ]
     if platform.loop_costs:
-        doc["loop_costs"] = {d: {k: _sourced(v, c.sources, k) for k, v in c.costs_us.items()}
-                             for d, c in platform.loop_costs.items()}
+        doc["loop_costs"] = {d: _loop_costs_doc(c) for d, c in platform.loop_costs.items()}
     if platform.memory_domains:
         doc["memory_domains"] = [
             {"name": m.name, "devices": list(m.devices), **({"description": m.description} if m.description else {}),

@@ -8,6 +8,7 @@ a source, kept in the ``sources`` mapping (field name -> source text).
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -373,19 +374,38 @@ class LoopCosts:
     :func:`sim.strategies.base.host_seconds`; absent keys cost nothing. A step split over two worker
     threads (``hcmp``) also has costs per synchronisation point (``<method>_sync``) and per decoder
     layer (``<method>_layer``; :mod:`sim.strategies.hcmp` reads them).
+
+    The work grows with the model's width, so a calibration measures the loops on two probes: ``costs_us`` on
+    one whose LM head has ``lm_head`` weights (vocabulary x hidden), ``narrow_us`` on one of ``narrow_lm_head``.
     """
 
     device: str
     costs_us: Mapping[str, float]
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
+    lm_head: float | None = None
+    narrow_us: Mapping[str, float] = field(default_factory=dict)
+    narrow_lm_head: float | None = None
 
     def __post_init__(self) -> None:
-        for key, value in self.costs_us.items():
+        for key, value in [*self.costs_us.items(), *self.narrow_us.items()]:
             if key.rsplit("_", 1)[-1] not in LOOP_COST_TERMS:
                 raise HetSpecError(f"loop cost {key!r} of {self.device}: keys are <method>_<term>, term one of "
                                    f"{', '.join(LOOP_COST_TERMS)}")
             if not value >= 0:
                 raise HetSpecError(f"loop cost {key} of {self.device} must be >= 0 (got {value})")
+        if self.narrow_us and not (self.lm_head and self.narrow_lm_head and self.narrow_lm_head < self.lm_head):
+            raise HetSpecError(f"loop costs of {self.device}: a narrow probe's costs need both probes' LM-head "
+                               f"sizes, the narrow one smaller (got {self.narrow_lm_head} and {self.lm_head})")
+
+    def costs_for(self, lm_head: float | None = None) -> Mapping[str, float]:
+        """The costs of a model whose LM head has ``lm_head`` weights: linear in its log between the probes, held
+        at the nearer outside them (one probe, or ``lm_head`` None: the wide probe's)."""
+        if not self.narrow_us or lm_head is None:
+            return self.costs_us
+        lo, hi = math.log(self.narrow_lm_head), math.log(self.lm_head)
+        t = min(max((math.log(max(lm_head, 1.0)) - lo) / (hi - lo), 0.0), 1.0)
+        return {k: v if k not in self.narrow_us else self.narrow_us[k] + t * (v - self.narrow_us[k])
+                for k, v in self.costs_us.items()}
 
 
 #: The counts a loop cost is charged by: per step, draft pass, verified token, synchronisation point, layer.
@@ -402,10 +422,11 @@ class Platform:
     path: str = ""
     loop_costs: Mapping[str, LoopCosts] = field(default_factory=dict)   # device -> its calibrated loop costs
 
-    def loop_costs_us(self, device: str) -> Mapping[str, float]:
-        """The calibrated decode-loop costs of ``device`` (empty where the platform has none)."""
+    def loop_costs_us(self, device: str, lm_head: float | None = None) -> Mapping[str, float]:
+        """The calibrated decode-loop costs of ``device`` (empty where the platform has none), for a model whose
+        LM head has ``lm_head`` weights (:meth:`LoopCosts.costs_for`; None: as the probe measured them)."""
         costs = self.loop_costs.get(device)
-        return costs.costs_us if costs is not None else {}
+        return costs.costs_for(lm_head) if costs is not None else {}
 
     def with_device(self, device: Device) -> Platform:
         """This platform with ``device`` in place of its device of the same name."""

@@ -371,8 +371,9 @@ def host_seconds(problem: Problem, method: str, device: str, passes=0.0, nodes=0
     """Host-side work of one step of ``method``'s real decode loop on ``device``: the platform's
     calibrated loop costs of that device (:class:`hwmodels.platform.LoopCosts`: ``<method>_step`` +
     ``<method>_pass`` per draft pass + ``<method>_node`` per verified token), 0 on platforms that do
-    not describe them (every preset). Vectorised over ``passes`` and ``nodes``."""
-    costs = problem.platform.loop_costs_us(device)
+    not describe them (every preset); sized by the target's LM head (:meth:`hwmodels.platform.LoopCosts.costs_for`).
+    Vectorised over ``passes`` and ``nodes``."""
+    costs = problem.platform.loop_costs_us(device, problem.model.vocab * problem.model.hidden)
     if not costs:
         return 0.0 * np.asarray(passes, dtype=float) + 0.0 * np.asarray(nodes, dtype=float)
     return 1e-6 * (costs.get(f"{method}_step", 0.0) + costs.get(f"{method}_pass", 0.0) * np.asarray(passes, dtype=float)

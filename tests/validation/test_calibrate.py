@@ -353,6 +353,74 @@ def test_loop_costs_round_trip_and_bad_keys_name_the_field():
         parse_platform(doc, "bad.toml")
 
 
+def test_loop_costs_of_two_probes_interpolate_by_the_lm_head_and_round_trip():
+    """A model's loop costs lie between the narrow and the wide probe's, by the log of its LM head's size,
+    held at the nearer probe outside them; a key only the wide probe has keeps its value; the narrow table
+    round-trips, and a narrow probe no narrower than the wide one is refused naming the field."""
+    from hwmodels.platform import LoopCosts
+
+    costs = LoopCosts("cpu", {"chain_step": 300.0, "stream_layer": 9.0}, {"chain_step": "w"}, lm_head=4096 * 384,
+                      narrow_us={"chain_step": 100.0}, narrow_lm_head=512 * 128)
+    assert costs.costs_for(512 * 128)["chain_step"] == pytest.approx(100.0)
+    assert costs.costs_for(4096 * 384)["chain_step"] == pytest.approx(300.0)
+    middle = math.sqrt(512 * 128 * 4096 * 384)                     # half-way in the logarithm
+    assert costs.costs_for(middle)["chain_step"] == pytest.approx(200.0)
+    assert costs.costs_for(10.0)["chain_step"] == pytest.approx(100.0)
+    assert costs.costs_for(49152 * 576)["chain_step"] == pytest.approx(300.0)
+    assert costs.costs_for(512 * 128)["stream_layer"] == 9.0 and costs.costs_for(None)["chain_step"] == 300.0
+    with pytest.raises(HetSpecError, match="narrow one smaller"):
+        LoopCosts("cpu", {"chain_step": 1.0}, lm_head=100.0, narrow_us={"chain_step": 1.0}, narrow_lm_head=100.0)
+
+    plat = replace(_cached_cpu(0.032), loop_costs={"cpu": costs})
+    again = parse_platform(platform_to_dict(plat), "again")
+    assert again.loop_costs["cpu"].narrow_us == {"chain_step": 100.0}
+    assert again.loop_costs_us("cpu", 512 * 128) == {"chain_step": pytest.approx(100.0), "stream_layer": 9.0}
+    doc = platform_to_dict(plat)
+    doc["loop_costs"]["cpu"]["narrow"]["probe_lm_head"]["value"] = 4096 * 384
+    with pytest.raises(PresetError, match="loop_costs.cpu.narrow.probe_lm_head: must be below"):
+        parse_platform(doc, "bad.toml")
+    doc = platform_to_dict(plat)
+    del doc["loop_costs"]["cpu"]["probe_lm_head"]
+    with pytest.raises(PresetError, match="loop_costs.cpu.probe_lm_head: missing field"):
+        parse_platform(doc, "bad.toml")
+
+
+def test_strategies_price_a_models_host_work_from_the_probe_of_its_width():
+    """The tiny demo's width is the narrow probe's: its host work is the narrow costs; a model as wide as the
+    wide probe pays the wide ones."""
+    from hwmodels.platform import LoopCosts
+    from sim.acceptance import AcceptanceModel
+    from sim.strategies.base import Problem, host_seconds
+
+    costs = LoopCosts("cpu", {"chain_step": 300.0, "chain_pass": 30.0}, lm_head=4096 * 384,
+                      narrow_us={"chain_step": 100.0, "chain_pass": 10.0}, narrow_lm_head=512 * 128)
+    plat = replace(_cached_cpu(0.032), loop_costs={"cpu": costs})
+    acc = AcceptanceModel(name="a", source="test", draft_alpha=0.6)
+    wide = replace(SMALL, name="w", hidden=384, vocab=4096, n_heads=6)
+    for model, step, per_pass in ((SMALL, 100.0, 10.0), (wide, 300.0, 30.0)):
+        problem = Problem(model=model, platform=plat, acceptance=acc, context=64)
+        assert float(host_seconds(problem, "chain", "cpu", passes=2)) == pytest.approx(1e-6 * (step + 2 * per_pass))
+
+
+def test_the_calibration_fits_each_probes_loops_apart():
+    from real.validation.calibration.host_costs import loop_costs_of
+    from real.validation.calibration.host_facts import QUICK
+    from real.validation.calibration.microbench import LOOP_SHAPES, LoopSample, lm_head_size
+
+    dev = _cached_cpu(0.032).device("cpu")
+    samples = [LoopSample("chain", g, step_s=0.05, passes=float(g), nodes=g + 1.0, heads=0, shape=shape,
+                          host_s=1e-6 * (base + 5.0 * g)) for shape, base in (("wide", 200.0), ("narrow", 60.0))
+               for g in (1, 3, 6)]
+    costs = loop_costs_of(dev, samples, QUICK.medians(QUICK.loop_repeats), "by test", "on test")
+    assert costs.costs_us["chain_step"] == pytest.approx(200.0, abs=1e-3)
+    assert costs.narrow_us["chain_step"] == pytest.approx(60.0, abs=1e-3)
+    assert (costs.lm_head, costs.narrow_lm_head) == (lm_head_size(LOOP_SHAPES["wide"]),
+                                                     lm_head_size(LOOP_SHAPES["narrow"]))
+    assert "hidden 128, vocabulary 512" in costs.sources["narrow.chain_step"]
+    only_wide = loop_costs_of(dev, [s for s in samples if s.shape == "wide"], "m", "by test", "on test")
+    assert only_wide.narrow_us == {} and only_wide.costs_for(1.0) == only_wide.costs_us
+
+
 def test_calibrations_written_with_per_device_host_costs_still_load():
     plat = _cached_cpu(0.032)
     doc = platform_to_dict(plat)

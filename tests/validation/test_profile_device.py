@@ -531,14 +531,19 @@ def test_decode_loops_of_a_low_precision_profile_are_priced_in_its_dtype(tiny_pr
 
 
 def test_the_probe_decode_loops_run_where_a_placement_puts_them():
-    """On a CPU placement the loops keep their time outside the traced forwards; the knobs asked for are timed."""
+    """On a CPU placement the loops keep their time outside the traced forwards; the knobs asked for are timed,
+    on both probes (the wide one first)."""
     from real.model.placement import Placement
     from real.validation.calibration.microbench import decode_loop_samples
 
     samples = decode_loop_samples(1, 1, Placement("cpu", "fp32", graphs=False), configs={"ar": (0,), "medusa": (1, 8)})
-    assert [(s.method, s.knob) for s in samples] == [("ar", 0), ("medusa", 1), ("medusa", 8)]
+    asked = [("ar", 0), ("medusa", 1), ("medusa", 8)]
+    assert [(s.method, s.knob, s.shape) for s in samples] == ([(*a, "wide") for a in asked]
+                                                              + [(*a, "narrow") for a in asked])
     assert all(s.host_s is not None and 0 < s.host_s < s.step_s for s in samples)
     assert samples[2].nodes == 8.0 and samples[1].nodes == 1.0
+    wide, narrow = samples[:3], samples[3:]
+    assert all(n.step_s < w.step_s for w, n in zip(wide, narrow))     # the narrow probe's forwards are cheaper
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

@@ -24,10 +24,10 @@ HOST_COST_TERMS = {"ar": ("step",), "chain": ("step", "pass"), "draft-tree": ("s
 def _model_price(device: Device, sample, context: int, dtype: str | None = None) -> float:
     """What the model prices for the forwards (and heads) of one probe decode step on ``device``, the probe
     models in ``dtype`` (the one their loops ran in; None: the probe's own, fp32)."""
-    from real.validation.calibration.microbench import LOOP_SHAPE, probe_specs
+    from real.validation.calibration.microbench import LOOP_SHAPES, probe_specs
     from sim.pricing import forward_seconds, medusa_heads_seconds
 
-    spec, draft = probe_specs(LOOP_SHAPE)
+    spec, draft = probe_specs(LOOP_SHAPES[sample.shape])
     if dtype is not None:      # e.g. a GPU's fp16 profile: its device has no fp32 peak to price fp32 with
         spec, draft = spec.with_dtype(dtype), draft.with_dtype(dtype)
     # the probe models have a demo target's width: priced by the rules every model's passes are
@@ -68,25 +68,25 @@ def _host_seconds(device: Device, sample, context: int, dtype: str | None, price
 
 
 def fit_host_costs(device: Device, loops, statistic: str, by: str, on: str,
-                   dtype: str | None = None, terms: dict | None = None, price=None) -> tuple[dict, dict]:
+                   dtype: str | None = None, terms: dict | None = None, price=None,
+                   shape: str = "wide") -> tuple[dict, dict]:
     """The loop costs of ``device`` (:class:`hwmodels.platform.LoopCosts`) and their sources: per method,
     the probe loops' time outside their traced forwards (a sample without it: the step time minus the
     model's price of its forwards and heads, the probe priced in ``dtype``, the one its loops ran in;
     None: the probe's fp32), fitted per step / per pass / per verified token.
     ``statistic``: how the sources name the samples' statistic (e.g. "median of 3 interleaved rounds x 2").
     ``terms`` (default :data:`HOST_COST_TERMS`) and ``price(device, sample, context, dtype)`` (default: the
-    single-device loops' forwards and heads) fit another loop's samples the same way."""
+    single-device loops' forwards and heads) fit another loop's samples the same way. ``shape``: the probe
+    (:data:`real.validation.calibration.microbench.LOOP_SHAPES` key) whose samples are fitted."""
     from real.decode import ALL_DECODER_MODULES
-    from real.validation.calibration.microbench import (
-        LOOP_PROMPT_TOKENS,
-        LOOP_SHAPE,
-        REFERENCE_LAYERS,
-    )
+    from real.validation.calibration.microbench import LOOP_PROMPT_TOKENS, LOOP_SHAPES, REFERENCE_LAYERS
+
+    probe = LOOP_SHAPES[shape]
 
     price = price or _model_price
     costs, sources = {}, {}
     for method, terms in (HOST_COST_TERMS if terms is None else terms).items():
-        rows = [s for s in loops if s.method == method]
+        rows = [s for s in loops if s.method == method and s.shape == shape]
         if not rows:
             continue
         host = [_host_seconds(device, s, LOOP_PROMPT_TOKENS + s.new_tokens // 2, dtype, price) for s in rows]
@@ -102,7 +102,7 @@ def fit_host_costs(device: Device, loops, statistic: str, by: str, on: str,
             costs[key] = round(value * 1e6, 3)
             sources[key] = (
                 f"measured {by}: HetSpec's {method} decode loop ({ALL_DECODER_MODULES[method][0]}) on probe models "
-                f"(hidden {LOOP_SHAPE['hidden']}, vocabulary {LOOP_SHAPE['vocab']}: "
+                f"(hidden {probe['hidden']}, vocabulary {probe['vocab']}: "
                 f"a {REFERENCE_LAYERS}-layer target, a 1-layer draft; configs {knobs}; "
                 f"{_tokens(rows)} new tokens after a {LOOP_PROMPT_TOKENS}-token prompt) costs "
                 + ", ".join(f"{1e6 * s.step_s:.1f}" for s in rows)
@@ -110,3 +110,23 @@ def fit_host_costs(device: Device, loops, statistic: str, by: str, on: str,
                 + ", ".join(f"{1e6 * r:.1f}" for r in seconds)
                 + f" us) is fitted as {' + '.join(terms)} (least squares, >= 0; {statistic}) {on}")
     return costs, sources
+
+
+def loop_costs_of(device: Device, loops, statistic: str, by: str, on: str, dtype: str | None = None):
+    """The :class:`hwmodels.platform.LoopCosts` of ``device`` from its probe ``loops``: the wide probe's fit, and
+    the narrow probe's where the loops ran on it (None without loops)."""
+    from hwmodels.platform import LoopCosts
+    from real.validation.calibration.microbench import LOOP_SHAPES, lm_head_size
+
+    fits = {shape: fit_host_costs(device, loops, statistic, by, on, dtype, shape=shape) for shape in ("wide", "narrow")}
+    if not loops or not fits["wide"][0]:
+        return None
+    sources = {}
+    for shape, prefix in (("wide", ""), ("narrow", "narrow.")):
+        s = LOOP_SHAPES[shape]
+        sources |= {f"{prefix}{k}": v for k, v in fits[shape][1].items()} | {f"{prefix}probe_lm_head": (
+            f"vocabulary {s['vocab']} x hidden {s['hidden']}: the LM head of the {shape} decode-loop probe "
+            "(real.validation.calibration.microbench.LOOP_SHAPES) whose loops these costs were fitted on")}
+    narrow = fits["narrow"][0]
+    return LoopCosts(device=device.name, costs_us=fits["wide"][0], sources=sources, lm_head=lm_head_size(LOOP_SHAPES["wide"]),
+                     narrow_us=narrow, narrow_lm_head=lm_head_size(LOOP_SHAPES["narrow"]) if narrow else None)

@@ -124,13 +124,15 @@ def add_hetero(cal, devices: dict, loops: dict, links: tuple, workers) -> tuple[
 def with_loop_costs(loops: dict, devices, costs: dict, sources: dict) -> dict:
     """``loops`` (device -> LoopCosts) with ``costs`` and their ``sources`` added to each of ``devices``' (a
     device without loop costs gets these alone)."""
+    from dataclasses import replace
+
     from hwmodels.platform import LoopCosts
 
     out = dict(loops)
     for d in devices:
         old = out.get(d)
-        out[d] = LoopCosts(device=d, costs_us={**(old.costs_us if old else {}), **costs},
-                           sources={**(old.sources if old else {}), **sources})
+        out[d] = (LoopCosts(device=d, costs_us=costs, sources=sources) if old is None else
+                  replace(old, costs_us={**old.costs_us, **costs}, sources={**old.sources, **sources}))
     return out
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from hwmodels.platform import Device, Link, LoopCosts, MemoryDomain, Platform
+from hwmodels.platform import Device, Link, MemoryDomain, Platform
 from real import openmp_label
 from real.validation.calibration.gemm_rows import row_curve
-from real.validation.calibration.host_costs import fit_host_costs
+from real.validation.calibration.host_costs import loop_costs_of
 from real.validation.calibration.host_facts import (
     COLD_POOL_LLC,
     DRAM_WORKING_SET_LLC,
@@ -169,15 +169,6 @@ def _curve_text(curve) -> str:
     return ", ".join(f"{n / 1e6:.1f} MB {bw / 1e9:.0f}" for n, bw in curve)
 
 
-def _loop_costs(device: Device, w: WorkerMeasurement, cal: Calibration) -> LoopCosts | None:
-    """The decode-loop costs of ``device`` fitted from its worker's probe loops (None without loops)."""
-    if not w.loops:
-        return None
-    by, on = f"by {cal.command}", f"on {cal.cpu}, {cal.date}"
-    costs, sources = fit_host_costs(device, w.loops, cal.settings.medians(cal.settings.loop_repeats), by, on)
-    return LoopCosts(device=device.name, costs_us=costs, sources=sources)
-
-
 def _low_precision_peaks(w: WorkerMeasurement, sources: dict, thr: str, s: Settings, by: str, on: str
                          ) -> tuple[dict[str, float], dict[str, tuple[str, float]], dict[str, tuple]]:
     """bf16 / fp16 peaks of a worker: measured where the calibration timed them (``w.dtype_rates``;
@@ -303,7 +294,8 @@ def build_platform(cal: Calibration, name: str = HOST_NAME, extend=None) -> Plat
     for w in workers:
         devices[w] = _device(w, single, cal, f"{cal.cpu}: one single-thread worker (identical to every cpuN; "
                                              "measured once)")
-    loops = {n: _loop_costs(d, whole if n == "cpu" else single, cal) for n, d in devices.items()}
+    loops = {n: loop_costs_of(d, (whole if n == "cpu" else single).loops, cal.settings.medians(cal.settings.loop_repeats),
+                              f"by {cal.command}", f"on {cal.cpu}, {cal.date}") for n, d in devices.items()}
     domain_bw = max(whole.dram_bw_bytes_per_s, single.dram_bw_bytes_per_s)
     together = sum(cal.concurrent_bw_bytes_per_s)
     n_conc = len(cal.concurrent_bw_bytes_per_s)

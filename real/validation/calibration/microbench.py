@@ -453,6 +453,7 @@ class LoopSample:
     tokens: float = 1.0       # tokens emitted per step (dovetail: the next round's first drafter pass)
     host_s: float | None = None   # median decode seconds per step outside the forwards (DecodeResult.host_s)
     new_tokens: int = LOOP_NEW_TOKENS   # tokens each timed run decoded after the LOOP_PROMPT_TOKENS prompt
+    shape: str = "wide"       # the probe it ran on (a key of LOOP_SHAPES)
 
 
 #: Logit scale of the probe's LM head: makes its predictions confident (top-1 probability near 1),
@@ -463,23 +464,29 @@ PROBE_LOGIT_SCALE = 40.0
 LOOP_CONFIGS = {"ar": (0,), "chain": (1, 3, 6), "draft-tree": (4, 8), "medusa": (1, 8, 32)}
 #: Medusa heads of the probe (the tiny demo preset has 3).
 PROBE_MEDUSA_HEADS = 3
-#: Width of the decode-loop probe: the small demo target's (every validation runs it), unlike the
-#: forward-cost probes' tiny one. A loop's work outside its forwards grows with both: it reads the
-#: logits (argmax and top-k over the vocabulary per verified token and per draft pass), and its Python
-#: runs after forwards that have swept the caches. On this project's 2-core CPU a hidden-64 probe's
-#: loops predicted about half the host work the demo runs measure (``hetspec validate``'s phase table,
-#: docs/validation.md), a probe of this width what they measure.
+#: The wide decode-loop probe, the small demo target's width. A loop's work outside its forwards grows with the
+#: width: it reads the logits (argmax, top-k over the vocabulary), after forwards that have swept the caches.
 LOOP_SHAPE = dict(hidden=384, intermediate=1024, n_heads=6, n_kv_heads=2, vocab=4096)
+#: The narrow decode-loop probe, the tiny demo target's width: its loops' host work is a half to a third of the
+#: wide probe's (2-core EPYC), so a model's is interpolated by its LM head (:meth:`~hwmodels.platform.LoopCosts.costs_for`).
+NARROW_LOOP_SHAPE = dict(hidden=128, intermediate=352, n_heads=4, n_kv_heads=2, vocab=512)
+#: The decode-loop probes by name: :attr:`LoopSample.shape` names one.
+LOOP_SHAPES = {"wide": LOOP_SHAPE, "narrow": NARROW_LOOP_SHAPE}
 
 
-def probe_models():
+def lm_head_size(shape: dict) -> int:
+    """Vocabulary x hidden of a probe shape: the size loop costs are interpolated by."""
+    return int(shape["vocab"] * shape["hidden"])
+
+
+def probe_models(shape: dict = LOOP_SHAPE):
     """A ``REFERENCE_LAYERS``-deep probe target, a one-layer probe draft (drafts are shallower than
     their targets) that predicts what the target does, both with a confident LM head (so draft trees
     grow to their budget, as a trained draft's do), and untrained Medusa heads on the target."""
     from real.decode.common import DecodeModels
     from real.model.medusa_heads import MedusaHeads
 
-    target, draft = _probe_model(REFERENCE_LAYERS, LOOP_SHAPE), _probe_model(1, LOOP_SHAPE)
+    target, draft = _probe_model(REFERENCE_LAYERS, shape), _probe_model(1, shape)
     with torch.no_grad():
         target.lm_head.weight.mul_(PROBE_LOGIT_SCALE)
         # the draft agrees with the target, so draft trees grow round after round (a draft that
@@ -495,70 +502,67 @@ def probe_models():
     return DecodeModels(target=target, draft=draft, heads=heads)
 
 
-def loop_prompt() -> list[int]:
-    """The probe decode loops' prompt (``LOOP_PROMPT_TOKENS`` ids spread over the vocabulary)."""
-    return [1 + (7 * i) % (LOOP_SHAPE["vocab"] - 1) for i in range(LOOP_PROMPT_TOKENS)]
+def loop_prompt(shape: dict = LOOP_SHAPE) -> list[int]:
+    """The probe decode loops' prompt (``LOOP_PROMPT_TOKENS`` ids spread over the ``shape``'s vocabulary)."""
+    return [1 + (7 * i) % (shape["vocab"] - 1) for i in range(LOOP_PROMPT_TOKENS)]
 
 
 def decode_loop_samples(threads: int, repeats: int, placement=None,
                         configs: dict[str, tuple[int, ...]] | None = None,
-                        new_tokens: int = LOOP_NEW_TOKENS) -> tuple[LoopSample, ...]:
-    """Time HetSpec's real single-device decode loops (real.decode) on the probe models: per method and config
-    the median step time, with the draft passes and verified tokens per step.
+                        new_tokens: int = LOOP_NEW_TOKENS, shapes: tuple[str, ...] = tuple(LOOP_SHAPES)
+                        ) -> tuple[LoopSample, ...]:
+    """Time HetSpec's real single-device decode loops (real.decode) on the probe models of each of ``shapes``
+    (:data:`LOOP_SHAPES` keys): per probe, method and config the median step time, draft passes and verified
+    tokens per step. ``placement`` (:class:`real.model.placement.Placement`; None: this CPU): where the probe
+    models run (CUDA: the wide probe only). ``configs``: the methods and knobs (default :data:`LOOP_CONFIGS`).
 
-    ``placement`` (:class:`real.model.placement.Placement`; None: this CPU, as ``hetspec calibrate`` times
-    the host): the device, dtype and CUDA graphs the probe models run with, as a validation runs its
-    models there. ``configs``: the methods and knobs timed (default :data:`LOOP_CONFIGS`). ``new_tokens``: what
-    each timed run decodes.
-
-    The samples carry the loops' time outside their traced forwards (``host_s``) where that is host work
-    alone: on a CPU a forward's record ends when it has run. On CUDA it ends once the host has queued the
-    forward's kernels, and the device's work spills into the next record up to the step's read-back, so
-    there the samples carry none and :func:`real.validation.calibration.host_costs.fit_host_costs` takes what the step
-    time leaves beyond the device's price of the probe's forwards."""
+    The samples carry the loops' time outside their traced forwards (``host_s``) on a CPU only: a CUDA record
+    ends when its kernels are queued, so there the fit takes the step time beyond the forwards' price."""
     from real.validation.grid import GridPoint, medusa_tree, real_config
 
     cuda = placement is not None and placement.is_cuda
+    shapes = ("wide",) if cuda else shapes
     configs = dict(LOOP_CONFIGS if configs is None else configs)
-    models = probe_models()
+    probes = {shape: probe_models(LOOP_SHAPES[shape]) for shape in shapes}
     if placement is not None:
         from real.model.placement import place_models
 
-        models = place_models(models, placement, in_place=True, target_tokens=max(configs.get("medusa", (1,))))
+        probes = {shape: place_models(m, placement, in_place=True, target_tokens=max(configs.get("medusa", (1,))))
+                  for shape, m in probes.items()}
     # accuracies only shape the Medusa trees (greedy sparse trees of the demo kind)
     accuracy = [[0.6, 0.15, 0.05, 0.05], [0.5, 0.15, 0.05, 0.05], [0.4, 0.15, 0.05, 0.05]]
     jobs = [(method, knob, real_config(GridPoint(method, knob), accuracy,
-                                       medusa_tree(knob, accuracy) if method == "medusa" else None))
-            for method, knobs in configs.items() for knob in knobs]
-    return time_decode_loops(models, jobs, threads, repeats, new_tokens, host_s=not cuda)
+                                       medusa_tree(knob, accuracy) if method == "medusa" else None), shape)
+            for shape in shapes for method, knobs in configs.items() for knob in knobs]
+    return time_decode_loops(probes, jobs, threads, repeats, new_tokens, host_s=not cuda)
 
 
 def time_decode_loops(models, jobs, threads: int, repeats: int, new_tokens: int = LOOP_NEW_TOKENS,
                       host_s: bool = True) -> tuple[LoopSample, ...]:
-    """Time ``jobs`` (``(method, knob, config)`` each: a real decoder of :mod:`real.decode`, its config) on the
-    probe ``models`` from :func:`loop_prompt` with ``threads`` torch threads: a warm-up each, then ``repeats``
-    rounds that run every loop once (a slow moment of the machine hits them all alike); per job the median
-    step time, with the draft passes and verified tokens per step. ``host_s``: whether the samples carry the
-    loops' time outside their traced forwards (host work alone where it is: :func:`decode_loop_samples`)."""
+    """Time ``jobs`` (``(method, knob, config)``: a real decoder of :mod:`real.decode` and its config, on the probe
+    ``models``; or ``(method, knob, config, shape)`` with ``models`` a dict of probes by :data:`LOOP_SHAPES` key)
+    with ``threads`` torch threads: a warm-up each, then ``repeats`` rounds that run every loop once; per job the
+    median step time, draft passes and verified tokens per step, and (``host_s``) the time outside the forwards."""
     from real.decode import decoder
     from real.decode.common import Clock
 
-    prompt = loop_prompt()
-    gens = [decoder(method).generate for method, _, _ in jobs]
+    probes, jobs = (models, jobs) if isinstance(models, dict) else ({"wide": models}, [(*j, "wide") for j in jobs])
+    prompts = {shape: loop_prompt(LOOP_SHAPES[shape]) for shape in probes}
+    gens = [decoder(method).generate for method, _, _, _ in jobs]
     runs: list[list] = [[] for _ in jobs]
     with torch_threads(threads), torch.inference_mode():
-        for (_, _, config), gen in zip(jobs, gens):
-            gen(models, prompt, 8, config, Clock())                         # warm-up
+        for (_, _, config, shape), gen in zip(jobs, gens):
+            gen(probes[shape], prompts[shape], 8, config, Clock())                         # warm-up
         for _ in range(repeats):
-            for i, ((_, _, config), gen) in enumerate(zip(jobs, gens)):
-                runs[i].append(gen(models, prompt, new_tokens, config, Clock()))
+            for i, ((_, _, config, shape), gen) in enumerate(zip(jobs, gens)):
+                runs[i].append(gen(probes[shape], prompts[shape], new_tokens, config, Clock()))
     out = []
-    for (method, knob, _), results in zip(jobs, runs):
+    for (method, knob, _, shape), results in zip(jobs, runs):
         run = sorted(results, key=lambda r: r.decode_s)[len(results) // 2]
         out.append(LoopSample(method, knob, statistics.median(r.decode_s / r.steps for r in results),
                               passes=run.draft_passes / run.steps, nodes=1.0 + sum(run.proposed_per_step) / run.steps,
                               heads=PROBE_MEDUSA_HEADS if method == "medusa" else 0,
                               tokens=run.mean_accepted_per_step,
                               host_s=statistics.median(r.host_s / r.steps for r in results) if host_s else None,
-                              new_tokens=new_tokens))
+                              new_tokens=new_tokens, shape=shape))
     return tuple(out)

@@ -31,12 +31,9 @@ def device_loops(prof, repeats: int, progress: bool = True) -> tuple:
 def device_loop_costs(device, prof, command: str, date: str):
     """The loop costs (:class:`hwmodels.platform.LoopCosts`) of ``device``, the profiled device as written,
     fitted from ``prof.loops`` (written by ``command`` on ``date``); None without loops."""
-    from hwmodels.platform import LoopCosts
-    from real.validation.calibration.host_costs import fit_host_costs
+    from real.validation.calibration.host_costs import loop_costs_of
 
     if not prof.loops:
         return None
-    costs, sources = fit_host_costs(device, prof.loops, f"median of {prof.loop_repeats} interleaved repeats",
-                                    f"by `{command}`", f"on {prof.name} ({prof.device}), {prof.dtype}, {date}",
-                                    dtype=prof.dtype)
-    return LoopCosts(device=device.name, costs_us=costs, sources=sources)
+    return loop_costs_of(device, prof.loops, f"median of {prof.loop_repeats} interleaved repeats",
+                         f"by `{command}`", f"on {prof.name} ({prof.device}), {prof.dtype}, {date}", dtype=prof.dtype)

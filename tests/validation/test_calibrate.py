@@ -421,6 +421,25 @@ def test_the_calibration_fits_each_probes_loops_apart():
     assert only_wide.narrow_us == {} and only_wide.costs_for(1.0) == only_wide.costs_us
 
 
+def test_a_streamed_models_fixed_cost_never_reads_below_the_resident_forwards():
+    """The streaming probe's rest (its step minus its GEMMs) over its operators; a noisy reading below the
+    cache-resident forward's cost per operator (here: GEMMs timed slower than the whole step) is held there."""
+    from types import SimpleNamespace
+
+    from real.validation.calibration.host_facts import QUICK
+    from real.validation.calibration.host_platform import step_launches, streaming_overhead
+
+    dev = replace(_cached_cpu(0.032).device("cpu"), cache_op_overhead_us=20.0)
+    probe = SimpleNamespace(spec=LARGE, context=64, unmasked_s=0.030, gemm_unmasked_s=0.020, masked_s=0.05,
+                            masked_tokens=4, gemm_masked_s=0.04)
+    launches = step_launches(LARGE, 64)
+    per_op, source = streaming_overhead(dev, probe, "2 threads", QUICK, "by test", "on test")
+    assert per_op == pytest.approx(0.010 / launches) and "the rest read" not in source
+    slow_gemms = SimpleNamespace(**{**vars(probe), "gemm_unmasked_s": 0.031})
+    per_op, source = streaming_overhead(dev, slow_gemms, "2 threads", QUICK, "by test", "on test")
+    assert per_op == pytest.approx(20e-6) and "the rest read -" in source
+
+
 def test_calibrations_written_with_per_device_host_costs_still_load():
     plat = _cached_cpu(0.032)
     doc = platform_to_dict(plat)

@@ -186,19 +186,19 @@ def draft_pass_rows(timed, device) -> list[tuple]:
     ``forward_rest`` rows): each pass its ratio times the device's price of the draft's one-token forward at the
     rounds' context, in ``kernel_us`` (launch-inclusive: ``eager_launch_us`` 0, ``graph_launch_us`` not
     measured), ``tokens`` the pass's index in its round (1-based), ``keys`` the draft's cached tokens at the
-    round's first pass; and the round's verification as a ``verify_pass_*`` row of the target (``tokens`` the
-    tokens it verifies, ``keys`` the same context): its ratio times the device's price of that pass, what the
-    target's pass costs inside the loop (:mod:`sim.strategies.loop_passes`)."""
+    round's first pass; and the round's verification as a ``verify_pass_*`` row of the target, priced alike
+    (:mod:`sim.strategies.loop_passes`). A twin a negative rest leaves unpriced takes its operator rows alone."""
     from sim.step_graph import build_step_graph, forward_key
     from sim.step_timing import price_step
     from sim.strategies.loop_passes import verify_op
 
-    rows = []
+    def twin_s(spec, tokens: int, context: int) -> float:
+        price = price_step(build_step_graph(spec, tokens, context), device)
+        return price.total_s if price.total_s > 0 else price.total_s - price.time_of("forward_rest")
+    rows, NAN = [], float("nan")
     for op, target, spec, context, passes, verify in timed:
-        pass_s = price_step(build_step_graph(spec, 1, context), device).total_s
-        verify_s = price_step(build_step_graph(target, PASSES + 1, context), device).total_s
-        rows += [(op, forward_key(spec), j + 1, context, ratio * pass_s * 1e6, 0.0, float("nan"))
+        pass_s, verify_s = twin_s(spec, 1, context), twin_s(target, PASSES + 1, context)
+        rows += [(op, forward_key(spec), j + 1, context, ratio * pass_s * 1e6, 0.0, NAN)
                  for j, ratio in enumerate(passes)]
-        rows.append((verify_op(op), forward_key(target), PASSES + 1, context, verify * verify_s * 1e6, 0.0,
-                     float("nan")))
+        rows.append((verify_op(op), forward_key(target), PASSES + 1, context, verify * verify_s * 1e6, 0.0, NAN))
     return rows

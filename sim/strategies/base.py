@@ -373,7 +373,7 @@ def host_seconds(problem: Problem, method: str, device: str, passes=0.0, nodes=0
     ``<method>_pass`` per draft pass + ``<method>_node`` per verified token), 0 on platforms that do
     not describe them (every preset); sized by the target's LM head (:meth:`hwmodels.platform.LoopCosts.costs_for`).
     Vectorised over ``passes`` and ``nodes``."""
-    costs = problem.platform.loop_costs_us(device, problem.model.vocab * problem.model.hidden)
+    costs = problem.platform.loop_costs_us(device, problem.model.lm_head_params)
     if not costs:
         return 0.0 * np.asarray(passes, dtype=float) + 0.0 * np.asarray(nodes, dtype=float)
     return 1e-6 * (costs.get(f"{method}_step", 0.0) + costs.get(f"{method}_pass", 0.0) * np.asarray(passes, dtype=float)

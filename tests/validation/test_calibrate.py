@@ -405,7 +405,7 @@ def test_strategies_price_a_models_host_work_from_the_probe_of_its_width():
 def test_the_calibration_fits_each_probes_loops_apart():
     from real.validation.calibration.host_costs import loop_costs_of
     from real.validation.calibration.host_facts import QUICK
-    from real.validation.calibration.microbench import LOOP_SHAPES, LoopSample, lm_head_size
+    from real.validation.calibration.microbench import LOOP_SHAPES, LoopSample
 
     dev = _cached_cpu(0.032).device("cpu")
     samples = [LoopSample("chain", g, step_s=0.05, passes=float(g), nodes=g + 1.0, heads=0, shape=shape,
@@ -414,8 +414,8 @@ def test_the_calibration_fits_each_probes_loops_apart():
     costs = loop_costs_of(dev, samples, QUICK.medians(QUICK.loop_repeats), "by test", "on test")
     assert costs.costs_us["chain_step"] == pytest.approx(200.0, abs=1e-3)
     assert costs.narrow_us["chain_step"] == pytest.approx(60.0, abs=1e-3)
-    assert (costs.lm_head, costs.narrow_lm_head) == (lm_head_size(LOOP_SHAPES["wide"]),
-                                                     lm_head_size(LOOP_SHAPES["narrow"]))
+    assert (costs.lm_head, costs.narrow_lm_head) == tuple(LOOP_SHAPES[s]["vocab"] * LOOP_SHAPES[s]["hidden"]
+                                                          for s in ("wide", "narrow"))
     assert "hidden 128, vocabulary 512" in costs.sources["narrow.chain_step"]
     only_wide = loop_costs_of(dev, [s for s in samples if s.shape == "wide"], "m", "by test", "on test")
     assert only_wide.narrow_us == {} and only_wide.costs_for(1.0) == only_wide.costs_us

@@ -116,11 +116,14 @@ def loop_costs_of(device: Device, loops, statistic: str, by: str, on: str, dtype
     """The :class:`hwmodels.platform.LoopCosts` of ``device`` from its probe ``loops``: the wide probe's fit, and
     the narrow probe's where the loops ran on it (None without loops)."""
     from hwmodels.platform import LoopCosts
-    from real.validation.calibration.microbench import LOOP_SHAPES, lm_head_size
+    from real.validation.calibration.microbench import LOOP_SHAPES, probe_specs
 
-    fits = {shape: fit_host_costs(device, loops, statistic, by, on, dtype, shape=shape) for shape in ("wide", "narrow")}
-    if not loops or not fits["wide"][0]:
+    if not loops:
         return None
+    fits = {shape: fit_host_costs(device, loops, statistic, by, on, dtype, shape=shape) for shape in ("wide", "narrow")}
+    if not fits["wide"][0]:
+        return None
+    lm_head = {shape: probe_specs(LOOP_SHAPES[shape])[0].lm_head_params for shape in fits}
     sources = {}
     for shape, prefix in (("wide", ""), ("narrow", "narrow.")):
         s = LOOP_SHAPES[shape]
@@ -128,5 +131,5 @@ def loop_costs_of(device: Device, loops, statistic: str, by: str, on: str, dtype
             f"vocabulary {s['vocab']} x hidden {s['hidden']}: the LM head of the {shape} decode-loop probe "
             "(real.validation.calibration.microbench.LOOP_SHAPES) whose loops these costs were fitted on")}
     narrow = fits["narrow"][0]
-    return LoopCosts(device=device.name, costs_us=fits["wide"][0], sources=sources, lm_head=lm_head_size(LOOP_SHAPES["wide"]),
-                     narrow_us=narrow, narrow_lm_head=lm_head_size(LOOP_SHAPES["narrow"]) if narrow else None)
+    return LoopCosts(device=device.name, costs_us=fits["wide"][0], sources=sources, lm_head=lm_head["wide"],
+                     narrow_us=narrow, narrow_lm_head=lm_head["narrow"] if narrow else None)

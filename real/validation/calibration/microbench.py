@@ -474,11 +474,6 @@ NARROW_LOOP_SHAPE = dict(hidden=128, intermediate=352, n_heads=4, n_kv_heads=2, 
 LOOP_SHAPES = {"wide": LOOP_SHAPE, "narrow": NARROW_LOOP_SHAPE}
 
 
-def lm_head_size(shape: dict) -> int:
-    """Vocabulary x hidden of a probe shape: the size loop costs are interpolated by."""
-    return int(shape["vocab"] * shape["hidden"])
-
-
 def probe_models(shape: dict = LOOP_SHAPE):
     """A ``REFERENCE_LAYERS``-deep probe target, a one-layer probe draft (drafts are shallower than
     their targets) that predicts what the target does, both with a confident LM head (so draft trees

@@ -432,8 +432,9 @@ def _written_device(prof: DeviceProfile, csv_path: Path, header: dict, rows, not
     write_profile(csv_path, header, rows, notes)
     profile = read_profile(csv_path)
     best = measured_efficiencies(profile, 1.0, 1.0)   # against 1 GB/s and 1 TFLOP/s: the best rates themselves
-    mem_bw = max(prof.copy_gbps, best["bw_efficiency"])
-    peak = max(prof.gemm_tflops, best["compute_efficiency"])
+    # the peaks as written, so the efficiencies are those the loader recomputes from the file
+    mem_bw = round(max(prof.copy_gbps, best["bw_efficiency"]), 3)
+    peak = float(f"{max(prof.gemm_tflops, best['compute_efficiency']):.6g}")
     eff = measured_efficiencies(profile, mem_bw, peak)
     kind = "gpu" if prof.device.startswith("cuda") else "cpu"
     capacity = (torch.cuda.get_device_properties(torch.device(prof.device)).total_memory if kind == "gpu"
@@ -453,7 +454,7 @@ def _written_device(prof: DeviceProfile, csv_path: Path, header: dict, rows, not
     if prof.cache_bytes:
         src["cache_gb"] = (f"{prof.cache_source}: a model whose weights fit it is priced by the linear rows, a larger "
                            "one by linear_streamed")
-    return Device(name=kind, kind=kind, peak_tflops={prof.dtype: float(f"{peak:.6g}")}, mem_bw_gbps=round(mem_bw, 3),
+    return Device(name=kind, kind=kind, peak_tflops={prof.dtype: peak}, mem_bw_gbps=mem_bw,
                   mem_capacity_gb=round(capacity / 1e9, 3), bw_efficiency=round(eff["bw_efficiency"], 3),
                   compute_efficiency=round(eff["compute_efficiency"], 3),
                   op_overhead_us=round(profile.launch_us[mode], 3), token_tile=1, sparse_attn_efficiency=0.0,

@@ -357,11 +357,6 @@ class MemoryDomain:
     def bw_bytes_per_s(self) -> float:
         return self.bw_gbps * GB
 
-    @property
-    def capacity_bytes(self) -> float:
-        return self.capacity_gb * GB
-
-
 @dataclass(frozen=True)
 class LoopCosts:
     """Host-side work of HetSpec's real decode loops on one device of a calibrated machine.

@@ -102,11 +102,6 @@ class AcceptanceModel:
         return None if self.medusa_accuracy is None else np.asarray(self.medusa_accuracy, dtype=float)
 
     @property
-    def has_tree_model(self) -> bool:
-        """Whether it can give the tokens of a Medusa-style tree (by accuracies or by width)."""
-        return self.medusa_accuracy is not None or self.length_table is not None or self.length_curve is not None
-
-    @property
     def max_depth(self) -> int | None:
         """Deepest tree the accuracies cover (None: not limited by depth)."""
         return len(self.medusa_accuracy) if self.medusa_accuracy is not None else None

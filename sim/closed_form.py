@@ -329,21 +329,3 @@ def step_seconds(model: ModelSpec, platform: Platform, device: str, q, s, b=1, d
     _, per_op = op_seconds(model, platform, device, q, s, b, density, dtype, resident)
     out = per_op.sum(axis=-1)
     return out
-
-
-def linear_seconds(device: Device, dtype: str, tokens, d_in: int, d_out: int, count: int, dt_bytes: float,
-                   bw_bytes_per_s: float) -> np.ndarray:
-    """Seconds of ``count`` GEMMs of ``tokens`` rows by a ``d_in x d_out`` weight (Medusa App. accounting,
-    as :func:`sim.step_graph.linear_op`), vectorised over ``tokens``."""
-    T = np.asarray(tokens, dtype=float)
-    flops = 2.0 * T * d_in * d_out
-    nbytes = dt_bytes * (T * d_in + T * d_out + d_in * d_out)
-    return count * roofline_arrays(device, dtype, flops, nbytes, T, 1.0, 1.0, bw_bytes_per_s, rows=d_out)["time_s"]
-
-
-def elementwise_seconds(device: Device, dtype: str, elements, flops_per_element: float, count: int, dt_bytes: float,
-                        bw_bytes_per_s: float, reads: int = 1, writes: int = 1) -> np.ndarray:
-    """Seconds of ``count`` elementwise operators (as :func:`sim.step_graph.elementwise_op`), vectorised."""
-    e = np.asarray(elements, dtype=float)
-    return count * roofline_arrays(device, dtype, flops_per_element * e, dt_bytes * e * (reads + writes), 0.0,
-                                   1.0, 1.0, bw_bytes_per_s)["time_s"]

@@ -324,12 +324,6 @@ def _refine_ratio(price, grid: np.ndarray, j: int):
     return (edge, s_edge) if s_edge < s else (r, s)
 
 
-def ar_baseline(problem: Problem) -> float:
-    """Tokens/s of the best ``ar`` placement for ``problem`` (NaN if the model fits on no device)."""
-    by_device = ar_by_device(problem)
-    return max(by_device.values()) if by_device else float("nan")
-
-
 def ar_by_device(problem: Problem) -> dict[str, float]:
     """Tokens/s of ``ar`` on each device the model fits on (empty if it fits on none)."""
     try:

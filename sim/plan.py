@@ -155,10 +155,6 @@ def link_by_name(platform: Platform, name: str):
                        f"{', '.join(l.name for l in platform.links) or '(none)'}")
 
 
-def resource_names(platform: Platform) -> tuple[str, ...]:
-    return tuple(platform.devices) + tuple(l.name for l in platform.links)
-
-
 # ---------------------------------------------------------------------- task builders
 def op_task(op: Op, platform: Platform, device: str, dtype: str, name: str, phase: str,
             deps: Sequence[str] = (), instances: int | None = None, priority: int = 0,

@@ -18,7 +18,7 @@ a step).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 
 from hwmodels.errors import HetSpecError
 
@@ -52,13 +52,6 @@ class TraceRecord:
 
 
 TRACE_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(TraceRecord))
-
-
-def to_dataframe(records: Sequence[TraceRecord]):
-    """The trace as a pandas DataFrame with :data:`TRACE_COLUMNS` (pandas imported on use)."""
-    import pandas as pd
-
-    return pd.DataFrame([asdict(r) for r in records], columns=list(TRACE_COLUMNS))
 
 
 @dataclass(frozen=True)

@@ -123,11 +123,6 @@ def iter_texts(split: str, seed: int = 0, max_chars: int | None = None,
             yield text
 
 
-def split_text(split: str, max_chars: int | None = None, seed: int = 0, root: str | None = None) -> str:
-    """A split's text (files in shuffled order, separated by a blank line)."""
-    return "\n\n".join(iter_texts(split, seed, max_chars, root))
-
-
 def _line_starts(text: str) -> list[int]:
     starts = [0]
     pos = text.find("\n")

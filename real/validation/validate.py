@@ -412,10 +412,3 @@ def _device_json(dev) -> dict:
         value = getattr(dev, key)
         out[key] = dict(value) if key == "peak_tflops" else value
     return out
-
-
-def load_results(out: str | Path) -> dict:
-    path = Path(out) / "results.json"
-    if not path.exists():
-        raise HetSpecError(f"no validation results at {path} (run `hetspec validate`)")
-    return json.loads(path.read_text())

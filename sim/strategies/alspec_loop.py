@@ -120,7 +120,7 @@ def loop_costs(problem: Problem, config: StrategyConfig) -> LoopCosts:
     if receiver != sender:
         link = platform.link(sender, receiver)
         hop_to, hop_back = link.transfer_s(width * dt), link.transfer_s(model.hidden * dt * problem.batch)
-    host = float(host_seconds(problem, "ar", sender, nodes=1))
+    host = float(host_seconds(problem, "ar", sender, nodes=1, forwards=False))
     return LoopCosts(embed_s=mine["embed"], final_s=mine["final"], pre_s=mine["pre"], approx_s=approx,
                      exact_s=mine["attention"], check_s=check, post_s=mine["post"], post_receiver_s=theirs["post"],
                      hop_to_s=hop_to, hop_back_s=hop_back, host_s=host, layers=model.n_layers)

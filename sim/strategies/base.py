@@ -367,18 +367,19 @@ def co_resident(problem: Problem, device: str, *models: ModelSpec, extra_bytes: 
     return problem.platform.device(device).holds(sum(weight_working_set(m) for m in models) + extra_bytes, tokens)
 
 
-def host_seconds(problem: Problem, method: str, device: str, passes=0.0, nodes=0.0):
+def host_seconds(problem: Problem, method: str, device: str, passes=0.0, nodes=0.0, forwards: bool = True):
     """Host-side work of one step of ``method``'s real decode loop on ``device``: the platform's
     calibrated loop costs of that device (:class:`hwmodels.platform.LoopCosts`: ``<method>_step`` +
     ``<method>_pass`` per draft pass + ``<method>_node`` per verified token), 0 on platforms that do
     not describe them (every preset); sized by the target's LM head (:meth:`hwmodels.platform.LoopCosts.costs_for`).
-    Vectorised over ``passes`` and ``nodes``."""
+    A roofline device adds what the loop's forwards took beyond its price of them (``<method>_forward_<term>``)
+    where the step is that loop's (``forwards``: not another strategy's loop borrowing its host costs); a
+    profiled one measured its passes inside the loop. Vectorised over ``passes`` and ``nodes``."""
+    from sim.op_timing import is_profiled
+
     costs = problem.platform.loop_costs_us(device, problem.model.lm_head_params)
-    if not costs:
-        return 0.0 * np.asarray(passes, dtype=float) + 0.0 * np.asarray(nodes, dtype=float)
-    return 1e-6 * (costs.get(f"{method}_step", 0.0) + costs.get(f"{method}_pass", 0.0) * np.asarray(passes, dtype=float)
-                   + costs.get(f"{method}_node", 0.0) * np.asarray(nodes, dtype=float))
-
-
-def device_names(platform: Platform) -> tuple[str, ...]:
-    return tuple(platform.devices)
+    passes, nodes = np.asarray(passes, dtype=float), np.asarray(nodes, dtype=float)
+    own = forwards and not is_profiled(problem.platform.device(device))
+    prefixes = [method] + ([f"{method}_forward"] if own else [])
+    return 1e-6 * sum(costs.get(f"{p}_step", 0.0) + costs.get(f"{p}_pass", 0.0) * passes
+                      + costs.get(f"{p}_node", 0.0) * nodes for p in prefixes)

@@ -483,7 +483,7 @@ def _split_host_seconds(problem: Problem, config: StrategyConfig) -> float:
     and the split step's hand-offs to the secondary worker (``hcmp_step``, calibrated hosts only)."""
     handoffs = split_costs(problem.platform, config.device).get("hcmp_step", 0.0) \
         if config.option("split", "hcmp") == "hcmp" else 0.0
-    return float(host_seconds(problem, "medusa", config.device, nodes=config.tree.size)) + handoffs
+    return float(host_seconds(problem, "medusa", config.device, nodes=config.tree.size, forwards=False)) + handoffs
 
 
 def _other_device(problem: Problem, device: str) -> str:

@@ -126,8 +126,11 @@ def test_calibration_writes_a_loadable_host_with_sources(tiny_calibration):
     assert all(0 < e <= 1 for _, e in cpu.gemm_efficiency_curve + cpu.cache_gemm_efficiency_curve)
     loops = loaded.loop_costs["cpu"]
     # dovetail's loop is a heterogeneous probe: skipped here (the budget was spent), so no dovetail costs
-    assert set(loops.costs_us) == {"ar_step", "chain_step", "chain_pass", "draft-tree_step", "draft-tree_pass",
-                                   "medusa_step", "medusa_node"}
+    host_keys = {"ar_step", "chain_step", "chain_pass", "draft-tree_step", "draft-tree_pass", "medusa_step",
+                 "medusa_node"}
+    # a roofline device: each loop's forwards beyond their price, by the same terms
+    assert set(loops.costs_us) == host_keys | {k.replace("_", "_forward_", 1) if k.count("_") == 1 else k
+                                               for k in host_keys}
     assert all(v >= 0 for v in loops.costs_us.values())
     assert "decode loop" in loops.sources["chain_step"]
     # the probe loops decode the tokens the settings ask for, and the sources say so
@@ -570,8 +573,9 @@ def test_host_costs_are_the_probe_loops_time_outside_their_forwards():
     samples += [LoopSample("dovetail", d, step_s=0.05 * d, passes=d + 1.0, nodes=16.0, heads=0, tokens=1.4,
                            host_s=1e-6 * (300.0 + 150.0 * (d + 1))) for d in (2, 7)]
     costs, sources = fit_host_costs(dev, samples, QUICK.medians(QUICK.loop_repeats), "by test", "on test")
-    assert costs == {"chain_step": pytest.approx(20.0, abs=1e-3), "chain_pass": pytest.approx(5.0, abs=1e-3),
-                     "medusa_step": pytest.approx(80.0, abs=1e-3), "medusa_node": pytest.approx(2.0, abs=1e-3)}
+    host = {k: v for k, v in costs.items() if "_forward_" not in k}
+    assert host == {"chain_step": pytest.approx(20.0, abs=1e-3), "chain_pass": pytest.approx(5.0, abs=1e-3),
+                    "medusa_step": pytest.approx(80.0, abs=1e-3), "medusa_node": pytest.approx(2.0, abs=1e-3)}
     assert "outside the traced forwards" in sources["chain_pass"]
     costs, sources = fit_host_costs(dev, samples, QUICK.medians(QUICK.loop_repeats), "by test", "on test",
                                     terms=DOVETAIL_TERMS)
@@ -580,6 +584,47 @@ def test_host_costs_are_the_probe_loops_time_outside_their_forwards():
     # a sample without the measure (an older calibration) keeps the residual
     old = [replace(s, host_s=None) for s in samples if s.method == "chain"]
     assert fit_host_costs(dev, old, QUICK.medians(QUICK.loop_repeats), "by test", "on test")[0]["chain_pass"] > 1e4
+
+
+def test_a_roofline_device_fits_its_loops_forwards_beyond_their_price():
+    """What a probe loop's traced forwards take beyond the roofline's price of them is fitted by the host terms
+    (``<method>_forward_<term>``, never below 0) and priced by a roofline device's strategies; a profiled
+    device, which measures its passes inside the loop, neither fits nor prices it."""
+    from real.validation.calibration.host_costs import _model_price, fit_host_costs
+    from real.validation.calibration.microbench import LOOP_PROMPT_TOKENS, LoopSample
+    from hwmodels.platform import LoopCosts
+    from paths import DATA
+    from sim.model_spec import get_model
+    from sim.strategies.base import Problem, host_seconds
+
+    platform = _cached_cpu(0.032)
+    dev = platform.device("cpu")
+    context = LOOP_PROMPT_TOKENS + 48
+
+    def sample(method, knob, passes, nodes, host_us, excess_us):
+        s = LoopSample(method, knob, step_s=0.0, passes=passes, nodes=nodes, heads=0, host_s=1e-6 * host_us)
+        return replace(s, step_s=_model_price(dev, s, context) + 1e-6 * (host_us + excess_us))
+    samples = [sample("draft-tree", m, p, p + 1.0, 50.0 + 10.0 * p, 30.0 + 40.0 * p) for m, p in ((4, 2.0), (8, 5.0))]
+    samples += [sample("medusa", w, 0.0, float(w), 70.0, -40.0) for w in (1, 8)]    # faster than priced: 0
+    costs, sources = fit_host_costs(dev, samples, "median of 3", "by test", "on test")
+    assert costs == {"draft-tree_step": pytest.approx(50.0, abs=1e-3), "draft-tree_pass": pytest.approx(10.0, abs=1e-3),
+                     "draft-tree_forward_step": pytest.approx(30.0, abs=1e-3),
+                     "draft-tree_forward_pass": pytest.approx(40.0, abs=1e-3),
+                     "medusa_step": pytest.approx(70.0, abs=1e-3), "medusa_node": 0.0,
+                     "medusa_forward_step": 0.0, "medusa_forward_node": 0.0}
+    assert "beyond the roofline's price" in sources["draft-tree_forward_pass"]
+    loops = LoopCosts("cpu", costs)
+    roofline = replace(platform, loop_costs={"cpu": loops})
+    problem = Problem(model=get_model("llama2-7b"), platform=roofline)
+    assert host_seconds(problem, "draft-tree", "cpu", passes=3.0) == pytest.approx(1e-6 * (50 + 30 + 3 * (10 + 40)))
+    # another strategy's loop borrowing the costs (hcmp's, alspec's) takes the host work alone
+    assert host_seconds(problem, "draft-tree", "cpu", passes=3.0, forwards=False) == pytest.approx(1e-6 * 80)
+    profiled = load_platform_file(DATA / "profiled-h200.toml")
+    fitted = fit_host_costs(profiled.device("gpu"), samples, "median of 3", "by test", "on test", dtype="fp16")[0]
+    assert "draft-tree_pass" in fitted and not any("_forward_" in k for k in fitted)
+    problem = Problem(model=get_model("llama2-7b"),
+                      platform=replace(profiled, loop_costs={"gpu": replace(loops, device="gpu")}))
+    assert host_seconds(problem, "draft-tree", "gpu", passes=3.0) == pytest.approx(1e-6 * 80)
 
 
 def test_decode_host_time_is_the_time_outside_draft_and_verify_records():

@@ -409,11 +409,6 @@ def calibration_age_days(platform_path: str | Path) -> float | None:
     return (time.time() - p.stat().st_mtime) / 86400.0
 
 
-def gemm_peaks(cal: Calibration) -> dict[int, float]:
-    """The GEMM peak (FLOP/s) ``cal`` measured, by thread count: what its reference probe is set against."""
-    return {w.threads: w.peak_flops_per_s for w in (cal.one_thread, cal.all_threads)}
-
-
 def busy_warnings(cal: Calibration) -> list[str]:
     """Signs that the machine was busy while calibrating: all threads measuring slower than one (a
     multi-threaded operator waits for its other threads whenever the scheduler takes their cores). A

@@ -8,17 +8,26 @@ costs per operator (``cache_loop_op_overhead_us`` for a resident model's passes 
 per-pass Python is not counted twice. A sample without the measure (an older calibration, a GPU's loops) falls
 back to the loop's time beyond the model's price of its forwards (the residual). Dovetail's loop, a
 heterogeneous probe, is fitted the same way with its own terms and price
-(:mod:`real.validation.calibration.dovetail_probe`)."""
+(:mod:`real.validation.calibration.dovetail_probe`).
+
+On a roofline device the loop's traced forwards also cost more, or less, than the roofline prices them
+(a draft-tree's passes run between the Python of its tree, which leaves the caches and threads colder than
+a forward in a loop of its own): what they take beyond that price is fitted by the same terms as
+``<method>_forward_<term>`` (:data:`FORWARD`), which only a roofline device's pricing adds
+(:func:`sim.strategies.base.host_seconds`); a profiled device measures its passes inside the loop itself."""
 
 from __future__ import annotations
 
 from hwmodels.platform import Device, Platform
+from sim.op_timing import is_profiled
 
 #: Host costs fitted per method: which per-step counts explain the loop's time beyond its forwards.
 #: (chain and draft-tree: passes and verified tokens move together, so the per-token part is folded
 #: into the per-pass one; medusa has no draft passes.)
 HOST_COST_TERMS = {"ar": ("step",), "chain": ("step", "pass"), "draft-tree": ("step", "pass"),
                    "medusa": ("step", "node")}
+#: Infix of a loop cost that is the traced forwards' time beyond the roofline's price (``draft-tree_forward_pass``).
+FORWARD = "_forward"
 
 
 def _model_price(device: Device, sample, context: int, dtype: str | None = None) -> float:
@@ -73,7 +82,8 @@ def fit_host_costs(device: Device, loops, statistic: str, by: str, on: str,
     """The loop costs of ``device`` (:class:`hwmodels.platform.LoopCosts`) and their sources: per method,
     the probe loops' time outside their traced forwards (a sample without it: the step time minus the
     model's price of its forwards and heads, the probe priced in ``dtype``, the one its loops ran in;
-    None: the probe's fp32), fitted per step / per pass / per verified token.
+    None: the probe's fp32), fitted per step / per pass / per verified token; on a roofline device also the
+    traced forwards' time beyond its price of them (``<method>_forward_<term>``, see the module docstring).
     ``statistic``: how the sources name the samples' statistic (e.g. "median of 3 interleaved rounds x 2").
     ``terms`` (default :data:`HOST_COST_TERMS`) and ``price(device, sample, context, dtype)`` (default: the
     single-device loops' forwards and heads) fit another loop's samples the same way. ``shape``: the probe
@@ -83,6 +93,8 @@ def fit_host_costs(device: Device, loops, statistic: str, by: str, on: str,
 
     probe = LOOP_SHAPES[shape]
 
+    # the forwards' excess over their price: the single-device loops priced by a roofline device
+    roofline = terms is None and price is None and not is_profiled(device)
     price = price or _model_price
     costs, sources = {}, {}
     for method, terms in (HOST_COST_TERMS if terms is None else terms).items():
@@ -91,24 +103,28 @@ def fit_host_costs(device: Device, loops, statistic: str, by: str, on: str,
             continue
         host = [_host_seconds(device, s, LOOP_PROMPT_TOKENS + s.new_tokens // 2, dtype, price) for s in rows]
         seconds = [h for h, _ in host]
-        what = ("its time outside the traced forwards (acceptance records and untraced Python)"
-                if all(kind == "measured" for _, kind in host)
+        measured = all(kind == "measured" for _, kind in host)
+        what = ("its time outside the traced forwards (acceptance records and untraced Python)" if measured
                 else "minus the model's price of its forwards and heads, the rest")
+        forwards = roofline and measured
         x = [s.passes if "pass" in terms else s.nodes for s in rows]
-        fitted = _nonneg_fit(x, seconds, terms)
         knobs = ", ".join(str(s.knob) for s in rows) if method != "ar" else "-"
-        for term, value in fitted.items():
-            key = f"{method}_{term}"
-            costs[key] = round(value * 1e6, 3)
-            sources[key] = (
-                f"measured {by}: HetSpec's {method} decode loop ({ALL_DECODER_MODULES[method][0]}) on probe models "
+        loop = (f"measured {by}: HetSpec's {method} decode loop ({ALL_DECODER_MODULES[method][0]}) on probe models "
                 f"(hidden {probe['hidden']}, vocabulary {probe['vocab']}: "
                 f"a {REFERENCE_LAYERS}-layer target, a 1-layer draft; configs {knobs}; "
                 f"{_tokens(rows)} new tokens after a {LOOP_PROMPT_TOKENS}-token prompt) costs "
-                + ", ".join(f"{1e6 * s.step_s:.1f}" for s in rows)
-                + f" us per step; {what} ("
-                + ", ".join(f"{1e6 * r:.1f}" for r in seconds)
-                + f" us) is fitted as {' + '.join(terms)} (least squares, >= 0; {statistic}) {on}")
+                + ", ".join(f"{1e6 * s.step_s:.1f}" for s in rows) + " us per step; ")
+        parts = [("", what, seconds)]
+        if forwards:
+            beyond = [s.step_s - h - price(device, s, LOOP_PROMPT_TOKENS + s.new_tokens // 2, dtype)
+                      for s, h in zip(rows, seconds)]
+            parts.append((FORWARD, "its traced forwards beyond the roofline's price of them", beyond))
+        for infix, text, ys in parts:
+            for term, value in _nonneg_fit(x, ys, terms).items():
+                key = f"{method}{infix}_{term}"
+                costs[key] = round(value * 1e6, 3)
+                sources[key] = (loop + f"{text} (" + ", ".join(f"{1e6 * r:.1f}" for r in ys)
+                                + f" us) is fitted as {' + '.join(terms)} (least squares, >= 0; {statistic}) {on}")
     return costs, sources
 
 

@@ -365,9 +365,10 @@ class LoopCosts:
     calibrate`` fits it; presets have none): per method, microseconds per decode step
     (``<method>_step``), per draft pass (``<method>_pass``) and per verified token
     (``<method>_node``) beyond the forwards the roofline prices (building inputs and masks, argmax,
-    the acceptance walk, cache compaction, a tree grown in Python). The strategies price it through
-    :func:`sim.strategies.base.host_seconds`; absent keys cost nothing. A step split over two worker
-    threads (``hcmp``) also has costs per synchronisation point (``<method>_sync``) and per decoder
+    the acceptance walk, cache compaction, a tree grown in Python); ``<method>_forward_<term>``
+    (:data:`FORWARD_COST`): what the loop's forwards took beyond the roofline's price of them. The
+    strategies price it through :func:`sim.strategies.base.host_seconds`; absent keys cost nothing. A
+    step split over two worker threads (``hcmp``) also has costs per synchronisation point (``<method>_sync``) and per decoder
     layer (``<method>_layer``; :mod:`sim.strategies.hcmp` reads them).
 
     The work grows with the model's width, so a calibration measures the loops on two probes: ``costs_us`` on
@@ -405,6 +406,9 @@ class LoopCosts:
 
 #: The counts a loop cost is charged by: per step, draft pass, verified token, synchronisation point, layer.
 LOOP_COST_TERMS = ("step", "pass", "node", "sync", "layer")
+#: Infix of the loop costs that are a loop's traced forwards beyond the roofline's price of them
+#: (``draft-tree_forward_pass``).
+FORWARD_COST = "_forward_"
 
 
 @dataclass(frozen=True)

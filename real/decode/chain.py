@@ -89,6 +89,7 @@ def generate(models, prompt, max_new_tokens: int, config: ChainConfig, clock: Cl
                     q_rows.append(q_i)
                     x = torch.multinomial(q_i, 1, generator=generator)
                 drafts.append(x)
+                log.draft_tokens += feed.shape[1]
                 feed = x.view(1, 1)
                 log.draft_passes += 1
                 clock.record(step, "draft", t, clock.now())

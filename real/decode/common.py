@@ -133,7 +133,8 @@ class DecodeResult:
     step added to the output (for speculative methods: accepted speculative tokens + the target's own
     token; the last step counts only the tokens kept before truncation). proposed_per_step:
     speculative tokens offered to each verification (0 for ``ar``). draft_passes: draft-model
-    forward passes (0 without a draft model). prefill_s: prompt pass(es) including the first token;
+    forward passes (0 without a draft model); draft_tokens: the tokens those passes fed (more than
+    one pass each where a round's first pass feeds the lag of a round that accepted everything). prefill_s: prompt pass(es) including the first token;
     decode_s: everything after it.
     """
 
@@ -145,6 +146,7 @@ class DecodeResult:
     prefill_s: float
     decode_s: float
     draft_passes: int = 0
+    draft_tokens: int = 0
     records: tuple[TraceRecord, ...] = field(default=(), repr=False)
 
     @property
@@ -195,6 +197,7 @@ class StepLog:
         self.accepted: list[int] = []
         self.proposed: list[int] = []
         self.draft_passes = 0
+        self.draft_tokens = 0
         self.start_s = clock.now()
         self.prefill_end_s = self.start_s
 
@@ -231,7 +234,8 @@ class StepLog:
             method=self.method, prompt_tokens=self.prompt_tokens, ids=tuple(self.ids),
             accepted_per_step=tuple(self.accepted), proposed_per_step=tuple(self.proposed),
             prefill_s=self.prefill_end_s - self.start_s, decode_s=end - self.prefill_end_s,
-            draft_passes=self.draft_passes, records=tuple(self.clock.records[self.first_record:]),
+            draft_passes=self.draft_passes, draft_tokens=self.draft_tokens,
+            records=tuple(self.clock.records[self.first_record:]),
         )
 
 

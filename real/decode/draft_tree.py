@@ -268,6 +268,7 @@ def generate(models, prompt, max_new_tokens: int, config: DraftTreeConfig, clock
                                      tree_mask=rows[slot: slot + 1, : slot + 1])[0, -1]
                 tree.slots[node] = slot
                 log.draft_passes += 1
+                log.draft_tokens += stem if node == 0 else 1
                 clock.record(step, "draft", t0, clock.now())
                 return torch.softmax(d_logits.float(), -1)
 

@@ -375,11 +375,12 @@ def host_seconds(problem: Problem, method: str, device: str, passes=0.0, nodes=0
     A roofline device adds what the loop's forwards took beyond its price of them (``<method>_forward_<term>``)
     where the step is that loop's (``forwards``: not another strategy's loop borrowing its host costs); a
     profiled one measured its passes inside the loop. Vectorised over ``passes`` and ``nodes``."""
+    from hwmodels.platform import FORWARD_COST
     from sim.op_timing import is_profiled
 
     costs = problem.platform.loop_costs_us(device, problem.model.lm_head_params)
     passes, nodes = np.asarray(passes, dtype=float), np.asarray(nodes, dtype=float)
     own = forwards and not is_profiled(problem.platform.device(device))
-    prefixes = [method] + ([f"{method}_forward"] if own else [])
-    return 1e-6 * sum(costs.get(f"{p}_step", 0.0) + costs.get(f"{p}_pass", 0.0) * passes
-                      + costs.get(f"{p}_node", 0.0) * nodes for p in prefixes)
+    prefixes = [f"{method}_"] + ([f"{method}{FORWARD_COST}"] if own else [])
+    return 1e-6 * sum(costs.get(f"{p}step", 0.0) + costs.get(f"{p}pass", 0.0) * passes
+                      + costs.get(f"{p}node", 0.0) * nodes for p in prefixes)

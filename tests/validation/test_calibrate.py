@@ -128,9 +128,8 @@ def test_calibration_writes_a_loadable_host_with_sources(tiny_calibration):
     # dovetail's loop is a heterogeneous probe: skipped here (the budget was spent), so no dovetail costs
     host_keys = {"ar_step", "chain_step", "chain_pass", "draft-tree_step", "draft-tree_pass", "medusa_step",
                  "medusa_node"}
-    # a roofline device: each loop's forwards beyond their price, by the same terms
-    assert set(loops.costs_us) == host_keys | {k.replace("_", "_forward_", 1) if k.count("_") == 1 else k
-                                               for k in host_keys}
+    # a roofline device: each loop's forwards beyond their price (read against ar's), by the same terms
+    assert set(loops.costs_us) == host_keys | {k.replace("_", "_forward_") for k in host_keys if k != "ar_step"}
     assert all(v >= 0 for v in loops.costs_us.values())
     assert "decode loop" in loops.sources["chain_step"]
     # the probe loops decode the tokens the settings ask for, and the sources say so
@@ -587,9 +586,10 @@ def test_host_costs_are_the_probe_loops_time_outside_their_forwards():
 
 
 def test_a_roofline_device_fits_its_loops_forwards_beyond_their_price():
-    """What a probe loop's traced forwards take beyond the roofline's price of them is fitted by the host terms
-    (``<method>_forward_<term>``, never below 0) and priced by a roofline device's strategies; a profiled
-    device, which measures its passes inside the loop, neither fits nor prices it."""
+    """What a probe loop's traced forwards take beyond the roofline's price of them (a round's lag priced), read
+    against the ar loop of the same rounds, is fitted by the host terms (``<method>_forward_<term>``, never
+    below 0; ar has none) and priced by a roofline device's strategies; a profiled device, which measures its
+    passes inside the loop, neither fits nor prices it."""
     from real.validation.calibration.host_costs import _model_price, fit_host_costs
     from real.validation.calibration.microbench import LOOP_PROMPT_TOKENS, LoopSample
     from hwmodels.platform import LoopCosts
@@ -601,18 +601,30 @@ def test_a_roofline_device_fits_its_loops_forwards_beyond_their_price():
     dev = platform.device("cpu")
     context = LOOP_PROMPT_TOKENS + 48
 
-    def sample(method, knob, passes, nodes, host_us, excess_us):
-        s = LoopSample(method, knob, step_s=0.0, passes=passes, nodes=nodes, heads=0, host_s=1e-6 * host_us)
-        return replace(s, step_s=_model_price(dev, s, context) + 1e-6 * (host_us + excess_us))
-    samples = [sample("draft-tree", m, p, p + 1.0, 50.0 + 10.0 * p, 30.0 + 40.0 * p) for m, p in ((4, 2.0), (8, 5.0))]
-    samples += [sample("medusa", w, 0.0, float(w), 70.0, -40.0) for w in (1, 8)]    # faster than priced: 0
+    # the whole probe ran 10 % slower than its price: ar's forwards read 1.1 times theirs, and the others'
+    # excess is what they take beyond 1.1 times theirs, in the roofline's time (divided by 1.1)
+    def sample(method, knob, passes, nodes, host_us, excess_us, lag=0.0):
+        s = LoopSample(method, knob, step_s=0.0, passes=passes, nodes=nodes, heads=0, host_s=1e-6 * host_us,
+                       lag_tokens=lag)
+        return replace(s, step_s=1.1 * (_model_price(dev, s, context) + 1e-6 * excess_us) + 1e-6 * host_us)
+    samples = [sample("ar", 0, 0.0, 1.0, 5.0, 0.0)]
+    samples += [sample("draft-tree", m, p, p + 1.0, 50.0 + 10.0 * p, 30.0 + 40.0 * p, lag=0.8)
+                for m, p in ((4, 2.0), (8, 5.0))]
+    # medusa's forwards ran faster than priced: nothing, the price is kept
+    samples += [sample("medusa", w, 0.0, float(w), 70.0 + w, -40.0 - 2.0 * w) for w in (1, 8)]
     costs, sources = fit_host_costs(dev, samples, "median of 3", "by test", "on test")
-    assert costs == {"draft-tree_step": pytest.approx(50.0, abs=1e-3), "draft-tree_pass": pytest.approx(10.0, abs=1e-3),
+    assert costs == {"ar_step": pytest.approx(5.0, abs=1e-3),
+                     "draft-tree_step": pytest.approx(50.0, abs=1e-3), "draft-tree_pass": pytest.approx(10.0, abs=1e-3),
                      "draft-tree_forward_step": pytest.approx(30.0, abs=1e-3),
                      "draft-tree_forward_pass": pytest.approx(40.0, abs=1e-3),
-                     "medusa_step": pytest.approx(70.0, abs=1e-3), "medusa_node": 0.0,
+                     "medusa_step": pytest.approx(70.0, abs=1e-3), "medusa_node": pytest.approx(1.0, abs=1e-3),
                      "medusa_forward_step": 0.0, "medusa_forward_node": 0.0}
     assert "beyond the roofline's price" in sources["draft-tree_forward_pass"]
+    # the lag is part of the price: a sample that fed it, priced without it, reads its cost as excess
+    unlagged = fit_host_costs(dev, [replace(s, lag_tokens=0.0) for s in samples], "m", "b", "o")[0]
+    assert unlagged["draft-tree_forward_step"] > costs["draft-tree_forward_step"] + 1.0
+    # without an ar loop to read them against, no excess is fitted
+    assert not any("_forward_" in k for k in fit_host_costs(dev, samples[1:], "m", "b", "o")[0])
     loops = LoopCosts("cpu", costs)
     roofline = replace(platform, loop_costs={"cpu": loops})
     problem = Problem(model=get_model("llama2-7b"), platform=roofline)

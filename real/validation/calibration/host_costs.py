@@ -12,13 +12,17 @@ heterogeneous probe, is fitted the same way with its own terms and price
 
 On a roofline device the loop's traced forwards also cost more, or less, than the roofline prices them
 (a draft-tree's passes run between the Python of its tree, which leaves the caches and threads colder than
-a forward in a loop of its own): what they take beyond that price is fitted by the same terms as
-``<method>_forward_<term>`` (:data:`FORWARD`), which only a roofline device's pricing adds
-(:func:`sim.strategies.base.host_seconds`); a profiled device measures its passes inside the loop itself."""
+a forward in a loop of its own): what they take beyond that price (a round's first pass priced with the lag
+it fed, as the strategies price it), read against the ``ar`` loop of the same rounds (the forwards divided
+by ar's over their price, so a probe that ran as a whole faster or slower than its price leaves none), is
+fitted by the same terms as ``<method>_forward_<term>`` (:data:`hwmodels.platform.FORWARD_COST`, at least
+0: a loop whose forwards run faster than priced keeps the price; ``ar`` has none), which only a roofline
+device's pricing adds (:func:`sim.strategies.base.host_seconds`); a profiled device measures its passes
+inside the loop itself."""
 
 from __future__ import annotations
 
-from hwmodels.platform import Device, Platform
+from hwmodels.platform import FORWARD_COST, Device, Platform
 from sim.op_timing import is_profiled
 
 #: Host costs fitted per method: which per-step counts explain the loop's time beyond its forwards.
@@ -26,8 +30,6 @@ from sim.op_timing import is_profiled
 #: into the per-pass one; medusa has no draft passes.)
 HOST_COST_TERMS = {"ar": ("step",), "chain": ("step", "pass"), "draft-tree": ("step", "pass"),
                    "medusa": ("step", "node")}
-#: Infix of a loop cost that is the traced forwards' time beyond the roofline's price (``draft-tree_forward_pass``).
-FORWARD = "_forward"
 
 
 def _model_price(device: Device, sample, context: int, dtype: str | None = None) -> float:
@@ -43,7 +45,9 @@ def _model_price(device: Device, sample, context: int, dtype: str | None = None)
     platform = Platform(name="probe", description="", devices={device.name: device})
     q = max(int(round(sample.nodes)), 1)
     price = float(forward_seconds(spec, platform, device.name, q, context))
-    price += sample.passes * float(forward_seconds(draft, platform, device.name, 1, context))
+    one, two = (float(forward_seconds(draft, platform, device.name, t, context)) for t in (1, 2))
+    # each pass feeds one token; a round's first pass after one that accepted everything feeds two (the lag)
+    price += sample.passes * one + sample.lag_tokens * (two - one)
     if sample.heads:
         price += medusa_heads_seconds(spec, platform, device.name, 1, sample.heads, batched=True)
     return price
@@ -97,6 +101,12 @@ def fit_host_costs(device: Device, loops, statistic: str, by: str, on: str,
     roofline = terms is None and price is None and not is_profiled(device)
     price = price or _model_price
     costs, sources = {}, {}
+    # the ar loop's traced forwards over their price, timed in the same rounds as the others: a loop's forwards
+    # are read against it, so a probe that ran as a whole faster or slower than the micro-benchmarks that
+    # priced it leaves no excess (a speedup over ar is what the excess moves)
+    ar_rate = None
+    for s in (s for s in loops if roofline and s.method == "ar" and s.shape == shape and s.host_s is not None):
+        ar_rate = (s.step_s - s.host_s) / price(device, s, LOOP_PROMPT_TOKENS + s.new_tokens // 2, dtype)
     for method, terms in (HOST_COST_TERMS if terms is None else terms).items():
         rows = [s for s in loops if s.method == method and s.shape == shape]
         if not rows:
@@ -106,7 +116,7 @@ def fit_host_costs(device: Device, loops, statistic: str, by: str, on: str,
         measured = all(kind == "measured" for _, kind in host)
         what = ("its time outside the traced forwards (acceptance records and untraced Python)" if measured
                 else "minus the model's price of its forwards and heads, the rest")
-        forwards = roofline and measured
+        forwards = roofline and measured and method != "ar" and ar_rate is not None
         x = [s.passes if "pass" in terms else s.nodes for s in rows]
         knobs = ", ".join(str(s.knob) for s in rows) if method != "ar" else "-"
         loop = (f"measured {by}: HetSpec's {method} decode loop ({ALL_DECODER_MODULES[method][0]}) on probe models "
@@ -116,12 +126,14 @@ def fit_host_costs(device: Device, loops, statistic: str, by: str, on: str,
                 + ", ".join(f"{1e6 * s.step_s:.1f}" for s in rows) + " us per step; ")
         parts = [("", what, seconds)]
         if forwards:
-            beyond = [s.step_s - h - price(device, s, LOOP_PROMPT_TOKENS + s.new_tokens // 2, dtype)
+            beyond = [(s.step_s - h) / ar_rate - price(device, s, LOOP_PROMPT_TOKENS + s.new_tokens // 2, dtype)
                       for s, h in zip(rows, seconds)]
-            parts.append((FORWARD, "its traced forwards beyond the roofline's price of them", beyond))
+            parts.append((FORWARD_COST, f"its traced forwards over the ar loop's forwards' share of their price "
+                                        f"({ar_rate:.3f}, the same rounds), beyond the roofline's price of them",
+                          beyond))
         for infix, text, ys in parts:
             for term, value in _nonneg_fit(x, ys, terms).items():
-                key = f"{method}{infix}_{term}"
+                key = f"{method}{infix or '_'}{term}"
                 costs[key] = round(value * 1e6, 3)
                 sources[key] = (loop + f"{text} (" + ", ".join(f"{1e6 * r:.1f}" for r in ys)
                                 + f" us) is fitted as {' + '.join(terms)} (least squares, >= 0; {statistic}) {on}")

@@ -454,6 +454,7 @@ class LoopSample:
     host_s: float | None = None   # median decode seconds per step outside the forwards (DecodeResult.host_s)
     new_tokens: int = LOOP_NEW_TOKENS   # tokens each timed run decoded after the LOOP_PROMPT_TOKENS prompt
     shape: str = "wide"       # the probe it ran on (a key of LOOP_SHAPES)
+    lag_tokens: float = 0.0   # draft tokens per step fed beyond one per pass (a round's lag after a full one)
 
 
 #: Logit scale of the probe's LM head: makes its predictions confident (top-1 probability near 1),
@@ -559,5 +560,6 @@ def time_decode_loops(models, jobs, threads: int, repeats: int, new_tokens: int 
                               heads=PROBE_MEDUSA_HEADS if method == "medusa" else 0,
                               tokens=run.mean_accepted_per_step,
                               host_s=statistics.median(r.host_s / r.steps for r in results) if host_s else None,
-                              new_tokens=new_tokens, shape=shape))
+                              new_tokens=new_tokens, shape=shape,
+                              lag_tokens=(run.draft_tokens - run.draft_passes) / run.steps))
     return tuple(out)

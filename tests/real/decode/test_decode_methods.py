@@ -87,6 +87,9 @@ def test_perfect_chain_draft_accepts_every_proposal(setup):
     for sampling in (Sampling(), Sampling(temperature=1.0)):
         result = _run(models, "chain", ChainConfig(draft_depth=3, sampling=sampling), setup)
         assert all(a == 4 for a in result.accepted_per_step[:-1])
+        # every round after the first starts by feeding the lag: the last draft token and the bonus
+        full_rounds = sum(1 for p in result.proposed_per_step[1:] if p > 0)
+        assert result.draft_tokens == result.draft_passes + full_rounds
 
 
 def test_perfect_tree_draft_accepts_its_whole_main_branch(setup):
@@ -132,6 +135,7 @@ def test_trace_follows_the_counting_rule(setup, method, config):
     assert result.decode_s > 0 and result.prefill_s > 0
     if method in ("chain", "draft-tree"):
         assert result.draft_passes == sum(1 for r in records if r.phase == "draft")
+        assert result.draft_passes <= result.draft_tokens <= 2 * result.draft_passes
 
 
 def test_steps_of_consecutive_prompts_are_numbered_on(setup):

@@ -134,6 +134,9 @@ def test_calibration_writes_a_loadable_host_with_sources(tiny_calibration):
     assert "decode loop" in loops.sources["chain_step"]
     # the probe loops decode the tokens the settings ask for, and the sources say so
     assert {s.new_tokens for s in cal.all_threads.loops + cal.one_thread.loops} == {24}
+    # the probe's confident draft accepts whole rounds: chain's next rounds feed the lag; ar and medusa have none
+    lags = {s.method: s.lag_tokens for s in cal.all_threads.loops}
+    assert lags["chain"] > 0.5 and lags["ar"] == lags["medusa"] == 0.0
     assert "24 new tokens after a 48-token prompt" in loops.sources["chain_step"]
     assert not hasattr(cpu, "host_costs_us")   # the hardware record describes hardware
     w0 = loaded.device("cpu0")

@@ -561,5 +561,5 @@ def time_decode_loops(models, jobs, threads: int, repeats: int, new_tokens: int 
                               tokens=run.mean_accepted_per_step,
                               host_s=statistics.median(r.host_s / r.steps for r in results) if host_s else None,
                               new_tokens=new_tokens, shape=shape,
-                              lag_tokens=(run.draft_tokens - run.draft_passes) / run.steps))
+                              lag_tokens=max(run.draft_tokens - run.draft_passes, 0) / run.steps))
     return tuple(out)

@@ -462,7 +462,7 @@ class LoopSample:
 PROBE_LOGIT_SCALE = 40.0
 #: Configurations timed per method (two or more, so a per-pass or per-node cost can be fitted). Dovetail's
 #: loop runs on CPU workers: it is a heterogeneous probe (:mod:`real.validation.calibration.dovetail_probe`).
-LOOP_CONFIGS = {"ar": (0,), "chain": (1, 3, 6), "draft-tree": (4, 8), "medusa": (1, 8, 32)}
+LOOP_CONFIGS = {"ar": (0,), "chain": (1, 3, 6), "draft-tree": (4, 8, 16), "medusa": (1, 8, 32)}
 #: Medusa heads of the probe (the tiny demo preset has 3).
 PROBE_MEDUSA_HEADS = 3
 #: The wide decode-loop probe, the small demo target's width. A loop's work outside its forwards grows with the

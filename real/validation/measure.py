@@ -79,6 +79,7 @@ def measure_grid(models, points: Sequence[GridPoint], configs: Sequence, prompts
                  ) -> tuple[Measurement, ...]:
     """Decode ``prompts`` with every (point, config) in A/B blocks with the grid's ``ar`` point, one pair a
     prompt (module docstring), as many blocks as ``stop`` says (an int: that many); ``tick`` after every block."""
+    import gc
     import time
 
     from real.run.repeats import paired_blocks
@@ -106,8 +107,22 @@ def measure_grid(models, points: Sequence[GridPoint], configs: Sequence, prompts
                             for i, p in enumerate(points) if i != baseline])
         return keep_measuring(stop, done, now - rounds["start"], rounds["longest"], band)
 
-    own, paired = paired_blocks(len(points), baseline, stop.least, run, parts=len(prompts), tick=tick,
-                                max_repeats=stop.most, more=more)
+    # the cyclic garbage collector stays off while blocks are timed (as timeit keeps it): a collection of
+    # the whole process lands in one block, the same one in every run, and slows that pair alone; it
+    # collects between repeats instead
+    def collected_more(done: int, own, paired) -> bool:
+        gc.collect()
+        return more(done, own, paired)
+
+    was_enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        own, paired = paired_blocks(len(points), baseline, stop.least, run, parts=len(prompts), tick=tick,
+                                    max_repeats=stop.most, more=collected_more)
+    finally:
+        if was_enabled:
+            gc.enable()
     return summarize(points, own, paired)
 
 

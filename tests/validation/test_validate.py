@@ -154,8 +154,13 @@ def test_every_configuration_is_timed_in_blocks_with_ar(tiny_demo):
     points = (GridPoint("chain", 2), GridPoint("ar"))
     configs = [real_config_of(p) for p in points]
     ticks = []
-    chain, ar = measure_grid(tiny_demo, points, configs, prompts, 10, 3, tick=lambda: ticks.append(1))
-    assert len(ticks) == 3 and len(chain.step_samples) == len(chain.ar_step_samples) == 3
+    import gc
+
+    # the garbage collector is off while a block is timed (it collects between repeats), and back on after
+    chain, ar = measure_grid(tiny_demo, points, configs, prompts, 10, 3,
+                             tick=lambda: ticks.append(gc.isenabled()))
+    assert ticks == [False] * 3 and gc.isenabled()
+    assert len(chain.step_samples) == len(chain.ar_step_samples) == 3
     assert ar.step_samples == ar.ar_step_samples and len(ar.step_samples) == 3
     # one pair per prompt in every block: greedy decoding gives each prompt the same tokens in every block
     assert [len(b) for b in chain.pairs["decode_s"]] == [2, 2, 2] and chain.pairs["ar_tokens"] == ar.pairs["tokens"]

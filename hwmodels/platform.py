@@ -357,6 +357,7 @@ class MemoryDomain:
     def bw_bytes_per_s(self) -> float:
         return self.bw_gbps * GB
 
+
 @dataclass(frozen=True)
 class LoopCosts:
     """Host-side work of HetSpec's real decode loops on one device of a calibrated machine.
@@ -368,8 +369,8 @@ class LoopCosts:
     the acceptance walk, cache compaction, a tree grown in Python); ``<method>_forward_<term>``
     (:data:`FORWARD_COST`): what the loop's forwards took beyond the roofline's price of them. The
     strategies price it through :func:`sim.strategies.base.host_seconds`; absent keys cost nothing. A
-    step split over two worker threads (``hcmp``) also has costs per synchronisation point (``<method>_sync``) and per decoder
-    layer (``<method>_layer``; :mod:`sim.strategies.hcmp` reads them).
+    step split over two worker threads (``hcmp``) also has costs per synchronisation point
+    (``<method>_sync``) and per decoder layer (``<method>_layer``; :mod:`sim.strategies.hcmp` reads them).
 
     The work grows with the model's width, so a calibration measures the loops on two probes: ``costs_us`` on
     one whose LM head has ``lm_head`` weights (vocabulary x hidden), ``narrow_us`` on one of ``narrow_lm_head``.

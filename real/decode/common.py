@@ -134,8 +134,8 @@ class DecodeResult:
     token; the last step counts only the tokens kept before truncation). proposed_per_step:
     speculative tokens offered to each verification (0 for ``ar``). draft_passes: draft-model
     forward passes (0 without a draft model); draft_tokens: the tokens those passes fed (more than
-    one pass each where a round's first pass feeds the lag of a round that accepted everything). prefill_s: prompt pass(es) including the first token;
-    decode_s: everything after it.
+    one pass each where a round's first pass feeds the lag of a round that accepted everything).
+    prefill_s: prompt pass(es) including the first token; decode_s: everything after it.
     """
 
     method: str

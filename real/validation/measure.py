@@ -101,6 +101,7 @@ def measure_grid(models, points: Sequence[GridPoint], configs: Sequence, prompts
                            warmup=first, worker=worker)
 
     def more(done: int, own, paired) -> bool:
+        gc.collect()      # between repeats: the collector is off while blocks are timed (below)
         now = clock()
         rounds["longest"], rounds["last"] = max(rounds["longest"], now - rounds["last"]), now
         band = paired_band([{"method": p.method, "pairs": pairs_of(own[i], paired[i])}
@@ -109,17 +110,13 @@ def measure_grid(models, points: Sequence[GridPoint], configs: Sequence, prompts
 
     # the cyclic garbage collector stays off while blocks are timed (as timeit keeps it): a collection of
     # the whole process lands in one block, the same one in every run, and slows that pair alone; it
-    # collects between repeats instead
-    def collected_more(done: int, own, paired) -> bool:
-        gc.collect()
-        return more(done, own, paired)
-
+    # collects between repeats instead (``more``)
     was_enabled = gc.isenabled()
     gc.collect()
     gc.disable()
     try:
         own, paired = paired_blocks(len(points), baseline, stop.least, run, parts=len(prompts), tick=tick,
-                                    max_repeats=stop.most, more=collected_more)
+                                    max_repeats=stop.most, more=more)
     finally:
         if was_enabled:
             gc.enable()

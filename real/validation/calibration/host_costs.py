@@ -104,9 +104,9 @@ def fit_host_costs(device: Device, loops, statistic: str, by: str, on: str,
     # the ar loop's traced forwards over their price, timed in the same rounds as the others: a loop's forwards
     # are read against it, so a probe that ran as a whole faster or slower than the micro-benchmarks that
     # priced it leaves no excess (a speedup over ar is what the excess moves)
-    ar_rate = None
-    for s in (s for s in loops if roofline and s.method == "ar" and s.shape == shape and s.host_s is not None):
-        ar_rate = (s.step_s - s.host_s) / price(device, s, LOOP_PROMPT_TOKENS + s.new_tokens // 2, dtype)
+    ar = next((s for s in loops if s.method == "ar" and s.shape == shape and s.host_s is not None), None)
+    ar_rate = ((ar.step_s - ar.host_s) / price(device, ar, LOOP_PROMPT_TOKENS + ar.new_tokens // 2, dtype)
+               if roofline and ar is not None else None)
     for method, terms in (HOST_COST_TERMS if terms is None else terms).items():
         rows = [s for s in loops if s.method == method and s.shape == shape]
         if not rows:

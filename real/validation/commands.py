@@ -8,6 +8,7 @@ import json
 import math
 
 from real.train.commands import add_preset_flags, resolve_preset
+from sim.cli_numbers import check_float
 
 
 def register(subparsers) -> None:
@@ -74,8 +75,8 @@ def handle_calibrate(args: argparse.Namespace) -> int:
 
     if args.out is not None and not args.out.endswith(".toml"):
         raise HetSpecError(f"--out {args.out}: a platform file ends in .toml")
-    if args.budget is not None and not args.budget > 0:
-        raise HetSpecError(f"--budget {args.budget:g}: a budget is a positive number of seconds")
+    if args.budget is not None:
+        check_float(args.budget, "--budget", above=0)
     if args.quick and args.profile:
         raise HetSpecError("--quick and --profile: the quick run writes no operator profile; choose one")
     if args.out is not None:   # a file that cannot be written fails now, not after the measurement

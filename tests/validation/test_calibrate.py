@@ -75,9 +75,35 @@ def test_the_calibration_keeps_to_its_budget_on_a_fake_clock(tiny_calibration):
     assert len(stages) == (2 if cal.all_threads.threads > 1 else 1)
     assert [taken for _, taken, _ in stages] == [1] * len(stages)        # the budget cut the other rounds
     assert "heterogeneous probes" in cal.robustness["budget"]["skipped"]
-    assert any("skipped" in line for line in robustness_lines(cal))
+    lines = robustness_lines(cal)
+    assert any("skipped" in line for line in lines)
+    # one round has no spread: it says so instead of reporting 0 %
+    assert all(spreads == {} for spreads in cal.robustness["spread"].values())
+    assert sum("one round, no spread measured" in line for line in lines) == len(stages)
     record = load_raw(path)["record"]
     assert record["kind"] == "calibrate" and record["headline"]["GEMM peak GFLOP/s"] > 0
+    assert record["headline"]["largest spread %"] is None and "no spread measured" in record["verdict"]
+
+
+def test_the_cold_pool_is_distinct_copies_in_one_reused_buffer():
+    import torch
+
+    from real.validation.calibration.microbench import WeightPool, gemm_rates
+
+    pool = WeightPool(nbytes=10_000)
+    base = torch.arange(12.0).view(3, 4)                                  # 48 bytes a copy
+    weights = pool.weights(base)
+    assert len(weights) == 209 and 209 * 48 >= 10_000 > 208 * 48
+    assert all(torch.equal(w, base) and w.is_contiguous() for w in weights)
+    ptrs = {w.data_ptr() for w in weights}
+    assert len(ptrs) == len(weights)                                      # distinct memory: each call streams
+    buffer = pool.buffer
+    half = pool.weights(torch.ones(6, 4, dtype=torch.float64))            # another shape and dtype: same buffer
+    assert pool.buffer is buffer and len(half) == 53 and torch.equal(half[-1], torch.ones(6, 4, dtype=torch.float64))
+    big = pool.weights(torch.zeros(100, 100))                            # one copy larger than the pool
+    assert len(big) == 1 and pool.buffer is not buffer
+    points = gemm_rates((1,), ((32, 64),), threads=1, repeats=1, warmup=0, cold_pool=WeightPool(64 * 1024))
+    assert [(p.m, p.k, p.n) for p in points] == [(1, 32, 64)] and points[0].flops_per_s > 0
 
 
 def _numbers(doc, where=""):
@@ -222,6 +248,14 @@ def test_calibrate_cli_bad_out_is_one_line(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip().startswith("hetspec: error:") and "ends in .toml" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("budget,match", [("0", "--budget must be > 0"), ("nan", "--budget must be a finite number"),
+                                          ("inf", "--budget must be a finite number")])
+def test_calibrate_refuses_a_budget_that_is_no_number_of_seconds(capsys, budget, match):
+    from cli_runner import one_line_error
+
+    one_line_error(capsys, "calibrate", "--budget", budget, match=match)
 
 
 # ---------------------------------------------------------------------------- cache-resident pricing

@@ -22,9 +22,10 @@ from hwmodels.errors import HetSpecError
 T = TypeVar("T")
 
 #: Seconds of measurement of ``hetspec calibrate`` (the micro-benchmarks; the quick operator profile of the
-#: CPU follows them) and of ``hetspec calibrate --quick`` (micro-benchmarks only). On the 2-core AMD EPYC VM
-#: with budgets of 75 s and 35 s the whole commands took 120.7 s and 45.5 s (start-up, the last round's
-#: overrun and the quick profile come on top), so these keep them inside 2 minutes and 45 s.
+#: CPU follows them) and of ``hetspec calibrate --quick`` (micro-benchmarks only). Start-up, the last round's
+#: overrun and the quick profile come on top: with these budgets the whole commands took 98 s and 40 s on a
+#: 2-core Intel Xeon VM that reports a 300 MiB last-level cache (so its cold GEMM pool is 1.2 GB), inside
+#: 2 minutes and 45 s.
 DEFAULT_BUDGET_S = 65.0
 QUICK_BUDGET_S = 30.0
 

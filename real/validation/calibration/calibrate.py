@@ -55,9 +55,9 @@ How the measurements enter the roofline (:mod:`hwmodels.roofline`):
 - ``op_overhead_us`` is the fixed cost per step-graph operator of the real path's own forward
   (:func:`real.validation.calibration.microbench.layer_overhead`): the real path issues several torch operators per
   step-graph operator (counted and reported), so a tiny ``torch.add`` alone would underestimate it.
-- ``loop_costs`` (per device, not part of the hardware record) is the host-side work of HetSpec's decode loops beyond their forwards (inputs,
-  masks, argmax, acceptance walk, cache compaction), per method, per step / draft pass / verified token
-  (:func:`~real.validation.calibration.host_costs.fit_host_costs` on
+- ``loop_costs`` (per device, not part of the hardware record) is the host-side work of HetSpec's decode loops
+  beyond their forwards (inputs, masks, argmax, acceptance walk, cache compaction), per method, per step / draft
+  pass / verified token (:func:`~real.validation.calibration.host_costs.fit_host_costs` on
   :func:`real.validation.calibration.microbench.decode_loop_samples`); with the heterogeneous probes also Dovetail's
   (growing and reranking its tree; :mod:`real.validation.calibration.dovetail_probe`: drafter and verifier on the
   one worker the device stands for) and the split step's.
@@ -71,9 +71,11 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 import sys
 import time
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 from hwmodels import atomic_files
@@ -111,13 +113,11 @@ ONE_THREAD_SHARE = 0.3
 #: the budget is left; otherwise the platform has no hcmp or dovetail loop costs or storage link, and says so.
 HETERO_SHARE = 0.15
 #: The benchmarks measured in interleaved rounds, in the first round's order (the streaming probe,
-#: which needs a fresh process, runs once after them).
+#: which needs a fresh process, runs once before them, for every thread count in one process).
 ROUND_ITEMS = ("gemm_cache", "gemm_dram", "gemm_batched", "triad_dram", "triad_cache", "overhead", "loops")
 
 
 def _efficiency_curve(points, peak: float, m_values) -> tuple[tuple[int, float], ...]:
-    import statistics
-
     curve = []
     for m in m_values:
         rates = [p.flops_per_s for p in points if p.m == m]
@@ -126,16 +126,10 @@ def _efficiency_curve(points, peak: float, m_values) -> tuple[tuple[int, float],
 
 
 def _in_fresh_process(fn, *args):
-    """``fn(*args)`` in a new Python process (spawned, so it starts as a decode run does).
-
-    The streaming probe times how a draft-sized model re-warms the cache after a step that streamed
-    its weights out. In the process that has just run the GEMM and bandwidth benchmarks (gigabytes
-    allocated and freed) the draft re-warmed within one pass (0.91-0.95 of the gap recovered, measured
-    here), while in a fresh process -- and in the real decode loops -- it recovers about half of the
-    gap over a round's next passes (0.49-0.51, measured here; the demo draft in the real chain loop:
-    1.29, 1.12, 1.00, 0.88, 0.82 ms for its first passes after a verification, 0.43 ms warm), so the
-    probe runs where the real path runs: in a process of its own.
-    """
+    """``fn(*args)`` in a new Python process (spawned, so it starts as a decode run does). The streaming probe
+    times how a draft re-warms the cache after a step that streamed its weights out: in a process that has
+    allocated and freed the benchmarks' gigabytes it re-warms within one pass, in a fresh one (as in the real
+    decode loops) by about half the gap a pass, so it runs where the real path runs, in a process of its own."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
@@ -143,7 +137,7 @@ def _in_fresh_process(fn, *args):
         return pool.submit(fn, *args).result()
 
 
-def _interleaved_rounds(threads: int, settings: Settings, dram_ws: int, cache_ws: int, cold_pool: int,
+def _interleaved_rounds(threads: int, settings: Settings, dram_ws: int, cache_ws: int, cold_pool,
                         tick, budget: Budget, fraction: float) -> dict:
     """The benchmarks of one thread count (:data:`ROUND_ITEMS`), ``settings.rounds`` times, interleaved
     inside ``fraction`` of ``budget`` (:func:`real.validation.calibration.budget.budgeted_rounds`: every round
@@ -153,8 +147,6 @@ def _interleaved_rounds(threads: int, settings: Settings, dram_ws: int, cache_ws
     the rounds and, per key measurement (:data:`real.validation.trust.SPREAD_KEYS`), the spread
     max / min - 1 over the rounds (the median over a benchmark's points: GEMM shapes, working sets,
     decode loops)."""
-    import statistics
-
     from real.run.repeats import median_index
     from real.validation.calibration import microbench as mb
 
@@ -165,10 +157,10 @@ def _interleaved_rounds(threads: int, settings: Settings, dram_ws: int, cache_ws
         name = ROUND_ITEMS[item]
         if name in ("gemm_cache", "gemm_dram"):     # ticks once per point
             return mb.gemm_rates(settings.m_values, settings.shapes, threads, reps, settings.warmup,
-                                 cold_pool_bytes=cold_pool if name == "gemm_dram" else 0, progress=tick)
+                                 cold_pool=cold_pool if name == "gemm_dram" else None, progress=tick)
         if name == "gemm_batched":
             return mb.gemm_rates(settings.batched_m_values, settings.batched_shapes, threads, reps, settings.warmup,
-                                 cold_pool_bytes=cold_pool, progress=tick, heads=settings.batched_heads)
+                                 cold_pool=cold_pool, progress=tick, heads=settings.batched_heads)
         if name == "triad_dram":
             out = mb.stream_bandwidth(dram_ws, threads, reps, settings.warmup)
         elif name == "triad_cache":
@@ -187,9 +179,8 @@ def _interleaved_rounds(threads: int, settings: Settings, dram_ws: int, cache_ws
     med = statistics.median
 
     def gemm(by_round):
-        points = tuple(replace(p, seconds=med(r[i].seconds for r in by_round),
-                               flops_per_s=2.0 * p.m * p.k * p.n / med(r[i].seconds for r in by_round))
-                       for i, p in enumerate(by_round[0]))
+        points = tuple(replace(p, seconds=(s := med(r[i].seconds for r in by_round)),
+                               flops_per_s=2.0 * p.m * p.k * p.n / s) for i, p in enumerate(by_round[0]))
         return points, med(spread(r[i].flops_per_s for r in by_round) for i in range(len(points)))
 
     warm, warm_spread = gemm(got["gemm_cache"])
@@ -205,7 +196,7 @@ def _interleaved_rounds(threads: int, settings: Settings, dram_ws: int, cache_ws
         "overhead": overheads[median_index([o.per_op_s for o in overheads])],
         "loops": tuple(replace(s, step_s=med(r[i].step_s for r in loops), host_s=med(r[i].host_s for r in loops))
                        for i, s in enumerate(loops[0])),
-        "spread": {key: round(value, 4) for key, value in (
+        "spread": {} if len(got["loops"]) < 2 else {key: round(value, 4) for key, value in (   # one round: no spread
             ("gemm_cache", warm_spread), ("gemm_dram", cold_spread), ("triad_dram", spread(got["triad_dram"])),
             ("triad_cache", med([spread(r[i] for r in caches) for i in range(len(cache_sizes))] or [0.0])),
             ("op_overhead", spread(o.per_op_s for o in overheads)),
@@ -213,26 +204,20 @@ def _interleaved_rounds(threads: int, settings: Settings, dram_ws: int, cache_ws
     }
 
 
-def _measure_worker(threads: int, settings: Settings, dram_ws: int, cache_ws: int, cold_pool: int,
+def _measure_worker(threads: int, settings: Settings, dram_ws: int, cache_ws: int, cold_pool, streaming,
                     tick, budget: Budget, fraction: float) -> WorkerMeasurement:
     from real.validation.calibration import microbench as mb
-    from real.validation.calibration import weight_cache
 
     rounds = _interleaved_rounds(threads, settings, dram_ws, cache_ws, cold_pool, tick, budget, fraction)
-    warm, cold = rounds["gemm_warm"], rounds["gemm_cold"]
+    warm, cold, batched = rounds["gemm_warm"], rounds["gemm_cold"], rounds["gemm_batched"]
     peak = max(p.flops_per_s for p in warm + cold)
     best = max(warm + cold, key=lambda p: p.flops_per_s)
     dtype_rates = mb.dtype_gemm_rates(best.m, best.k, best.n, threads, settings.repeats, settings.warmup,
                                       streamed_m=settings.dtype_m_values, streamed_shapes=settings.dtype_shapes,
-                                      cold_pool_bytes=cold_pool, progress=tick)
+                                      cold_pool=cold_pool, progress=tick)
     dram, cache_curve = rounds["dram"], rounds["cache_curve"]
     cache_bytes, cache = effective_cache(cache_curve, dram)
-    dispatch, overhead, loops = rounds["dispatch"], rounds["overhead"], rounds["loops"]
-    streaming = _in_fresh_process(weight_cache.streaming_probe, threads, settings.overhead_repeats, settings.warmup + 1,
-                                  llc_bytes()[0])
-    tick()
     fits = fit_rows(cold)
-    batched = rounds["gemm_batched"]
     batched_fits = fit_rows(batched)
     return WorkerMeasurement(threads=threads, gemm_warm=warm, gemm_cold=cold, peak_flops_per_s=peak,
                              efficiency_curve=row_free(_efficiency_curve(cold, peak, settings.m_values), fits, peak),
@@ -242,9 +227,9 @@ def _measure_worker(threads: int, settings: Settings, dram_ws: int, cache_ws: in
                              cache_efficiency_curve=_efficiency_curve(
                                  [p for p in warm if 4 * p.k * p.n <= WARM_WEIGHT_MAX_BYTES] or warm, peak,
                                  settings.m_values),
-                             dram_bw_bytes_per_s=dram, cache_bw_bytes_per_s=cache, dispatch_s=dispatch,
+                             dram_bw_bytes_per_s=dram, cache_bw_bytes_per_s=cache, dispatch_s=rounds["dispatch"],
                              cache_bytes=cache_bytes, cache_curve=cache_curve,
-                             overhead=overhead, loops=loops, streaming=streaming,
+                             overhead=rounds["overhead"], loops=rounds["loops"], streaming=streaming,
                              spread=rounds["spread"], dtype_rates=dtype_rates)
 
 
@@ -266,6 +251,7 @@ def measure(settings: Settings, progress: bool = True, command: str = "hetspec c
     from tqdm.auto import tqdm
 
     from real.validation.calibration import microbench as mb
+    from real.validation.calibration import weight_cache
 
     budget = budget or Budget(DEFAULT_BUDGET_S)
     budget.start()
@@ -273,26 +259,30 @@ def measure(settings: Settings, progress: bool = True, command: str = "hetspec c
     all_threads = torch.get_num_threads()
     llc, llc_source = llc_bytes()
     dram_ws = settings.dram_working_set_bytes or DRAM_WORKING_SET_LLC * llc
-    cache_ws = llc
-    cold_pool = settings.cold_pool_bytes or COLD_POOL_LLC * llc
-    gemm_ticks = 2 * len(settings.m_values) * len(settings.shapes) + len(settings.batched_m_values) * len(
-        settings.batched_shapes)
+    cold_pool = mb.WeightPool(settings.cold_pool_bytes or COLD_POOL_LLC * llc)
+    gemm_ticks = (2 * len(settings.m_values) * len(settings.shapes)
+                  + len(settings.batched_m_values) * len(settings.batched_shapes))
     dtype_ticks = len(mb.LOW_PRECISION_DTYPES) * len(settings.dtype_m_values) * len(settings.dtype_shapes)
     counts = [all_threads] + ([1] if all_threads != 1 else [])
-    total = len(counts) * (settings.rounds * (gemm_ticks + len(ROUND_ITEMS) - 3) + 1 + dtype_ticks) + 2
+    total = len(counts) * (settings.rounds * (gemm_ticks + len(ROUND_ITEMS) - 3) + dtype_ticks) + 3
     runtime = {"torch_threads": all_threads, **openmp_runtime()}
     with tqdm(total=total, desc="calibrate", unit="bench", disable=not progress, file=sys.stderr) as bar:
-        def tick() -> None:
-            bar.update(1)
-
+        tick = partial(bar.update, 1)
+        bar.set_postfix_str("streaming probe")
+        streaming = _in_fresh_process(weight_cache.streaming_probes, counts, settings.overhead_repeats,
+                                      settings.warmup + 1, llc)
+        tick()
         bar.set_postfix_str(f"{all_threads} threads")
-        whole = _measure_worker(all_threads, settings, dram_ws, cache_ws, cold_pool, tick, budget, ALL_THREADS_SHARE)
+        whole = _measure_worker(all_threads, settings, dram_ws, llc, cold_pool, streaming[all_threads], tick,
+                                budget, ALL_THREADS_SHARE)
         bar.set_postfix_str("1 thread")
-        single = whole if all_threads == 1 else _measure_worker(1, settings, dram_ws, cache_ws, cold_pool, tick,
-                                                                budget, ONE_THREAD_SHARE)
+        single = whole if all_threads == 1 else _measure_worker(1, settings, dram_ws, llc, cold_pool,
+                                                                streaming[1], tick, budget, ONE_THREAD_SHARE)
+        cold_pool.buffer = None           # the streamed GEMMs are done: free its gigabytes
         bar.set_postfix_str("contention")
         workers = 2 if usable_cores() >= 2 else 1
-        together = mb.concurrent_stream(dram_ws, workers, settings.repeats, settings.warmup)
+        # the working set split between the workers: together they stream it from DRAM as one triad does
+        together = mb.concurrent_stream(dram_ws // workers, workers, settings.repeats, settings.warmup)
         tick()
         handoff = mb.handoff_latency_s(20 * settings.repeats, 10)
         tick()
@@ -317,7 +307,7 @@ def measure(settings: Settings, progress: bool = True, command: str = "hetspec c
     return Calibration(
         cpu=cpu_model(), cores=usable_cores(), date=time.strftime("%Y-%m-%d %H:%M"), settings=settings,
         llc_bytes=llc, llc_source=llc_source, memory_bytes=physical_memory_bytes(),
-        dram_working_set_bytes=dram_ws, cache_working_set_bytes=cache_ws, all_threads=whole,
+        dram_working_set_bytes=dram_ws, cache_working_set_bytes=llc, all_threads=whole,
         one_thread=single, concurrent_bw_bytes_per_s=together, handoff_s=handoff,
         torch_version=torch.__version__, seconds=time.perf_counter() - t0, command=command,
         robustness=robustness, runtime=runtime, extra=extra)
@@ -355,11 +345,11 @@ def calibration_record(cal: Calibration) -> dict:
     figures = {"GEMM peak GFLOP/s": round(whole.peak_flops_per_s / 1e9, 1),
                "DRAM triad GB/s": round(whole.dram_bw_bytes_per_s / 1e9, 2),
                "fixed cost per operator us": round(whole.overhead.per_op_s * 1e6, 2),
-               "largest spread %": round(100 * largest, 1), "seconds": round(cal.seconds, 1)}
+               "largest spread %": round(100 * largest, 1) if spreads else None, "seconds": round(cal.seconds, 1)}
     label = cal.robustness.get("label")
     return {"kind": "calibrate", "headline": figures,
-            "verdict": label or f"calibrated in {cal.seconds:.0f} s, largest spread over the rounds "
-                                f"{100 * largest:.0f} %"}
+            "verdict": label or f"calibrated in {cal.seconds:.0f} s, " + (
+                f"largest spread over the rounds {100 * largest:.0f} %" if spreads else "one round, no spread measured")}
 
 
 def budget_for(quick: bool, seconds: float | None = None) -> Budget:
@@ -471,8 +461,8 @@ def robustness_lines(cal: Calibration) -> list[str]:
              f"{openmp_label(cal.runtime)}):"]
     for label, spreads in rob.get("spread", {}).items():
         key = max(spreads, key=spreads.get) if spreads else None
-        if key:
-            lines.append(f"    {label}: largest {100 * spreads[key]:.0f} % ({SPREAD_KEYS.get(key, key)})")
+        lines.append(f"    {label}: largest {100 * spreads[key]:.0f} % ({SPREAD_KEYS.get(key, key)})" if key else
+                     f"    {label}: one round, no spread measured (the budget left no room for a second)")
     b = rob.get("budget")
     if b:
         parts = "; ".join(f"{stage}: {n} round{'s' if n != 1 else ''} in {s:.0f} s" for stage, n, s in b["stages"])

@@ -83,8 +83,9 @@ FULL = Settings(m_values=(1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 20, 24, 32, 48, 64
                 repeats=7, warmup=2)
 QUICK = Settings(m_values=(1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64, 128, 256),
                  shapes=((384, 1536), (512, 512), (1024, 1024)),
-                 repeats=5, warmup=1, overhead_repeats=5, loop_repeats=3, label="quick",
-                 batched_m_values=(1, 4, 16), batched_shapes=((256, 16384), (512, 16384)))
+                 repeats=5, warmup=1, overhead_repeats=5, loop_repeats=3, loop_new_tokens=64, label="quick",
+                 batched_m_values=(1, 4, 16), batched_shapes=((256, 16384), (512, 16384)),
+                 dtype_shapes=((384, 1536), (1024, 1024)))
 
 
 def settings_for(quick: bool) -> Settings:

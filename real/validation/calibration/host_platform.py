@@ -313,7 +313,7 @@ def build_platform(cal: Calibration, name: str = HOST_NAME, extend=None) -> Plat
             "capacity_gb": f"os.sysconf: {cal.memory_bytes / 1e9:.1f} GB of physical memory",
             "contention_efficiency": (
                 f"measured {by}: {n_conc} single-thread workers streaming at once (stream triad, "
-                f"{_mib(cal.dram_working_set_bytes)} each, median of {cal.settings.repeats}) got {rates} = "
+                f"{_mib(cal.dram_working_set_bytes // n_conc)} each, median of {cal.settings.repeats}) got {rates} = "
                 f"{together / 1e9:.1f} GB/s together, vs {domain_bw / 1e9:.1f} GB/s for the whole CPU alone "
                 f"(one worker alone: {single.dram_bw_bytes_per_s / 1e9:.1f} GB/s) {on}"
                 if n_conc > 1 else "1: a single core has no second worker to contend with"),

@@ -81,9 +81,28 @@ class GemmPoint:
     flops_per_s: float
 
 
-def gemm_rates(m_values: Sequence[int], shapes: Sequence[tuple[int, int]], threads: int, repeats: int,
-               warmup: int, cold_pool_bytes: int = 0,
-               progress: Callable[[], None] | None = None, heads: int = 1,
+@dataclass
+class WeightPool:
+    """Distinct weights, at least ``nbytes`` in all, for the streamed GEMMs: copies of one random weight in one
+    buffer every shape, dtype and round reuse (drawing gigabytes afresh each time costs seconds)."""
+
+    nbytes: int
+    buffer: torch.Tensor | None = None
+
+    def weights(self, base: torch.Tensor) -> list[torch.Tensor]:
+        """Copies of ``base``, side by side, at least :attr:`nbytes` in all (one where a copy is larger)."""
+        size = base.numel() * base.element_size()
+        count = max(1, -(-self.nbytes // size))
+        if self.buffer is None or self.buffer.numel() < count * size:
+            self.buffer = None                      # the old one freed before the larger one is allocated
+            self.buffer = torch.empty(max(count * size, self.nbytes * 9 // 8), dtype=torch.uint8)
+        copies = self.buffer[:count * size].view(base.dtype).view(count, *base.shape)
+        copies.copy_(base.expand_as(copies))
+        return list(copies.unbind(0))
+
+
+def gemm_rates(m_values: Sequence[int], shapes: Sequence[tuple[int, int]], threads: int, repeats: int, warmup: int,
+               cold_pool: WeightPool | None = None, progress: Callable[[], None] | None = None, heads: int = 1,
                dtype: torch.dtype = torch.float32) -> tuple[GemmPoint, ...]:
     """``F.linear(x [M, K], W [N, K])`` FLOP/s (2*M*K*N per call) for every M and (K, N), in ``dtype``.
 
@@ -91,10 +110,9 @@ def gemm_rates(m_values: Sequence[int], shapes: Sequence[tuple[int, int]], threa
     ``torch.matmul(x [1, M, K], W [heads, N / heads, K] transposed)``: the same FLOPs and weight bytes
     in one launch over ``heads`` stacked matrices (N a multiple of ``heads``).
 
-    ``cold_pool_bytes`` 0: the same weight every call, so it stays in the cache (warm).
-    Otherwise each call uses the next of a pool of distinct weights totalling at least that many
-    bytes (choose several times the last-level cache), so every call streams its weight from
-    DRAM (cold), as a decode step of a model larger than the cache does.
+    ``cold_pool`` None: the same weight every call, so it stays in the cache (warm). Otherwise each call
+    uses the next of the pool's distinct weights (choose several times the last-level cache), so every
+    call streams its weight from DRAM (cold), as a decode step of a model larger than the cache does.
     """
     out = []
     gen = torch.Generator().manual_seed(0)
@@ -102,10 +120,9 @@ def gemm_rates(m_values: Sequence[int], shapes: Sequence[tuple[int, int]], threa
         for k, n in shapes:
             if n % heads:
                 raise HetSpecError(f"batched GEMM probe: {n} output rows do not split into {heads} heads")
-            item = torch.empty((), dtype=dtype).element_size()
-            pool = max(1, -(-cold_pool_bytes // (k * n * item))) if cold_pool_bytes else 1
             shape = (n, k) if heads == 1 else (heads, n // heads, k)
-            weights = [torch.randn(*shape, generator=gen).to(dtype) for _ in range(pool)]
+            base = torch.randn(*shape, generator=gen).to(dtype)
+            weights = cold_pool.weights(base) if cold_pool is not None else [base]
             for m in m_values:
                 x = (torch.randn(m, k, generator=gen) if heads == 1 else torch.randn(1, m, k, generator=gen)).to(dtype)
                 # aim for >= ~1 ms per timed batch so the timer's resolution does not matter; the
@@ -147,14 +164,14 @@ class DtypeRate:
 
 def dtype_gemm_rates(m: int, k: int, n: int, threads: int, repeats: int, warmup: int,
                      dtypes: Sequence[str] = tuple(LOW_PRECISION_DTYPES), streamed_m: Sequence[int] = (),
-                     streamed_shapes: Sequence[tuple[int, int]] = (), cold_pool_bytes: int = 0,
+                     streamed_shapes: Sequence[tuple[int, int]] = (), cold_pool: WeightPool | None = None,
                      progress: Callable[[], None] | None = None) -> tuple[DtypeRate, ...]:
     """``F.linear`` FLOP/s in each of ``dtypes`` at one shape (the weight in the cache, as the fp32
     peak's best shape), as torch runs them on this CPU: natively where the CPU has the instructions,
     converted or emulated where it does not (fp16 on most x86 CPUs), so a slow rate is the real one.
 
     With ``streamed_m`` and ``streamed_shapes``, also each dtype's rate at those token counts with the
-    weight streamed from DRAM (a pool of ``cold_pool_bytes``, :func:`gemm_rates`): a kernel's small-M path
+    weight streamed from DRAM (the weights of ``cold_pool``, :func:`gemm_rates`): a kernel's small-M path
     differs by dtype (a one-token bf16 product can run at memory speed while the bf16 peak is far under
     fp32's, or the reverse), so fp32's token-count curve does not carry over."""
     import statistics
@@ -178,7 +195,7 @@ def dtype_gemm_rates(m: int, k: int, n: int, threads: int, repeats: int, warmup:
             streamed: tuple[tuple[int, float], ...] = ()
             if streamed_m and streamed_shapes:
                 points = gemm_rates(streamed_m, streamed_shapes, threads, repeats, warmup,
-                                    cold_pool_bytes=cold_pool_bytes, progress=progress, dtype=dt)
+                                    cold_pool=cold_pool, progress=progress, dtype=dt)
                 streamed = tuple((mm, statistics.median(p.flops_per_s for p in points if p.m == mm))
                                  for mm in streamed_m)
             out.append(DtypeRate(name, m, k, n, 2.0 * m * k * n / s, streamed=streamed))

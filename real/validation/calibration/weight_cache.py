@@ -1,5 +1,5 @@
 """The cache a model's weights get: one-token GEMVs cycling over the weights of growing draft-shaped models,
-each in a loop of its own, measured in the streaming probe's fresh process (:func:`streaming_probe`; the
+each in a loop of its own, measured in the streaming probe's fresh process (:func:`streaming_probes`; the
 largest set still read at cache speed is a calibrated host's ``cache_gb``)."""
 
 from __future__ import annotations
@@ -51,12 +51,15 @@ def weight_cache_curve(repeats: int, warmup: int, tokens: int = 1) -> tuple[tupl
     return tuple(out)
 
 
-def streaming_probe(threads: int, repeats: int, warmup: int, llc_bytes: int):
-    """:func:`real.validation.calibration.stream_step_probe.streaming_probe` and then, in the same process and with the same
-    threads, the :func:`weight_cache_curve` in one-token and in :data:`WEIGHT_CURVE_TOKENS`-token passes
-    (its ``weight_curve`` and ``weight_curve_multi``)."""
-    probe = stream_step_probe.streaming_probe(threads, repeats, warmup, llc_bytes)
-    with torch_threads(threads):
-        return replace(probe, weight_curve=weight_cache_curve(repeats, warmup),
-                       weight_curve_multi=weight_cache_curve(repeats, warmup, WEIGHT_CURVE_TOKENS),
-                       weight_curve_tokens=WEIGHT_CURVE_TOKENS)
+def streaming_probes(thread_counts, repeats: int, warmup: int, llc_bytes: int) -> dict:
+    """By thread count, each of ``thread_counts`` in turn in this process: :func:`stream_step_probe.streaming_probe`,
+    then with the same threads the :func:`weight_cache_curve` in one-token and :data:`WEIGHT_CURVE_TOKENS`-token
+    passes (its ``weight_curve`` and ``weight_curve_multi``)."""
+    out = {}
+    for threads in thread_counts:
+        probe = stream_step_probe.streaming_probe(threads, repeats, warmup, llc_bytes)
+        with torch_threads(threads):
+            out[threads] = replace(probe, weight_curve=weight_cache_curve(repeats, warmup),
+                                   weight_curve_multi=weight_cache_curve(repeats, warmup, WEIGHT_CURVE_TOKENS),
+                                   weight_curve_tokens=WEIGHT_CURVE_TOKENS)
+    return out

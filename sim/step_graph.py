@@ -29,7 +29,6 @@ from hwmodels.profile import linear_dims
 from sim.model_spec import ModelSpec
 from sim.tree import TokenTree
 
-OP_KINDS = ("embedding", "norm", "linear", "elementwise", "attention", "tree_attention", "softmax", "lm_head")
 SECTIONS = ("pre", "layer", "post")
 
 # FLOPs per element of the small operators (counted so they are not free; they are

@@ -230,8 +230,3 @@ def guard_counts(summary: dict) -> str:
     if summary["kept_contended"]:
         text += f"; {summary['kept_contended']} kept although the probe still read slow (retakes spent)"
     return text
-
-
-def guard_line(summary: dict | None) -> str:
-    """One sentence of a report on a guard summary ("" without one)."""
-    return f"{guard_head(summary)}: {guard_counts(summary)}." if summary else ""

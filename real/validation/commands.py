@@ -261,23 +261,21 @@ def handle_validate(args: argparse.Namespace) -> int:
     check_placement(args.device, args.dtype, args.graphs)   # a GPU this machine lacks: one line, before anything
     from real.validation.validate import default_out, validate
 
-    out = args.out or str(default_out("validation"))
-    resolve_preset(args, announce=False)   # validate() says which preset and why
     floor = getattr(args, "alspec_agreement", None)
-    if floor is not None and not 0.0 <= floor <= 1.0:
-        raise HetSpecError(f"--alspec-agreement must be in [0, 1], got {floor}")
+    if floor is not None:
+        check_float(floor, "--alspec-agreement", 0, 1)
     if floor is not None and not (args.hetero or args.hetero_only):
         raise HetSpecError("--alspec-agreement goes with --hetero or --hetero-only")
+    if args.hetero_only and (args.device is not None or args.dtype is not None or args.graphs != "auto"):
+        raise HetSpecError("--hetero-only runs on its worker pair (cuda:0 + cpu where CUDA exists, else two "
+                           "cores); --device, --dtype and --graphs apply to the grid")
+    out = args.out or str(default_out("validation"))
+    resolve_preset(args, announce=False)   # validate() says which preset and why: after every flag is checked
     if args.hetero_only:
-        if args.device is not None or args.dtype is not None or args.graphs != "auto":
-            raise HetSpecError("--hetero-only runs on its worker pair (cuda:0 + cpu where CUDA exists, else two "
-                               "cores); --device, --dtype and --graphs apply to the grid")
         return _hetero_only(args, out)
     parts = ["hetspec validate"] + (["--quick"] if args.quick else []) + (["--hetero"] if args.hetero else []) + \
         ([f"--preset {args.preset}"] if args.preset else []) + \
         ([f"--platform {args.platform}"] if args.platform != "host" else []) + _device_parts(args) + [f"--out {out}"]
-    from dataclasses import replace
-
     from real.validation.validate import remove_stale_outputs
     from real.validation.validate import settings_for as grid_settings
 

@@ -109,12 +109,17 @@ def test_ensure_dgf_trains_once_and_reuses_its_cache(tiny_demo, tmp_path, monkey
 
 @pytest.mark.parametrize("args,match", [
     (("--hetero-only", "--alspec-agreement", "1.5"), "--alspec-agreement must be in [0, 1]"),
+    (("--hetero", "--alspec-agreement", "nan"), "--alspec-agreement must be a finite number"),
     (("--alspec-agreement", "0.9"), "--alspec-agreement goes with --hetero or --hetero-only"),
     (("--hetero-only", "--device", "cpu0"), "--device, --dtype and --graphs apply to the grid"),
 ])
-def test_the_heterogeneous_flags_are_checked(capsys, args, match):
+def test_the_heterogeneous_flags_are_checked(capsys, monkeypatch, args, match):
     from cli_runner import one_line_error
 
+    import real.train.demo
+
+    # refused before the demo models are prepared: a bad flag trains nothing
+    monkeypatch.setattr(real.train.demo, "prepare_demo", lambda *a, **k: pytest.fail("prepared the models first"))
     one_line_error(capsys, "validate", "--preset", "tiny", *args, match=match)
 
 

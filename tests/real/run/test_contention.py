@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from real.run.contention import Guard, guard_line, guard_summary, guarded
+from real.run.contention import Guard, guard_counts, guard_head, guard_summary, guarded
 from real.run.repeat_processes import interleaved_repeats
 
 
@@ -78,7 +78,7 @@ def test_the_floor_is_the_limit_below_the_reference():
 def test_without_a_guard_the_measurement_runs_once_unbracketed():
     m = Measure()
     assert guarded(None, m, 0, 0, True) == (1, None) and m.firsts == [True]
-    assert guard_summary(None, []) is None and guard_line(None) == ""
+    assert guard_summary(None, []) is None
 
 
 @pytest.mark.parametrize("field, value", [("reference", 0.0), ("limit", 1.0), ("limit", 0.0), ("pause_s", -1.0),
@@ -96,15 +96,15 @@ def test_the_summary_counts_what_the_guard_did():
     assert (s["measurements"], s["retaken"], s["retakes"], s["kept_contended"]) == (3, 2, 3, 1)
     assert s["lowest_probe"] == 0.5 and s["reference_gflops"] == 0.0 and s["source"] == "timed here"
     assert [r["item"] for r in s["records"]] == [1, 2]         # only the measurements it touched
-    line = guard_line(s)
+    line = f"{guard_head(s)}: {guard_counts(s)}"
     assert "2 of 3 measurements retaken (3 discarded)" in line and "lowest probe 50% of the reference" in line
     assert "1 kept although the probe still read slow" in line and "timed here" in line
 
 
 def test_a_quiet_summary_says_none_was_retaken():
     records = [guarded(guard_of([100]), Measure(), i, 0, True)[1] for i in range(4)]
-    assert guard_line(guard_summary(guard_of([100]), records)).endswith(
-        "all 4 measurements taken with the probe above the floor, none retaken.")
+    assert guard_counts(guard_summary(guard_of([100]), records)).endswith(
+        "all 4 measurements taken with the probe above the floor, none retaken")
 
 
 # ---------------------------------------------------------------------- through the measurement protocol

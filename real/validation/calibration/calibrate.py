@@ -112,6 +112,8 @@ ONE_THREAD_SHARE = 0.3
 #: The heterogeneous probes (split step, dovetail loop, storage, streaming loop) run only while this share of
 #: the budget is left; otherwise the platform has no hcmp or dovetail loop costs or storage link, and says so.
 HETERO_SHARE = 0.15
+#: The streaming probes' share of the progress bar, as of the time (12 of 57 s measuring, 2-core Intel Xeon VM).
+STREAMING_SHARE = 0.2
 #: The benchmarks measured in interleaved rounds, in the first round's order (the streaming probe,
 #: which needs a fresh process, runs once before them, for every thread count in one process).
 ROUND_ITEMS = ("gemm_cache", "gemm_dram", "gemm_batched", "triad_dram", "triad_cache", "overhead", "loops")
@@ -126,10 +128,10 @@ def _efficiency_curve(points, peak: float, m_values) -> tuple[tuple[int, float],
 
 
 def _in_fresh_process(fn, *args):
-    """``fn(*args)`` in a new Python process (spawned, so it starts as a decode run does). The streaming probe
-    times how a draft re-warms the cache after a step that streamed its weights out: in a process that has
-    allocated and freed the benchmarks' gigabytes it re-warms within one pass, in a fresh one (as in the real
-    decode loops) by about half the gap a pass, so it runs where the real path runs, in a process of its own."""
+    """``fn(*args)`` in a new Python process (spawned, so it starts as a decode run does). The streaming probe times
+    how a draft re-warms the cache after a step that streamed its weights out: in a process that has allocated and
+    freed the benchmarks' gigabytes it re-warms within one pass, in a fresh one (as in the real decode loops) by
+    about half the gap a pass, so it runs where the real path runs, in a process of its own."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
@@ -139,14 +141,13 @@ def _in_fresh_process(fn, *args):
 
 def _interleaved_rounds(threads: int, settings: Settings, dram_ws: int, cache_ws: int, cold_pool,
                         tick, budget: Budget, fraction: float) -> dict:
-    """The benchmarks of one thread count (:data:`ROUND_ITEMS`), ``settings.rounds`` times, interleaved
-    inside ``fraction`` of ``budget`` (:func:`real.validation.calibration.budget.budgeted_rounds`: every round
-    visits every benchmark, in an order rotated from round to round, so a slow moment of a shared machine
-    hits them all alike; the first round always runs, further ones while they fit); each round runs a
-    benchmark's repeats split over the rounds (:meth:`Settings.per_round`). Returns the medians over
-    the rounds and, per key measurement (:data:`real.validation.trust.SPREAD_KEYS`), the spread
-    max / min - 1 over the rounds (the median over a benchmark's points: GEMM shapes, working sets,
-    decode loops)."""
+    """The benchmarks of one thread count (:data:`ROUND_ITEMS`), ``settings.rounds`` times, interleaved inside
+    ``fraction`` of ``budget`` (:func:`real.validation.calibration.budget.budgeted_rounds`: every round visits every
+    benchmark, in an order rotated from round to round, so a slow moment of a shared machine hits them all alike;
+    the first round always runs, further ones while they fit); each round runs a benchmark's repeats split over the
+    rounds (:meth:`Settings.per_round`). Returns the medians over the rounds and, per key measurement
+    (:data:`real.validation.trust.SPREAD_KEYS`), the spread max / min - 1 over the rounds (the median over a
+    benchmark's points: GEMM shapes, working sets, decode loops)."""
     from real.run.repeats import median_index
     from real.validation.calibration import microbench as mb
 
@@ -215,8 +216,7 @@ def _measure_worker(threads: int, settings: Settings, dram_ws: int, cache_ws: in
     dtype_rates = mb.dtype_gemm_rates(best.m, best.k, best.n, threads, settings.repeats, settings.warmup,
                                       streamed_m=settings.dtype_m_values, streamed_shapes=settings.dtype_shapes,
                                       cold_pool=cold_pool, progress=tick)
-    dram, cache_curve = rounds["dram"], rounds["cache_curve"]
-    cache_bytes, cache = effective_cache(cache_curve, dram)
+    cache_bytes, cache = effective_cache(rounds["cache_curve"], rounds["dram"])
     fits = fit_rows(cold)
     batched_fits = fit_rows(batched)
     return WorkerMeasurement(threads=threads, gemm_warm=warm, gemm_cold=cold, peak_flops_per_s=peak,
@@ -227,8 +227,8 @@ def _measure_worker(threads: int, settings: Settings, dram_ws: int, cache_ws: in
                              cache_efficiency_curve=_efficiency_curve(
                                  [p for p in warm if 4 * p.k * p.n <= WARM_WEIGHT_MAX_BYTES] or warm, peak,
                                  settings.m_values),
-                             dram_bw_bytes_per_s=dram, cache_bw_bytes_per_s=cache, dispatch_s=rounds["dispatch"],
-                             cache_bytes=cache_bytes, cache_curve=cache_curve,
+                             dram_bw_bytes_per_s=rounds["dram"], cache_bw_bytes_per_s=cache,
+                             dispatch_s=rounds["dispatch"], cache_bytes=cache_bytes, cache_curve=rounds["cache_curve"],
                              overhead=rounds["overhead"], loops=rounds["loops"], streaming=streaming,
                              spread=rounds["spread"], dtype_rates=dtype_rates)
 
@@ -243,10 +243,10 @@ def _label(threads: int, all_threads: int) -> str:
 def measure(settings: Settings, progress: bool = True, command: str = "hetspec calibrate",
             budget: Budget | None = None, probes: CalibrationProbes | None = None) -> Calibration:
     """Run every micro-benchmark inside ``budget`` (with a progress bar) and return the measurements, with the
-    spread of the interleaved rounds and how the budget was spent in ``robustness``, and the torch threads
-    and OpenMP settings it ran with in ``runtime``. ``probes``: further probes whose measurements are kept in
-    the record's ``extra`` (the heterogeneous ones, :mod:`real.validation.calibration.hetero_probes`), run while
-    the budget leaves room for them."""
+    spread of the interleaved rounds and how the budget was spent in ``robustness``, and the torch threads and
+    OpenMP settings it ran with in ``runtime``. ``probes``: further probes whose measurements are kept in the
+    record's ``extra`` (the heterogeneous ones, :mod:`real.validation.calibration.hetero_probes`), run while the
+    budget leaves room for them."""
     import torch
     from tqdm.auto import tqdm
 
@@ -264,14 +264,15 @@ def measure(settings: Settings, progress: bool = True, command: str = "hetspec c
                   + len(settings.batched_m_values) * len(settings.batched_shapes))
     dtype_ticks = len(mb.LOW_PRECISION_DTYPES) * len(settings.dtype_m_values) * len(settings.dtype_shapes)
     counts = [all_threads] + ([1] if all_threads != 1 else [])
-    total = len(counts) * (settings.rounds * (gemm_ticks + len(ROUND_ITEMS) - 3) + dtype_ticks) + 3
+    rest = len(counts) * (settings.rounds * (gemm_ticks + len(ROUND_ITEMS) - 3) + dtype_ticks) + 2
+    total = rest + (streaming_ticks := max(1, round(rest * STREAMING_SHARE / (1 - STREAMING_SHARE))))
     runtime = {"torch_threads": all_threads, **openmp_runtime()}
     with tqdm(total=total, desc="calibrate", unit="bench", disable=not progress, file=sys.stderr) as bar:
         tick = partial(bar.update, 1)
         bar.set_postfix_str("streaming probe")
         streaming = _in_fresh_process(weight_cache.streaming_probes, counts, settings.overhead_repeats,
                                       settings.warmup + 1, llc)
-        tick()
+        bar.update(streaming_ticks)
         bar.set_postfix_str(f"{all_threads} threads")
         whole = _measure_worker(all_threads, settings, dram_ws, llc, cold_pool, streaming[all_threads], tick,
                                 budget, ALL_THREADS_SHARE)

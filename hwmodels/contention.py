@@ -11,9 +11,9 @@ ceiling; contention never makes anything faster.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
-from hwmodels.platform import MemoryDomain, Platform
+from hwmodels.platform import Platform
 
 
 def standalone_bw(platform: Platform, device: str) -> float:
@@ -44,24 +44,3 @@ def share_bandwidth(ceiling: float, demands: Mapping[str, float]) -> dict[str, f
             del left[k]
     return shares
 
-
-def concurrent_bw(platform: Platform, active: Iterable[str]) -> dict[str, float]:
-    """Bandwidth each device in ``active`` gets while all of them stream at once."""
-    active = list(dict.fromkeys(active))
-    out: dict[str, float] = {}
-    by_domain: dict[str | None, list[str]] = {}
-    for device in active:
-        domain = platform.domain_of(device)
-        by_domain.setdefault(domain.name if domain else None, []).append(device)
-    for name, members in by_domain.items():
-        demands = {d: standalone_bw(platform, d) for d in members}
-        if name is None or len(members) == 1:
-            out.update(demands)
-            continue
-        domain: MemoryDomain = next(m for m in platform.memory_domains if m.name == name)
-        ceiling = domain.bw_bytes_per_s * domain.contention_efficiency
-        if sum(demands.values()) <= ceiling:
-            out.update(demands)
-        else:
-            out.update(share_bandwidth(ceiling, demands))
-    return out

@@ -441,6 +441,27 @@ def test_strategies_price_a_models_host_work_from_the_probe_of_its_width():
         assert float(host_seconds(problem, "chain", "cpu", passes=2)) == pytest.approx(1e-6 * (step + 2 * per_pass))
 
 
+def test_each_loop_is_read_against_the_ar_loop_of_its_round():
+    from real.validation.calibration.calibrate import paired_loops
+    from real.validation.calibration.microbench import LoopSample
+
+    def round_of(ar_s, chain_s, shape_ar_s):
+        return [LoopSample("ar", 0, step_s=ar_s, passes=0.0, nodes=1.0, heads=0, host_s=ar_s / 10),
+                LoopSample("chain", 6, step_s=chain_s, passes=6.0, nodes=7.0, heads=0, host_s=chain_s / 5),
+                LoopSample("ar", 0, step_s=shape_ar_s, passes=0.0, nodes=1.0, heads=0, host_s=0.0, shape="narrow")]
+
+    # the machine ran twice as slow in the second round, and chain alone in the third: chain / ar read 5, 5 and
+    # 10, so chain is 5 ar steps, where the medians of each (10 and 1), taken from different rounds, read 10
+    ar, chain, narrow = paired_loops([round_of(1.0, 5.0, 3.0), round_of(2.0, 10.0, 3.0), round_of(1.0, 10.0, 3.0)])
+    assert (ar.step_s, ar.host_s) == pytest.approx((1.0, 0.1))
+    assert chain.step_s == pytest.approx(5.0) and chain.host_s == pytest.approx(1.0)
+    assert (chain.method, chain.knob, chain.passes) == ("chain", 6, 6.0)
+    # each probe against its own ar loop
+    assert narrow.step_s == pytest.approx(3.0) and narrow.shape == "narrow"
+    # one round reads as it was timed
+    assert [s.step_s for s in paired_loops([round_of(2.0, 7.0, 3.0)])] == pytest.approx([2.0, 7.0, 3.0])
+
+
 def test_the_calibration_fits_each_probes_loops_apart():
     from real.validation.calibration.host_costs import loop_costs_of
     from real.validation.calibration.host_facts import QUICK

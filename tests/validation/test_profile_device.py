@@ -181,8 +181,14 @@ def test_the_forward_rest_rows_price_each_profiled_forward_at_its_measured_time(
     dev = load_platform_file(toml_path).device("cpu")
     # the launch probe's own row: its forward set the launch, so its rows leave it no rest, to the rounding of the
     # launch the rows carry (a thousandth of a microsecond, over the forward's hundred-odd launches)
+    # -- unless the launch was kept at the bare dispatch (see above): then the rows price the probe dearer than
+    # it ran, and its rest is negative
     (probe,) = dev.timing.profile.table("forward_rest", forward_key(prof.forward[0])).lines
-    assert probe[1] == (1,) and probe[3][0] == pytest.approx(0.0, abs=0.1)
+    assert probe[1] == (1,)
+    if prof.forward_launch_us > prof.launch_us["eager"] * (1 + 1e-6):
+        assert probe[3][0] == pytest.approx(0.0, abs=0.1)
+    else:
+        assert probe[3][0] < 0
     for tokens, seconds in timed:
         priced = price_step(build_step_graph(SPEC, tokens, REST_CONTEXT), dev)
         rest = {p.op.name: p for p in priced.ops}["forward_rest"]

@@ -195,14 +195,25 @@ def _interleaved_rounds(threads: int, settings: Settings, dram_ws: int, cache_ws
         "cache_curve": tuple((ws, med(r[i] for r in caches)) for i, ws in enumerate(cache_sizes)),
         "dispatch": med(d for d, _ in got["overhead"]),
         "overhead": overheads[median_index([o.per_op_s for o in overheads])],
-        "loops": tuple(replace(s, step_s=med(r[i].step_s for r in loops), host_s=med(r[i].host_s for r in loops))
-                       for i, s in enumerate(loops[0])),
+        "loops": paired_loops(loops),
         "spread": {} if len(got["loops"]) < 2 else {key: round(value, 4) for key, value in (   # one round: no spread
             ("gemm_cache", warm_spread), ("gemm_dram", cold_spread), ("triad_dram", spread(got["triad_dram"])),
             ("triad_cache", med([spread(r[i] for r in caches) for i in range(len(cache_sizes))] or [0.0])),
             ("op_overhead", spread(o.per_op_s for o in overheads)),
             ("host_loops", med([spread(r[i].step_s for r in loops) for i in range(len(loops[0]))] or [0.0])))},
     }
+
+
+def paired_loops(by_round) -> tuple:
+    """The decode loops of ``by_round`` (per round, its :class:`LoopSample` s), each read against the ``ar`` loop
+    of its round on its probe: ``ar``'s median step times the median over the rounds of loop / that round's ``ar``
+    (step and host time alike), so that a loop and its baseline are read from the same moments of the machine."""
+    med = statistics.median
+    ar = [{s.shape: s.step_s for s in r if s.method == "ar"} for r in by_round]
+    ar_med = {shape: med(a[shape] for a in ar) for shape in ar[0]}
+    return tuple(replace(s, step_s=ar_med[s.shape] * med(r[i].step_s / a[s.shape] for r, a in zip(by_round, ar)),
+                         host_s=ar_med[s.shape] * med(r[i].host_s / a[s.shape] for r, a in zip(by_round, ar)))
+                 for i, s in enumerate(by_round[0]))
 
 
 def _measure_worker(threads: int, settings: Settings, dram_ws: int, cache_ws: int, cold_pool, streaming,

@@ -169,7 +169,7 @@ def n150_predictions(fd_fixed_us: float) -> dict:
                       "ccl_us": costs.ccl_s * 1e6, "token_ms": est.step_s * 1e3, "ring_ccl_us": ring_costs.ccl_s * 1e6,
                       "ring_token_ms": ring_est.step_s * 1e3}
     curves = {"TP4": [], "TP8": []} | {f"TP4+SP4@{100 * r:g}%": [] for r in SP_HIT_RATES}
-    fd_tp8, ccl_tp8 = [], []
+    fd_tp8 = []
     for ctx in CONTEXTS:
         curves["TP4"].append(_n150(ctx, 4, 0, fd_fixed_us)[1].step_s)
         tp8_costs, tp8 = _n150(ctx, 8, 0, fd_fixed_us)

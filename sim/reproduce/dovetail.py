@@ -283,8 +283,6 @@ def _setup_text() -> str:
 
 def _discussion(cpu, curves) -> str:
     cost = fitted_cost()
-    speed = curves["mtbench"].set_index("tree_width")["tokens_per_s"]
-    margin = float(speed[32] / speed[16])
     return (
         "**Which physical assumptions were wrong.** (1) *CPU bandwidth.* With the datasheet preset (both sockets' "
         "DDR4 at 70 %) the fp32 7B model would decode at ~6 tok/s on the CPU, 2.8x the paper's 2.14. PyTorch is not "

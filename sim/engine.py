@@ -17,7 +17,7 @@ Semantics (what a strategy can rely on):
    operator needs only what keeps its compute units fed). Whenever the set of running bodies of
    a memory domain changes, every body's share is recomputed: if two or more devices of the
    domain stream and their demands exceed ``domain bw * contention_efficiency``, that ceiling is
-   shared max-min fairly (:func:`hwmodels.contention.share_bandwidth`); otherwise each gets its
+   shared max-min fairly (:func:`domain_shares`); otherwise each gets its
    demand. A body progresses at rate ``min(1 / compute_s, share / nbytes)`` and its completion is
    rescheduled (a SimPy interrupt) when its share changes. Alone, a task therefore takes exactly
    its roofline time; with contention never less (shares never exceed demands).
@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -56,6 +56,14 @@ _END_OF_INSTANT = 2
 _DONE_EPS = 1e-12
 #: Two tasks of one phase on one device closer than this (seconds) share one phase record.
 _TOUCH_S = 1e-12
+
+
+def domain_shares(ceiling: float | None, demands: Mapping) -> dict:
+    """What each of ``demands`` (bytes/s) streaming at once in one memory domain gets: its demand alone, without a
+    ceiling (None) or when their sum fits under it; else the max-min fair shares of ``ceiling``
+    (:func:`hwmodels.contention.share_bandwidth`)."""
+    fits = ceiling is None or len(demands) <= 1 or sum(demands.values()) <= ceiling
+    return dict(demands) if fits else share_bandwidth(ceiling, demands)
 
 
 class _EndOfInstant(Event):
@@ -255,13 +263,7 @@ class _Run:
             if b is not starting:
                 b.left = max(b.left - b.rate * (now - b.since), 0.0)
             b.since = now
-        streaming = [b for b in members if b.demand > 0]
-        if len(streaming) <= 1 or domain not in self.ceiling:
-            shares = {id(b): b.demand for b in streaming}
-        else:
-            demands = {id(b): b.demand for b in streaming}
-            ceiling = self.ceiling[domain]
-            shares = demands if sum(demands.values()) <= ceiling else share_bandwidth(ceiling, demands)
+        shares = domain_shares(self.ceiling.get(domain), {id(b): b.demand for b in members if b.demand > 0})
         for b in members:
             share = shares.get(id(b), 0.0)
             rates = []

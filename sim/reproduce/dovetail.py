@@ -232,7 +232,7 @@ def reproduce(out_dir: Path) -> PaperReport:
     report.fits = _fits()
     report.figures = [_plot_blocks(out_dir, table3), _plot_tokens(out_dir, curves)]
     report.setup = _setup_text()
-    report.discussion = _discussion(cpu, curves)
+    report.discussion = _discussion(cpu)
     report.missing = [
         "the CPU thread count, BLAS and torch version, and the KV context length (HetSpec assumes all 24 cores, "
         "PyTorch's default NUMA-unaware allocation, and 256 tokens)",
@@ -281,7 +281,7 @@ def _setup_text() -> str:
             "and `offload` (their tasks run one after another / on separate resources).")
 
 
-def _discussion(cpu, curves) -> str:
+def _discussion(cpu) -> str:
     cost = fitted_cost()
     return (
         "**Which physical assumptions were wrong.** (1) *CPU bandwidth.* With the datasheet preset (both sockets' "

@@ -163,10 +163,12 @@ contention_efficiency = {{ value = {contention}, source = "t" }}
 
 
 def _together(plat, devices):
-    """What each of ``devices`` of the SoC's shared domain gets while they all stream (as the engine shares it:
-    a device streaming alone is not contended)."""
-    domain, alone = plat.memory_domains[0], {d: standalone_bw(plat, d) for d in devices}
-    return alone if len(devices) == 1 else share_bandwidth(domain.bw_bytes_per_s * domain.contention_efficiency, alone)
+    """What each of ``devices`` of the SoC's shared domain gets while they all stream, as the engine shares it."""
+    from sim.engine import domain_shares
+
+    domain = plat.memory_domains[0]
+    return domain_shares(domain.bw_bytes_per_s * domain.contention_efficiency,
+                         {d: standalone_bw(plat, d) for d in devices})
 
 
 @pytest.mark.parametrize("contention", [0.5, 0.8, 1.0])

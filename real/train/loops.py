@@ -18,6 +18,7 @@ batches are drawn on the CPU (seeded, the same on every device) and moved there.
 from __future__ import annotations
 
 import math
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,6 +37,10 @@ from sim.records.machine import x86_cpu_flags
 
 #: Medusa-1 loss weight of head k is LAMBDA_BASE ** k (Medusa §2.2, λ_k = 0.8^k).
 MEDUSA_LAMBDA_BASE = 0.8
+
+#: Seconds between a bar's refreshes on a terminal (True) and in a log, a CI job's or a run record's (False),
+#: where each refresh is a line of its own.
+REFRESH_S = {True: 0.5, False: 30.0}
 
 #: Labels to skip in cross-entropy (PyTorch's default ignore_index).
 IGNORE = -100
@@ -154,7 +159,8 @@ def _run(params: list[nn.Parameter], loss_fn: Callable[[int, torch.Generator], t
     autocast = bf16_autocast(device)
     ema, tokens = None, 0
     start = time.perf_counter()
-    bar = tqdm(range(cfg.steps), desc=desc, disable=not progress, dynamic_ncols=True, mininterval=0.5)
+    bar = tqdm(range(cfg.steps), desc=desc, disable=not progress, dynamic_ncols=True,
+               mininterval=REFRESH_S[sys.stderr.isatty()])
     for step in bar:
         lr = lr_at(step, cfg)
         for group in opt.param_groups:
@@ -171,7 +177,7 @@ def _run(params: list[nn.Parameter], loss_fn: Callable[[int, torch.Generator], t
         ema = value if ema is None else LOSS_EMA * ema + (1 - LOSS_EMA) * value
         tokens += n
         if progress and (step % 5 == 0 or step == cfg.steps - 1):
-            bar.set_postfix(loss=f"{ema:.3f}", lr=f"{lr:.1e}")
+            bar.set_postfix(loss=f"{ema:.3f}", lr=f"{lr:.1e}", refresh=False)   # shown at the next refresh
     bar.close()
     return TrainResult(cfg.steps, tokens, float(ema), time.perf_counter() - start)
 

@@ -285,3 +285,20 @@ def test_stale_work_folders_of_dead_runs_are_removed(tmp_path):
     (tmp_path / "small").mkdir()
     _remove_stale_work_folders(tmp_path / "small")
     assert sorted(p.name for p in tmp_path.iterdir()) == [".small.tmp-1", "small"]
+
+
+def test_a_training_bar_logged_to_a_file_refreshes_on_its_interval_not_per_update(capsys):
+    """Piped into a log (a CI job, a run record), every refresh of a bar is a line: the loss updates wait for the
+    bar's own refresh interval instead of forcing one each time, so a short run logs its start and its end."""
+    from real.model.transformer import Transformer
+    from real.train.loops import REFRESH_S, TrainConfig, train_causal_lm
+    from sim.model_spec import ModelSpec
+
+    assert REFRESH_S[False] > REFRESH_S[True]
+    torch.manual_seed(0)
+    model = Transformer(ModelSpec(name="bar", n_layers=1, hidden=16, intermediate=32, n_heads=2, n_kv_heads=1,
+                                  vocab=32, dtype="fp32", max_position=64))
+    train_causal_lm(model, torch.randint(0, 32, (400,)), TrainConfig(steps=40, batch=2, seq_len=8, lr=1e-3,
+                                                                     warmup_steps=4), desc="bar")
+    refreshes = [line for line in capsys.readouterr().err.replace("\r", "\n").splitlines() if line.startswith("bar")]
+    assert 1 <= len(refreshes) <= 3, refreshes          # forced every 5 steps, 40 steps logged 9 or more

@@ -38,8 +38,7 @@ from sim.records.machine import x86_cpu_flags
 #: Medusa-1 loss weight of head k is LAMBDA_BASE ** k (Medusa §2.2, λ_k = 0.8^k).
 MEDUSA_LAMBDA_BASE = 0.8
 
-#: Seconds between a bar's refreshes on a terminal (True) and in a log, a CI job's or a run record's (False),
-#: where each refresh is a line of its own.
+#: Seconds between a bar's refreshes on a terminal (True) and in a log (False), where each refresh is a line.
 REFRESH_S = {True: 0.5, False: 30.0}
 
 #: Labels to skip in cross-entropy (PyTorch's default ignore_index).

@@ -117,6 +117,7 @@ STREAMING_SHARE = 0.2
 #: The benchmarks measured in interleaved rounds, in the first round's order (the streaming probe,
 #: which needs a fresh process, runs once before them, for every thread count in one process).
 ROUND_ITEMS = ("gemm_cache", "gemm_dram", "gemm_batched", "triad_dram", "triad_cache", "overhead", "loops")
+LOOP_BLOCK_SHARE = 0.4   #: least budget share of the loops (last), timed after the rest: amid DRAM/GEMM they read slow
 
 
 def _efficiency_curve(points, peak: float, m_values) -> tuple[tuple[int, float], ...]:
@@ -144,10 +145,10 @@ def _interleaved_rounds(threads: int, settings: Settings, dram_ws: int, cache_ws
     """The benchmarks of one thread count (:data:`ROUND_ITEMS`), ``settings.rounds`` times, interleaved inside
     ``fraction`` of ``budget`` (:func:`real.validation.calibration.budget.budgeted_rounds`: every round visits every
     benchmark, in an order rotated from round to round, so a slow moment of a shared machine hits them all alike;
-    the first round always runs, further ones while they fit); each round runs a benchmark's repeats split over the
-    rounds (:meth:`Settings.per_round`). Returns the medians over the rounds and, per key measurement
-    (:data:`real.validation.trust.SPREAD_KEYS`), the spread max / min - 1 over the rounds (the median over a
-    benchmark's points: GEMM shapes, working sets, decode loops)."""
+    the first round always runs, further ones while they fit); each a benchmark's repeats split over the rounds
+    (:meth:`Settings.per_round`); the decode loops last, in rounds of their own (:data:`LOOP_BLOCK_SHARE` or more).
+    Returns the medians over the rounds and, per key measurement (:data:`real.validation.trust.SPREAD_KEYS`), the
+    spread max / min - 1 over the rounds (the median over a benchmark's points: GEMM shapes, working sets, loops)."""
     from real.run.repeats import median_index
     from real.validation.calibration import microbench as mb
 
@@ -175,7 +176,11 @@ def _interleaved_rounds(threads: int, settings: Settings, dram_ws: int, cache_ws
         tick()
         return out
 
-    runs = budgeted_rounds(len(ROUND_ITEMS), settings.rounds, one, budget, fraction, f"{threads} thread(s)")
+    n, share, start = len(ROUND_ITEMS) - 1, budget.share(fraction), budget.clock()
+    runs = budgeted_rounds(n, settings.rounds, one, budget, fraction * (1 - LOOP_BLOCK_SHARE), f"{threads} thread(s)")
+    rest = max(share - (budget.clock() - start), 0.0) / budget.seconds    # the loops: what the others left
+    runs += budgeted_rounds(1, settings.rounds, lambda _, j: one(n, j), budget, rest,
+                            f"{threads} thread(s) decode loops")
     got = {name: runs[i] for i, name in enumerate(ROUND_ITEMS)}
     med = statistics.median
 
@@ -196,7 +201,7 @@ def _interleaved_rounds(threads: int, settings: Settings, dram_ws: int, cache_ws
         "dispatch": med(d for d, _ in got["overhead"]),
         "overhead": overheads[median_index([o.per_op_s for o in overheads])],
         "loops": paired_loops(loops),
-        "spread": {} if len(got["loops"]) < 2 else {key: round(value, 4) for key, value in (   # one round: no spread
+        "spread": {} if len(got["overhead"]) < 2 else {key: round(value, 4) for key, value in (   # one round: none
             ("gemm_cache", warm_spread), ("gemm_dram", cold_spread), ("triad_dram", spread(got["triad_dram"])),
             ("triad_cache", med([spread(r[i] for r in caches) for i in range(len(cache_sizes))] or [0.0])),
             ("op_overhead", spread(o.per_op_s for o in overheads)),

@@ -114,8 +114,8 @@ ONE_THREAD_SHARE = 0.3
 HETERO_SHARE = 0.15
 #: The streaming probes' share of the progress bar, as of the time (12 of 57 s measuring, 2-core Intel Xeon VM).
 STREAMING_SHARE = 0.2
-#: The benchmarks measured in interleaved rounds, in the first round's order (the streaming probe,
-#: which needs a fresh process, runs once before them, for every thread count in one process).
+#: A thread count's benchmarks in the first round's order: all but the last in interleaved rounds, the decode loops
+#: after them in rounds of their own (the streaming probe, in a fresh process, runs once before, for every count).
 ROUND_ITEMS = ("gemm_cache", "gemm_dram", "gemm_batched", "triad_dram", "triad_cache", "overhead", "loops")
 LOOP_BLOCK_SHARE = 0.4   #: least budget share of the loops (last), timed after the rest: amid DRAM/GEMM they read slow
 
@@ -145,7 +145,7 @@ def _interleaved_rounds(threads: int, settings: Settings, dram_ws: int, cache_ws
     """The benchmarks of one thread count (:data:`ROUND_ITEMS`), ``settings.rounds`` times, interleaved inside
     ``fraction`` of ``budget`` (:func:`real.validation.calibration.budget.budgeted_rounds`: every round visits every
     benchmark, in an order rotated from round to round, so a slow moment of a shared machine hits them all alike;
-    the first round always runs, further ones while they fit); each a benchmark's repeats split over the rounds
+    the first round always runs, further ones while they fit), each round with a share of a benchmark's repeats
     (:meth:`Settings.per_round`); the decode loops last, in rounds of their own (:data:`LOOP_BLOCK_SHARE` or more).
     Returns the medians over the rounds and, per key measurement (:data:`real.validation.trust.SPREAD_KEYS`), the
     spread max / min - 1 over the rounds (the median over a benchmark's points: GEMM shapes, working sets, loops)."""

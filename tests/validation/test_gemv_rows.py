@@ -3,6 +3,7 @@ calibration's fits and how every pricing path applies them."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import numpy as np
@@ -12,6 +13,7 @@ from hwmodels.errors import PresetError
 from hwmodels.loader import load_platform_file, write_platform_file
 from hwmodels.platform import Device, MemoryDomain, Platform
 from hwmodels.roofline import roofline_time
+from real.validation.calibration.host_facts import effective_cache
 from real.validation.calibration.gemm_rows import fit_rows, row_curve, row_free
 from real.validation.calibration.microbench import GemmPoint
 from real.validation.calibration.stream_step_probe import StreamingProbe
@@ -122,13 +124,38 @@ def _probe(curve) -> StreamingProbe:
     return StreamingProbe(spec=None, unmasked_s=1.0, masked_s=1.0, context=64, weight_curve=curve)
 
 
-def test_the_weight_cache_is_the_largest_set_still_read_at_cache_speed():
+def _knee(above, below, cut):
+    """Where the line through two (bytes, bytes/s) points, in log-log, falls to ``cut`` bytes/s."""
+    return above[0] * (below[0] / above[0]) ** (math.log(above[1] / cut) / math.log(above[1] / below[1]))
+
+
+def test_the_weight_cache_ends_where_the_curve_falls_through_the_midpoint():
     curve = ((1_000_000, 30e9), (3_000_000, 31e9), (6_700_000, 27e9), (8_900_000, 11e9), (12_000_000, 7e9))
-    # geometric midpoint of 31 and 7 GB/s: 14.7 GB/s
-    assert _probe(curve).weight_cache == (6_700_000, 27e9)
-    # a set read slower than the midpoint before a faster, larger one: the larger one counts
-    assert _probe(curve[:2] + ((5_000_000, 12e9),) + curve[2:]).weight_cache == (6_700_000, 27e9)
+    # geometric midpoint of 31 and 7 GB/s: 14.7 GB/s, crossed between the 6.7 and the 8.9 MB sets
+    size, rate = _probe(curve).weight_cache
+    assert size == pytest.approx(_knee(curve[2], curve[3], math.sqrt(31e9 * 7e9)), abs=1) and 6.7e6 < size < 8.9e6
+    assert rate == 27e9                     # the rate of the largest probed set within it
+    # a set read slower than the midpoint before a faster, larger one: the crossing after the larger one counts
+    # (the slow end is now the median of the two largest sets, 9 GB/s)
+    size, _ = _probe(curve[:2] + ((5_000_000, 12e9),) + curve[2:]).weight_cache
+    assert size == pytest.approx(_knee(curve[2], curve[3], math.sqrt(31e9 * 9e9)), abs=1)
     assert _probe(()).weight_cache is None
+
+
+def test_a_stream_triad_knee_between_probed_sets_rounds_to_neither():
+    # measured (hetspec calibrate, 2 threads, GB/s): the 4 MiB set read 40 GB/s in one calibration and 88 in another;
+    # taking the largest probed set above the midpoint made the cache 2 MiB in the first, 4 MiB in the second
+    mib = 2**20
+    slow = ((2 * mib, 98e9), (4 * mib, 40e9), (6 * mib, 31e9), (8 * mib, 39e9), (12 * mib, 35e9))
+    fast = ((2 * mib, 122e9), (4 * mib, 88e9), (6 * mib, 48e9), (8 * mib, 48e9), (12 * mib, 43e9))
+    (a, _), (b, _) = effective_cache(slow, 25e9), effective_cache(fast, 28e9)
+    assert a == pytest.approx(_knee(slow[0], slow[1], math.sqrt(98e9 * 25e9)), abs=1) and 2 * mib < a < 4 * mib
+    assert b == pytest.approx(_knee(fast[1], fast[2], math.sqrt(122e9 * 28e9)), abs=1) and 4 * mib < b < 6 * mib
+    assert b / a < 1.7                      # not the 2x the rounding to a probed set gave
+    # the rate is the median of the sets up to the last one above the midpoint; a flat curve is all cache
+    assert effective_cache(slow, 25e9)[1] == 98e9 and effective_cache(fast, 28e9)[1] == pytest.approx(105e9)
+    assert effective_cache(((mib, 50e9), (2 * mib, 50e9)), 20e9) == (2 * mib, 50e9)
+    assert effective_cache(((mib, 10e9), (2 * mib, 10e9)), 20e9) == (mib, 10e9)   # none above: the first set
 
 
 def test_multi_token_passes_can_only_shrink_the_weight_cache():
@@ -136,7 +163,9 @@ def test_multi_token_passes_can_only_shrink_the_weight_cache():
     # 16-token passes: the 6.7 MB set already at DRAM speed (midpoint of 40 and 10: 20)
     multi = ((1_000_000, 40e9), (3_000_000, 35e9), (6_700_000, 14e9), (8_900_000, 11e9), (12_000_000, 10e9))
     probe = replace(_probe(one), weight_curve_multi=multi, weight_curve_tokens=16)
-    assert probe.weight_cache == (3_000_000, 31e9)          # the smaller set; the rate is the one-token curve's
+    one_size = _knee(one[2], one[3], math.sqrt(31e9 * 7e9))
+    size, rate = probe.weight_cache         # the smaller set; the rate is the one-token curve's
+    assert size == pytest.approx(_knee(multi[1], multi[2], 20e9), abs=1) and size < one_size and rate == 31e9
     # measured (hetspec calibrate, one thread, 16-token passes, GB/s of weights): after the 4.2 MB set the
     # curve is flat within noise; its single slowest point (5.0 MB) must not pull the midpoint down so far
     # that a later, noisily faster set (10.9 MB) counts as held
@@ -146,13 +175,15 @@ def test_multi_token_passes_can_only_shrink_the_weight_cache():
     one_thread = tuple((n, bw) for n, bw in zip((m for m, _ in measured), (38.71e9, 36.21e9, 34.94e9, 27.68e9, 26.77e9,
                                                                           23.03e9, 7.31e9, 5.57e9, 5.71e9, 5.84e9,
                                                                           5.35e9, 5.35e9, 5.45e9)))
-    assert _probe(one_thread).weight_cache == (10.9e6, 23.03e9)
-    assert replace(_probe(one_thread), weight_curve_multi=measured).weight_cache == (4.2e6, 38.71e9)
+    size, rate = _probe(one_thread).weight_cache
+    assert 10.9e6 < size < 13.0e6 and rate == 23.03e9
+    size, rate = replace(_probe(one_thread), weight_curve_multi=measured).weight_cache
+    assert 4.2e6 < size < 5.0e6 and rate == 38.71e9
     # a multi-token curve holding more than the one-token one does not grow it
-    assert replace(probe, weight_curve_multi=tuple((n, 40e9) for n, _ in one)).weight_cache == (6_700_000, 27e9)
+    assert replace(probe, weight_curve_multi=tuple((n, 40e9) for n, _ in one)).weight_cache == (int(one_size), 27e9)
     # what one-token passes keep is the one-token curve's set, whatever the multi-token curve says
-    assert probe.gemv_weight_cache == (6_700_000, 27e9)
-    assert replace(_probe(one_thread), weight_curve_multi=measured).gemv_weight_cache == (10.9e6, 23.03e9)
+    assert probe.gemv_weight_cache == (int(one_size), 27e9)
+    assert replace(_probe(one_thread), weight_curve_multi=measured).gemv_weight_cache == _probe(one_thread).weight_cache
 
 
 def test_the_weight_curve_counts_the_bytes_the_working_set_counts():

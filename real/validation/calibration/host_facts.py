@@ -121,28 +121,28 @@ def physical_memory_bytes() -> int:
 
 
 def effective_cache(curve, dram_bw: float) -> tuple[int, float]:
-    """``(bytes, bytes/s)`` of the cache this process really gets: the largest probed working set whose
-    triad bandwidth is above the geometric midpoint of the fastest one and DRAM's, and the median
-    bandwidth of the working sets up to it (the first probe if none qualifies)."""
+    """``(bytes, bytes/s)`` of the cache this process really gets: where the bandwidth falls through the geometric
+    midpoint of the fastest one and DRAM's after the largest probed set above it (log-log towards the next set: a knee
+    between two sets rounds to neither), and the median bandwidth of the sets up to it (none above: the first set)."""
     if not curve:
         return 0, dram_bw
-    top = max(bw for _, bw in curve)
-    cut = math.sqrt(top * dram_bw)
+    cut = math.sqrt(max(bw for _, bw in curve) * dram_bw)
     inside = [(ws, bw) for ws, bw in curve if bw >= cut]
     if not inside:
         return int(curve[0][0]), float(curve[0][1])
-    size = max(ws for ws, _ in inside)
-    return int(size), float(statistics.median(bw for ws, bw in curve if ws <= size))
+    size, bw = max(inside)
+    nxt, low = min([(ws, b) for ws, b in curve if ws > size], default=(size, bw / 2))   # none: the largest set
+    rate = float(statistics.median(b for ws, b in curve if ws <= size))
+    return int(size * (nxt / size) ** (math.log(bw / cut) / math.log(bw / low))), rate
 
 
 def held_weight_set(one_token, multi_token=()) -> tuple[int, float] | None:
     """(bytes, bytes/s) of the largest weight set linears still read from the cache in one-token passes
     (``one_token``: :func:`real.validation.calibration.weight_cache.weight_cache_curve` points) and, where measured,
-    in multi-token passes (``multi_token``): per curve the largest set above the geometric midpoint of its
-    fastest set and its slow end (the median rate of its largest third of sets, all well beyond the cache:
-    a multi-token curve falls by 2x only, so one noisy slow point would move the midpoint), the smallest
-    set if none is; then the smaller of the two; the rate is the one-token curve's. None without a
-    one-token curve."""
+    in multi-token passes (``multi_token``): per curve where it falls through the geometric midpoint of its fastest
+    set and its slow end (:func:`effective_cache`; the slow end the median rate of its largest third of sets: a
+    multi-token curve falls by 2x only, so one noisy slow point would move the midpoint), then the smaller of the
+    two; the rate is the one-token curve's at the largest set within it. None without a one-token curve."""
     if not one_token:
         return None
 
@@ -152,7 +152,7 @@ def held_weight_set(one_token, multi_token=()) -> tuple[int, float] | None:
         return effective_cache(curve, statistics.median(bw for _, bw in tail))[0]
 
     size = min(held(curve) for curve in (one_token, multi_token) if curve)
-    return size, dict(one_token)[size]
+    return size, dict(one_token)[max(ws for ws, _ in one_token if ws <= size)]
 
 
 # ---------------------------------------------------------------------------- measurement

@@ -29,7 +29,7 @@ def _median(xs) -> float:
 
 
 def _mib(nbytes: float) -> str:
-    return f"{nbytes / 2**20:.0f} MiB"
+    return f"{nbytes / 2**20:.3g} MiB"
 
 
 def _device(name: str, w: WorkerMeasurement, cal: Calibration, description: str) -> Device:
@@ -60,8 +60,8 @@ def _device(name: str, w: WorkerMeasurement, cal: Calibration, description: str)
         "bw_efficiency": "1: mem_bw_gbps is the measured achievable stream bandwidth, not a datasheet peak",
         "cache_gb": (f"measured {by}: stream triad at working sets "
                      + ", ".join(f"{_mib(ws)} {bw / 1e9:.0f}" for ws, bw in w.cache_curve)
-                     + f" GB/s (DRAM {w.dram_bw_bytes_per_s / 1e9:.0f}); the largest still above the geometric "
-                       f"midpoint of the fastest and DRAM ({_mib(w.cache_bytes)}) is the cache this process gets "
+                     + f" GB/s (DRAM {w.dram_bw_bytes_per_s / 1e9:.0f}); where it falls through the geometric mean of "
+                       f"the fastest and DRAM ({_mib(w.cache_bytes)}, log-log between sets) is this process's cache "
                        f"(the OS reports {cal.llc_source}; {thr}, {s.medians(s.repeats)}) {on}"),
         "cache_bw_gbps": (f"measured: {w.cache_bw_bytes_per_s / 1e9:.1f} GB/s {by} (stream triad, median over the "
                           f"working sets up to the effective cache; {thr}, {s.medians(s.repeats)}) {on}"),
@@ -148,7 +148,7 @@ def _device(name: str, w: WorkerMeasurement, cal: Calibration, description: str)
                 + _curve_text(probe.weight_curve) + " GB/s in one-token passes"
                 + (f" and at {_curve_text(probe.weight_curve_multi)} GB/s in {probe.weight_curve_tokens}-token passes"
                    if probe.weight_curve_multi else "")
-                + "; the largest above the geometric midpoint of the fastest and the slow end (the median of the "
+                + "; where they fall through the geometric midpoint of the fastest and the slow end (the median of the "
                   "largest third of sets) " + ("in both " if probe.weight_curve_multi else "")
                   + f"({held[0] / 1e6:.2f} MB) is what a model's weights "
                   f"get, less than the stream triad's {_mib(w.cache_bytes)} ({thr}, median of "

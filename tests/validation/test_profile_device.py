@@ -65,7 +65,8 @@ def test_the_bare_dispatch_is_its_fastest_sample(monkeypatch):
     times, when a process's first calls run slow (28 and 8 us, then 2.6 us, on the development machine): its
     fastest sample stands, not its median, which would leave a small linear's kernel time at zero. It takes the
     full profile's samples whatever the settings: one slow sample of two calls, subtracted from every row, once left
-    every linear row of the tiny model at zero, and the profile could not be written."""
+    every linear row of the tiny model at zero, and the profile could not be written. So do the whole forwards,
+    which every price of their model adds up to."""
     from real.validation.profiler import call_timing
     from real.validation.profiler import profile_device as pd
 
@@ -80,7 +81,11 @@ def test_the_bare_dispatch_is_its_fastest_sample(monkeypatch):
     settings = pd.ProfileSettings(tokens=(1, 2), attention_q=(1,), attention_keys=(8,), repeats=1, calls=2)
     prof = pd.profile_device("cpu", [SPEC], settings, progress=False)
     full = pd.ProfileSettings()
-    assert [n for _, n in calls[:full.repeats]] == [full.calls] * full.repeats and calls[full.repeats][1] == 2
+    counts = [n for _, n in calls]
+    assert counts[:full.repeats] == [full.calls] * full.repeats
+    # so do the whole forwards behind the forward_rest rows (before and after the rows, at both token counts);
+    # the operator rows take the settings' calls
+    assert counts.count(full.calls) == full.repeats * (1 + 2 * 2) and set(counts[full.repeats:]) == {2, full.calls}
     assert len({fn for fn, _ in calls[:full.repeats]}) == 1
     assert prof.launch_us["eager"] == pytest.approx(2.5)
     linear = [row for row in prof.rows if row[0] == "linear"]

@@ -105,8 +105,8 @@ class ProfileSettings:
 
 
 def dispatch_settings(settings: ProfileSettings) -> ProfileSettings:
-    """``settings`` with at least the full profile's repeats and calls per sample: those the bare dispatch
-    cost, subtracted from every CPU row, is timed with."""
+    """``settings`` with at least the full profile's repeats and calls per sample: those of what every row leans on
+    (the bare dispatch cost subtracted from every CPU row; the whole forwards behind every ``forward_rest`` row)."""
     full = ProfileSettings()
     return replace(settings, repeats=max(settings.repeats, full.repeats), calls=max(settings.calls, full.calls))
 
@@ -183,9 +183,8 @@ def profile_device(device_text: str, models, settings: ProfileSettings = Profile
     t0 = time.perf_counter()
     tiny_a, tiny_b = torch.ones(1, device=device), torch.ones(1, device=device)
     # the one-element add is all launch, a fixed cost that a process's first calls and slowdowns from outside only
-    # lengthen: its fastest sample (their median, taken slow, left every small row's kernel time at zero), of at
-    # least the full profile's samples whatever the settings (it costs microseconds; one slow sample of two calls
-    # once did the same)
+    # lengthen: its fastest sample (their median, taken slow, left every small row's kernel time at zero), of the
+    # full profile's samples at least (it costs microseconds; one slow sample of two calls once did the same)
     launch_samples = op_samples(lambda: tiny_a + tiny_b, device, dispatch_settings(settings))
     dispatch = min(s.kernel_s + s.eager_launch_s for s in launch_samples)
     out.launch_us["eager"] = dispatch * 1e6
@@ -229,8 +228,9 @@ def profile_device(device_text: str, models, settings: ProfileSettings = Profile
     from real.validation.profiler.forward_launch import REST_CONTEXT, bracketed_forwards, time_model_forwards
 
     # every model's whole forward, timed before and after the rows (its forward_rest rows)
+    whole = dispatch_settings(settings)       # the full profile's samples at least
     forward_work = 2 * sum(REST_CONTEXT + t <= spec.max_position for spec in forward_models
-                           for t in settings.tokens) * settings.repeats
+                           for t in settings.tokens) * whole.repeats
     bar = tqdm(total=len(work) + forward_work, desc=f"profiling {out.device}", unit="op", disable=not progress,
                file=sys.stderr)
 
@@ -239,7 +239,7 @@ def profile_device(device_text: str, models, settings: ProfileSettings = Profile
     def forwards() -> list:       # every model's, interleaved (which part is slow, as it runs)
         bar.set_postfix_str("whole forwards of " + ", ".join(spec.name for spec in forward_models), refresh=False)
         return time_model_forwards(forward_models, device, tdtype, settings.tokens,
-                                   lambda fn, n: wall_per_call(fn, device, n), settings.calls, settings.repeats,
+                                   lambda fn, n: wall_per_call(fn, device, n), whole.calls, whole.repeats,
                                    tick=bar.update, guard=guard, records=forward_records)
 
     def row(item) -> tuple | None:

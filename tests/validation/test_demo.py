@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 
@@ -149,3 +150,31 @@ def test_the_prediction_table_names_the_configurations_near_each_best():
     assert "within 2 % of it" in lines[0]
     assert lines[1].endswith("w 12-24, d 3") and lines[2].endswith("-")      # w=8 is 5 % off: not near
     assert "no prediction: no draft" in lines[3]
+
+
+def test_the_predictions_keep_every_configuration_of_a_flat_optimum(monkeypatch):
+    """A draft tree's predicted optimum can tie more configurations than the kept top rows: another run's best is
+    then among them, and the agreement of the repeats finds it instead of reading a truncated tie as another answer."""
+    import pandas as pd
+
+    import sim.acceptance
+    import sim.optimizer
+    import sim.strategies.base
+    from real.validation import demo_job
+
+    ties = [(w, d, 1000.0) for w in range(4, 33) for d in range(3, 9)]          # 174 configurations tied
+    table = pd.DataFrame([*ties, (2, 1, 979.0), (3, 1, 970.0), *[(1, d, 500.0) for d in range(1, 60)]],
+                         columns=["tree_width", "draft_depth", "tokens_per_s"])
+    best = {"tree_width": 10, "draft_depth": 8, "tokens_per_s": 1000.0, "tokens_per_step": 2.0, "step_s": 2e-3,
+            "speedup_vs_ar": 0.8}
+    monkeypatch.setattr(sim.optimizer, "optimize", lambda *a, **k: SimpleNamespace(best=best, table=table))
+    monkeypatch.setattr(sim.acceptance, "from_profile", lambda profile: profile)
+    monkeypatch.setattr(sim.strategies.base, "Problem", lambda **kw: kw)
+    models = SimpleNamespace(folder="m", target=SimpleNamespace(spec=None), heads=SimpleNamespace(n_heads=3))
+    rows = demo_job.predict_best(models, None, "cpu", None, 64)
+    kept = {(r["tree_width"], r["draft_depth"]) for r in rows[0]["top"]}
+    assert len(rows[0]["top"]) == len(ties) and kept == {(w, d) for w, d, _ in ties}   # 979 is 2.1 % off: not kept
+    short = table[table.tokens_per_s < 1000.0]                                          # no tie: the top rows
+    monkeypatch.setattr(sim.optimizer, "optimize", lambda *a, **k: SimpleNamespace(best={**best, "tokens_per_s": 979.0},
+                                                                                  table=short))
+    assert len(demo_job.predict_best(models, None, "cpu", None, 64)[0]["top"]) == demo_job.TOP_ROWS

@@ -76,6 +76,12 @@ def test_the_calibration_keeps_to_its_budget_on_a_fake_clock(tiny_calibration):
     assert len(stages) == 2 * (2 if cal.all_threads.threads > 1 else 1)
     assert [name.endswith("decode loops") for name, _, _ in stages] == [False, True] * (len(stages) // 2)
     assert [taken for _, taken, _ in stages] == [1] * len(stages)        # the budget cut the other rounds
+    # the loop costs' sources name the rounds the loops ran (they may run more than the benchmarks' 3)
+    platform = tiny_calibration[0]
+    sources = [text for costs in platform.loop_costs.values() for text in costs.sources.values()]
+    fitted = [text for text in sources if "fitted as" in text]                   # not the probes' LM-head sizes
+    assert fitted and all("median of 1 interleaved rounds" in text for text in fitted)
+    assert cal.all_threads.loop_rounds == 1 and cal.settings.rounds == 3
     assert "heterogeneous probes" in cal.robustness["budget"]["skipped"]
     lines = robustness_lines(cal)
     assert any("skipped" in line for line in lines)

@@ -118,6 +118,7 @@ STREAMING_SHARE = 0.2
 #: after them in rounds of their own (the streaming probe, in a fresh process, runs once before, for every count).
 ROUND_ITEMS = ("gemm_cache", "gemm_dram", "gemm_batched", "triad_dram", "triad_cache", "overhead", "loops")
 LOOP_BLOCK_SHARE = 0.4   #: least budget share of the loops (last), timed after the rest: amid DRAM/GEMM they read slow
+LOOP_ROUNDS = 3          #: loop rounds per benchmark round, while they fit: their forward costs are noisy differences
 
 
 def _efficiency_curve(points, peak: float, m_values) -> tuple[tuple[int, float], ...]:
@@ -146,7 +147,7 @@ def _interleaved_rounds(threads: int, settings: Settings, dram_ws: int, cache_ws
     ``fraction`` of ``budget`` (:func:`real.validation.calibration.budget.budgeted_rounds`: every round visits every
     benchmark, in an order rotated from round to round, so a slow moment of a shared machine hits them all alike;
     the first round always runs, further ones while they fit), each round with a share of a benchmark's repeats
-    (:meth:`Settings.per_round`); the decode loops last, in rounds of their own (:data:`LOOP_BLOCK_SHARE` or more).
+    (:meth:`Settings.per_round`); the decode loops last, in up to :data:`LOOP_ROUNDS` x as many rounds of their own.
     Returns the medians over the rounds and, per key measurement (:data:`real.validation.trust.SPREAD_KEYS`), the
     spread max / min - 1 over the rounds (the median over a benchmark's points: GEMM shapes, working sets, loops)."""
     from real.run.repeats import median_index
@@ -179,7 +180,7 @@ def _interleaved_rounds(threads: int, settings: Settings, dram_ws: int, cache_ws
     n, share, start = len(ROUND_ITEMS) - 1, budget.share(fraction), budget.clock()
     runs = budgeted_rounds(n, settings.rounds, one, budget, fraction * (1 - LOOP_BLOCK_SHARE), f"{threads} thread(s)")
     rest = max(share - (budget.clock() - start), 0.0) / budget.seconds    # the loops: what the others left
-    runs += budgeted_rounds(1, settings.rounds, lambda _, j: one(n, j), budget, rest,
+    runs += budgeted_rounds(1, LOOP_ROUNDS * settings.rounds, lambda _, j: one(n, j), budget, rest,
                             f"{threads} thread(s) decode loops")
     got = {name: runs[i] for i, name in enumerate(ROUND_ITEMS)}
     med = statistics.median
@@ -189,9 +190,7 @@ def _interleaved_rounds(threads: int, settings: Settings, dram_ws: int, cache_ws
                                flops_per_s=2.0 * p.m * p.k * p.n / s) for i, p in enumerate(by_round[0]))
         return points, med(spread(r[i].flops_per_s for r in by_round) for i in range(len(points)))
 
-    warm, warm_spread = gemm(got["gemm_cache"])
-    cold, cold_spread = gemm(got["gemm_dram"])
-    batched, _ = gemm(got["gemm_batched"])
+    (warm, warm_spread), (cold, cold_spread), (batched, _) = (gemm(got[k]) for k in ROUND_ITEMS[:3])
     caches = got["triad_cache"]
     overheads = [o for _, o in got["overhead"]]
     loops = got["loops"]
@@ -200,7 +199,7 @@ def _interleaved_rounds(threads: int, settings: Settings, dram_ws: int, cache_ws
         "cache_curve": tuple((ws, med(r[i] for r in caches)) for i, ws in enumerate(cache_sizes)),
         "dispatch": med(d for d, _ in got["overhead"]),
         "overhead": overheads[median_index([o.per_op_s for o in overheads])],
-        "loops": paired_loops(loops),
+        "loops": paired_loops(loops), "loop_rounds": len(loops),
         "spread": {} if len(got["overhead"]) < 2 else {key: round(value, 4) for key, value in (   # one round: none
             ("gemm_cache", warm_spread), ("gemm_dram", cold_spread), ("triad_dram", spread(got["triad_dram"])),
             ("triad_cache", med([spread(r[i] for r in caches) for i in range(len(cache_sizes))] or [0.0])),
@@ -233,8 +232,7 @@ def _measure_worker(threads: int, settings: Settings, dram_ws: int, cache_ws: in
                                       streamed_m=settings.dtype_m_values, streamed_shapes=settings.dtype_shapes,
                                       cold_pool=cold_pool, progress=tick)
     cache_bytes, cache = effective_cache(rounds["cache_curve"], rounds["dram"])
-    fits = fit_rows(cold)
-    batched_fits = fit_rows(batched)
+    fits, batched_fits = fit_rows(cold), fit_rows(batched)
     return WorkerMeasurement(threads=threads, gemm_warm=warm, gemm_cold=cold, peak_flops_per_s=peak,
                              efficiency_curve=row_free(_efficiency_curve(cold, peak, settings.m_values), fits, peak),
                              row_fits=fits, gemm_batched=batched, batched_fits=batched_fits,
@@ -245,8 +243,8 @@ def _measure_worker(threads: int, settings: Settings, dram_ws: int, cache_ws: in
                                  settings.m_values),
                              dram_bw_bytes_per_s=rounds["dram"], cache_bw_bytes_per_s=cache,
                              dispatch_s=rounds["dispatch"], cache_bytes=cache_bytes, cache_curve=rounds["cache_curve"],
-                             overhead=rounds["overhead"], loops=rounds["loops"], streaming=streaming,
-                             spread=rounds["spread"], dtype_rates=dtype_rates)
+                             overhead=rounds["overhead"], loops=rounds["loops"], loop_rounds=rounds["loop_rounds"],
+                             streaming=streaming, spread=rounds["spread"], dtype_rates=dtype_rates)
 
 
 def _label(threads: int, all_threads: int) -> str:
@@ -280,7 +278,7 @@ def measure(settings: Settings, progress: bool = True, command: str = "hetspec c
                   + len(settings.batched_m_values) * len(settings.batched_shapes))
     dtype_ticks = len(mb.LOW_PRECISION_DTYPES) * len(settings.dtype_m_values) * len(settings.dtype_shapes)
     counts = [all_threads] + ([1] if all_threads != 1 else [])
-    rest = len(counts) * (settings.rounds * (gemm_ticks + len(ROUND_ITEMS) - 3) + dtype_ticks) + 2
+    rest = len(counts) * (settings.rounds * (gemm_ticks + len(ROUND_ITEMS) - 4 + LOOP_ROUNDS) + dtype_ticks) + 2
     total = rest + (streaming_ticks := max(1, round(rest * STREAMING_SHARE / (1 - STREAMING_SHARE))))
     runtime = {"torch_threads": all_threads, **openmp_runtime()}
     with tqdm(total=total, desc="calibrate", unit="bench", disable=not progress, file=sys.stderr) as bar:

@@ -66,9 +66,9 @@ class Settings:
         """Repeats of a benchmark in each round: ``repeats`` split over :attr:`rounds` (at least one)."""
         return max(1, -(-repeats // self.rounds))
 
-    def medians(self, repeats: int) -> str:
-        """How a source names the statistic of a benchmark of ``repeats`` repeats."""
-        return f"median of {self.rounds} interleaved rounds x {self.per_round(repeats)}"
+    def medians(self, repeats: int, rounds: int | None = None) -> str:
+        """How a source names the statistic of a benchmark of ``repeats`` repeats (in ``rounds``: :attr:`rounds`)."""
+        return f"median of {rounds or self.rounds} interleaved rounds x {self.per_round(repeats)}"
 
 
 #: Token counts 1..256 (the verification widths and draft lengths of the methods), dense where verification widths and draft lengths live
@@ -173,6 +173,7 @@ class WorkerMeasurement:
     dispatch_s: float
     overhead: object              # real.validation.calibration.microbench.LayerOverhead
     loops: tuple = ()             # real.validation.calibration.microbench.LoopSample rows: the real decode loops on the probe
+    loop_rounds: int = 0          # the rounds they were timed in (0: the benchmarks' rounds)
     streaming: object = None      # real.validation.calibration.stream_step_probe.StreamingProbe: a step of a model larger than the cache
     spread: dict = field(default_factory=dict)   # machine.SPREAD_KEYS -> max / min - 1 over the rounds
     dtype_rates: tuple = ()       # real.validation.calibration.microbench.DtypeRate rows: bf16 / fp16 GEMMs at the fp32 peak's shape

@@ -295,7 +295,8 @@ def build_platform(cal: Calibration, name: str = HOST_NAME, extend=None) -> Plat
     for w in workers:
         devices[w] = _device(w, single, cal, f"{cal.cpu}: one single-thread worker (identical to every cpuN; "
                                              "measured once)")
-    loops = {n: loop_costs_of(d, (whole if n == "cpu" else single).loops, cal.settings.medians(cal.settings.loop_repeats),
+    loops = {n: loop_costs_of(d, (meas := whole if n == "cpu" else single).loops,
+                              cal.settings.medians(cal.settings.loop_repeats, meas.loop_rounds),
                               f"by {cal.command}", f"on {cal.cpu}, {cal.date}") for n, d in devices.items()}
     domain_bw = max(whole.dram_bw_bytes_per_s, single.dram_bw_bytes_per_s)
     together = sum(cal.concurrent_bw_bytes_per_s)

@@ -44,7 +44,7 @@ forward, not per operator) is measured too and written into the profile's notes;
 CPU there are no graphs: ``kernel_us`` is a call's time less torch's dispatch cost, ``eager_launch_us``
 that dispatch cost, and the device runs in ``eager`` mode.
 Every number is a median of interleaved repeats (:func:`real.run.repeats.interleaved`), except the bare
-dispatch: the fastest of them, and of at least the full profile's repeats and calls (:func:`dispatch_settings`).
+dispatch: the fastest of them, and of at least the full profile's repeats and calls (:func:`anchor_settings`).
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ class ProfileSettings:
     loop_repeats: int = 5     # CUDA: interleaved repeats of each probe decode loop (medians)
 
 
-def dispatch_settings(settings: ProfileSettings) -> ProfileSettings:
+def anchor_settings(settings: ProfileSettings) -> ProfileSettings:
     """``settings`` with at least the full profile's repeats and calls per sample: those of what every row leans on
     (the bare dispatch cost subtracted from every CPU row; the whole forwards behind every ``forward_rest`` row)."""
     full = ProfileSettings()
@@ -185,7 +185,7 @@ def profile_device(device_text: str, models, settings: ProfileSettings = Profile
     # the one-element add is all launch, a fixed cost that a process's first calls and slowdowns from outside only
     # lengthen: its fastest sample (their median, taken slow, left every small row's kernel time at zero), of the
     # full profile's samples at least (it costs microseconds; one slow sample of two calls once did the same)
-    launch_samples = op_samples(lambda: tiny_a + tiny_b, device, dispatch_settings(settings))
+    launch_samples = op_samples(lambda: tiny_a + tiny_b, device, anchor_settings(settings))
     dispatch = min(s.kernel_s + s.eager_launch_s for s in launch_samples)
     out.launch_us["eager"] = dispatch * 1e6
     if device.type == "cuda":
@@ -228,7 +228,7 @@ def profile_device(device_text: str, models, settings: ProfileSettings = Profile
     from real.validation.profiler.forward_launch import REST_CONTEXT, bracketed_forwards, time_model_forwards
 
     # every model's whole forward, timed before and after the rows (its forward_rest rows)
-    whole = dispatch_settings(settings)       # the full profile's samples at least
+    whole = anchor_settings(settings)       # the full profile's samples at least
     forward_work = 2 * sum(REST_CONTEXT + t <= spec.max_position for spec in forward_models
                            for t in settings.tokens) * whole.repeats
     bar = tqdm(total=len(work) + forward_work, desc=f"profiling {out.device}", unit="op", disable=not progress,

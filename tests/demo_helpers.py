@@ -34,7 +34,7 @@ def host_platform_folder(tmp_path) -> str:
     from dataclasses import replace
 
     from hwmodels.loader import write_platform_file
-    from hwmodels.platform import Device, MemoryDomain, Platform
+    from hwmodels.platform import Device, LoopCosts, MemoryDomain, Platform
 
     dev = Device(name="cpu", kind="cpu", peak_tflops={"fp32": 0.1}, mem_bw_gbps=20.0, mem_capacity_gb=16.0,
                  bw_efficiency=1.0, compute_efficiency=1.0, op_overhead_us=8.0, token_tile=1,
@@ -43,7 +43,9 @@ def host_platform_folder(tmp_path) -> str:
                  sources={"peak_tflops.fp32": "test"})
     plat = Platform(name="host", description="test host", devices={"cpu": dev, "cpu0": replace(dev, name="cpu0")},
                     memory_domains=(MemoryDomain(name="dram", devices=("cpu", "cpu0"), bw_gbps=20.0, capacity_gb=16.0,
-                                                 contention_efficiency=0.9),))
+                                                 contention_efficiency=0.9),),
+                    loop_costs={"cpu": LoopCosts(device="cpu", costs_us={"chain_step": 40.0, "medusa_node": 2.0},
+                                                 sources={"chain_step": "test", "medusa_node": "test"})})
     folder = tmp_path / "platforms"
     write_platform_file(plat, folder / "host.toml")
     return str(folder)

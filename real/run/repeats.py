@@ -15,6 +15,7 @@ repeat in a process of its own, and can bracket each measurement with the conten
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable, Iterable
 from typing import TypeVar
@@ -122,6 +123,11 @@ def median(values: Iterable[float]) -> float:
     """The median of ``values`` (NaN when empty)."""
     values = list(values)
     return statistics.median(values) if values else float("nan")
+
+
+def finite_median(values: Iterable[float | None]) -> float:
+    """The median of the finite ones of ``values`` (NaN when none)."""
+    return median(x for x in values if x is not None and math.isfinite(x))
 
 
 def median_index(values: list[float]) -> int:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from pathlib import Path
 
 from real.train.commands import add_preset_flags, resolve_preset
 from sim.cli_numbers import check_float
@@ -246,6 +247,18 @@ def _device_parts(args) -> list[str]:
         ([f"--dtype {args.dtype}"] if args.dtype else []) + ([f"--graphs {args.graphs}"] if args.graphs != "auto" else [])
 
 
+def remove_stale_outputs(out: Path, names) -> list[str]:
+    """Delete the files ``names`` an earlier run left in ``out`` that this one did not write (the
+    heterogeneous section's without ``--hetero``, the random-weight plot without random-weight rows), so the
+    folder never mixes two runs; returns the names removed."""
+    removed = []
+    for name in names:
+        if (Path(out) / name).is_file():
+            (Path(out) / name).unlink()
+            removed.append(name)
+    return removed
+
+
 def handle_validate(args: argparse.Namespace) -> int:
     from hwmodels.errors import HetSpecError
 
@@ -276,7 +289,6 @@ def handle_validate(args: argparse.Namespace) -> int:
     parts = ["hetspec validate"] + (["--quick"] if args.quick else []) + (["--hetero"] if args.hetero else []) + \
         ([f"--preset {args.preset}"] if args.preset else []) + \
         ([f"--platform {args.platform}"] if args.platform != "host" else []) + _device_parts(args) + [f"--out {out}"]
-    from real.validation.validate import remove_stale_outputs
     from real.validation.validate import settings_for as grid_settings
 
     settings = None

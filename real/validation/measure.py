@@ -10,10 +10,10 @@ second, so the pairs are as short as one prompt. :mod:`real.validation.verdict` 
 the absolute figures beside the spread of the ``ar`` timings. The first run of each configuration is
 preceded by an untimed warm-up.
 
-Reported per point: the median over its blocks of the mean step time (decode seconds / decode steps) and
-of the decode throughput, the same of the ``ar`` runs paired with it, every pair's decode seconds and
-tokens (what the paired verdict is computed from), the tokens per step (greedy decoding is deterministic, so
-the same in every block), draft passes per step, and the per-phase time of the median block's trace.
+Reported per point: the median over its blocks of the mean step time (decode seconds / decode steps) and of
+the decode throughput, every pair's decode seconds and tokens, its own and its ``ar``'s (what the paired
+verdict is computed from), the tokens per step (greedy decoding is deterministic, so the same in every
+block), draft passes per step, and the per-phase time of the median block's trace.
 """
 
 from __future__ import annotations
@@ -35,8 +35,6 @@ class Measurement:
     draft_passes_per_step: float
     step_samples: tuple[float, ...]
     tps_samples: tuple[float, ...]
-    ar_step_samples: tuple[float, ...]     # the ar runs of the same blocks (aligned)
-    ar_tps_samples: tuple[float, ...]
     pairs: dict                     # per block and prompt: decode_s, tokens, ar_decode_s, ar_tokens
     phase_ms: dict                  # ms per step: draft, verify, accept, other (median block)
     verified_per_step: float        # tokens in each verification pass: proposed + 1 (the root)
@@ -76,9 +74,10 @@ def keep_measuring(stop: Stopping, done: int, elapsed_s: float, longest_round_s:
 def measure_grid(models, points: Sequence[GridPoint], configs: Sequence, prompts: Sequence[Sequence[int]],
                  max_new_tokens: int, stop: Stopping | int, worker: str = "cpu",
                  tick: Callable[[], None] | None = None, clock: Callable[[], float] | None = None,
-                 ) -> tuple[Measurement, ...]:
-    """Decode ``prompts`` with every (point, config) in A/B blocks with the grid's ``ar`` point, one pair a
-    prompt (module docstring), as many blocks as ``stop`` says (an int: that many); ``tick`` after every block."""
+                 baseline: int | None = None) -> tuple[Measurement, ...]:
+    """Decode ``prompts`` with every (point, config) in A/B blocks with point ``baseline`` (None: the ``ar``
+    point), one pair a prompt (module docstring), as many blocks as ``stop`` says (an int: that many); ``tick``
+    after every block."""
     import gc
     import time
 
@@ -88,7 +87,7 @@ def measure_grid(models, points: Sequence[GridPoint], configs: Sequence, prompts
 
     stop = fixed(stop) if isinstance(stop, int) else stop
     clock = clock or time.monotonic
-    baseline = next((i for i, p in enumerate(points) if p.method == "ar"), None)
+    baseline = next((i for i, p in enumerate(points) if p.method == "ar"), None) if baseline is None else baseline
     if baseline is None:
         raise HetSpecError("the validation grid needs its ar point: every configuration is timed against it")
     prompts = [list(p) for p in prompts]
@@ -123,6 +122,22 @@ def measure_grid(models, points: Sequence[GridPoint], configs: Sequence, prompts
     return summarize(points, own, paired)
 
 
+def head_to_head(models, points: Sequence[GridPoint], configs: Sequence, prompts: Sequence[Sequence[int]],
+                 max_new_tokens: int, stop: Stopping | int, contests: dict, worker: str = "cpu",
+                 tick: Callable[[], None] | None = None) -> dict:
+    """Per method of ``contests`` (:func:`real.validation.verdict.contests`): each rival in A/B blocks with its
+    measured best, as ``{"against": the best's label, "blocks": blocks taken, "pairs": {rival: its pairs}}``."""
+    index = {p.label: i for i, p in enumerate(points)}
+    out = {}
+    for method, (against, rivals) in contests.items():
+        pick = [index[against]] + [index[r] for r in rivals]
+        meas = measure_grid(models, [points[i] for i in pick], [configs[i] for i in pick], prompts, max_new_tokens,
+                            stop, worker=worker, tick=tick, baseline=0)
+        out[method] = {"against": against, "blocks": len(meas[1].step_samples),
+                       "pairs": {m.point.label: m.pairs for m in meas[1:]}}
+    return out
+
+
 def merged(runs) -> object:
     """One block's runs of a configuration (one a prompt) as one :class:`~real.run.session.RunResult`."""
     from real.run.session import RunResult
@@ -149,7 +164,7 @@ def summarize(points: Sequence[GridPoint], own, paired) -> tuple[Measurement, ..
 
     out = []
     for point, own_blocks, ar_blocks in zip(points, own, paired):
-        results, ars = [merged(b) for b in own_blocks], [merged(b) for b in ar_blocks]
+        results = [merged(b) for b in own_blocks]
         steps = [r.decode_s / r.steps for r in results]
         tps = [r.tokens_per_s for r in results]
         median_run = results[median_index([r.decode_s for r in results])]
@@ -159,7 +174,6 @@ def summarize(points: Sequence[GridPoint], own, paired) -> tuple[Measurement, ..
             tokens_per_step=median_run.mean_accepted_per_step,
             draft_passes_per_step=sum(x.draft_passes for x in median_run.results) / median_run.steps,
             step_samples=tuple(steps), tps_samples=tuple(tps),
-            ar_step_samples=tuple(r.decode_s / r.steps for r in ars), ar_tps_samples=tuple(r.tokens_per_s for r in ars),
             pairs=pairs_of(own_blocks, ar_blocks),
             phase_ms=phase_breakdown(median_run), verified_per_step=1.0 + proposed / median_run.steps))
     return tuple(out)

@@ -11,17 +11,13 @@ import math
 from pathlib import Path
 
 from hwmodels import atomic_files
-from real.validation.verdict import CONFIDENCE, headline, pct, speedup_interval
+from real.validation.verdict import CONFIDENCE, headline, measured_speedup, pct, speedup_interval
 
 PLOTS = {"step_latency": "step_latency.png", "tokens_per_s": "tokens_per_s.png", "errors": "errors.png",
          "random_weight": "random_weight_timing.png"}
 #: Predicted breakdown parts -> the measured trace phase they correspond to.
 DRAFT_PARTS = ("draft", "heads", "transfer")
 VERIFY_PARTS = ("verify", "decode")
-
-
-def _pct(x) -> str:
-    return "n/a" if x is None or not math.isfinite(x) else f"{100 * x:.1f} %"
 
 
 def _spct(x) -> str:
@@ -102,12 +98,18 @@ def verdict_section(doc: dict) -> list[str]:
              "pairs among its blocks; the paired figures are judged where it is under their target. "
              "Per speculative method: the median error of the predicted speedup over `ar` "
              f"(target {pct(t['speedup_error'], False)}) and the regret of the predicted best configuration "
-             f"(1 - measured speedup of the predicted best / the highest measured speedup; target "
-             f"{pct(t['regret'], False)}). Absolute step-latency and tokens/s errors are judged against "
+             f"(1 - measured speedup of the predicted best / the highest measured speedup, or, where they "
+             f"differ, 1 - the ratio of the two timed head to head, below; target {pct(t['regret'], False)}). Absolute step-latency and tokens/s errors are judged against "
              f"{pct(t['absolute_error'], False)} only where the run's noise band (P90 - P10 over the median of "
              f"the `ar` seconds per token of every pair: {pct(v0['noise_band'], False)}) is narrower than that.", ""]
     for v in doc["verdicts"]:
         lines += [f"**{headline(v)}**", ""]
+    for method, h in (doc.get("head_to_head") or {}).items():
+        for label, pairs in h["pairs"].items():
+            ratio, (lo, hi) = measured_speedup({"pairs": pairs}), speedup_interval({"pairs": pairs})
+            lines += [f"- Head to head, {h['blocks']} A/B blocks: {method}'s predicted best `{label}` ran at "
+                      f"{_f(ratio, 3)}x the measured best `{h['against']}` ({100 * CONFIDENCE:.0f} % interval "
+                      f"{_f(lo, 3)}-{_f(hi, 3)}x).", ""]
     lines += ["| pricing | method | configs | speedup error | regret | predicted best | measured best "
               "| step error | tokens/s error | meets the paired targets |",
               "|---|---|---:|---:|---:|---|---|---:|---:|---|"]
@@ -152,7 +154,8 @@ def markdown(doc: dict, extra: list[str] | None = None) -> str:
         "## Setup",
         "",
         f"- Platform `{plat['name']}` ({plat['description']}), device `{plat['device']}` with {plat['threads']} "
-        f"torch thread(s); file `{plat['path']}`.",
+        f"torch thread(s); file `{plat['path']}`, as priced in [`{plat['file']}`]({plat['file']}) beside this "
+        "report (every number with its source, the decode-loop costs among them).",
         f"- Demo preset `{doc['preset']}` ({doc['preset_reason']}): target {target['n_layers']} layers x "
         f"{target['hidden']} hidden, vocab {target['vocab']}; draft {draft['n_layers']} x {draft['hidden']}; "
         f"{doc['models']['medusa_heads']} Medusa heads; "
@@ -236,8 +239,7 @@ def markdown(doc: dict, extra: list[str] | None = None) -> str:
                          f"{r['pred_ms']:.2f} | {r['meas_ms']:.2f} | {_spct(r['error_signed'])} |")
     if extra:   # a further section's own markdown (the heterogeneous section of --hetero)
         lines += [""] + list(extra)
-    lines += ["", "## Host platform as priced", "", "```json", json.dumps(plat["device_fields"], indent=1), "```", ""]
-    return "\n".join(lines)
+    return "\n".join(lines + [""])
 
 
 def write_report(doc: dict, out: Path, extra: list[str] | None = None) -> Path:

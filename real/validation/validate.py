@@ -10,7 +10,8 @@ Stages (each announced, each with a progress bar):
    (:mod:`real.validation.predict`), priced from the calibration alone, by the roofline and, where the
    CPU's operator profile exists, by it too (:mod:`real.validation.backends`);
 5. real runs of the same grid on held-out **evaluation** prompts, each configuration in A/B blocks with
-   ``ar`` (:mod:`real.validation.measure`);
+   ``ar`` (:mod:`real.validation.measure`); then, per method whose predicted best is not its measured best, the
+   two head to head (:func:`real.validation.verdict.contests`);
 6. one forward step of random-weight Llama-shaped models, for several token counts, predicted vs measured
    (:mod:`real.model.random_models`), where the settings ask for them;
 
@@ -30,6 +31,7 @@ from pathlib import Path
 
 from hwmodels import atomic_files
 from hwmodels.errors import HetSpecError
+from hwmodels.loader import write_platform_file
 from real.train.demo import choose_preset
 from real.validation.backends import profiled_variant
 from real.validation.gpu_target import validation_target
@@ -39,6 +41,8 @@ from real.validation.trust import shown_path
 #: else ``platformdirs.user_data_dir("hetspec")/reports`` (``~/.local/share/hetspec/reports`` on
 #: Linux). A committed run record (``reports/runs/``) is written only by an ``--out`` that names it.
 REPORTS_DIR_ENV = "HETSPEC_REPORTS_DIR"
+#: The platform that priced a run, every number with its source, beside its report.
+PRICED_PLATFORM = "platform.toml"
 
 
 def default_out(kind: str = "validation") -> Path:
@@ -49,18 +53,6 @@ def default_out(kind: str = "validation") -> Path:
 
     root = os.environ.get(REPORTS_DIR_ENV)
     return (Path(root) if root else Path(user_data_dir("hetspec")) / "reports") / kind
-
-
-def remove_stale_outputs(out: Path, names) -> list[str]:
-    """Delete the files ``names`` an earlier run left in ``out`` that this one did not write (the
-    heterogeneous section's without ``--hetero``, the random-weight plot without random-weight rows), so the
-    folder never mixes two runs; returns the names removed."""
-    removed = []
-    for name in names:
-        if (Path(out) / name).is_file():
-            (Path(out) / name).unlink()
-            removed.append(name)
-    return removed
 
 
 @dataclass(frozen=True)
@@ -81,16 +73,20 @@ class Settings:
     measure_budget_s: float | None = None   # seconds of A/B blocks after which no further round starts
     settled_band: float = 0.0               # a paired band this narrow needs no further round
 
-    def stopping(self):
-        """When the A/B blocks stop (:class:`real.validation.measure.Stopping`)."""
+    def stopping(self, share: float = 1.0):
+        """When the A/B blocks stop (:class:`real.validation.measure.Stopping`), within ``share`` of the budget."""
         from real.validation.measure import Stopping
 
-        return Stopping(self.repeats, self.most_repeats or self.repeats, self.measure_budget_s, self.settled_band)
+        budget = self.measure_budget_s * share if self.measure_budget_s is not None else None
+        return Stopping(self.repeats, self.most_repeats or self.repeats, budget, self.settled_band)
 
     def with_repeats(self, repeats: int) -> Settings:
         """Exactly ``repeats`` A/B blocks per configuration (``--repeats``)."""
         return replace(self, repeats=repeats, most_repeats=repeats, measure_budget_s=None)
 
+
+#: The share of the A/B blocks' budget a method's head-to-head pairing may take (three: at most half of it).
+HEAD_TO_HEAD_SHARE = 1 / 6
 
 #: Quick: the demo's validation, in a few minutes on 2 cores with the tiny preset. Full: more prompts,
 #: tokens and blocks, every token count of the random models. Tokens per step vary from prompt to prompt
@@ -169,9 +165,6 @@ def _row(point, pred, meas) -> dict:
         "meas_verified_per_step": meas.verified_per_step, "pred_verified_per_step": pred.verified_per_step,
         "pred_draft_passes_per_step": pred.draft_passes_per_step,
         "meas_step_ms_samples": [s * 1e3 for s in meas.step_samples],
-        "meas_tokens_per_s_samples": list(meas.tps_samples),
-        "ar_step_ms_samples": [s * 1e3 for s in meas.ar_step_samples],
-        "ar_tokens_per_s_samples": list(meas.ar_tps_samples),
         "pairs": {k: [[round(x, 7) for x in block] for block in v] for k, v in meas.pairs.items()},
     }
 
@@ -185,15 +178,23 @@ def point_rows(points, preds, meas, preds_profiled=None) -> list[dict]:
     return rows
 
 
-def verdicts_of(rows: list[dict], quick: bool) -> list[dict]:
-    """The paired verdict of every pricing the rows carry: the roofline, and the measured profile where priced."""
+def verdicts_of(rows: list[dict], quick: bool, settled: dict | None = None) -> list[dict]:
+    """The paired verdict of each pricing the rows carry (roofline; profiled where priced), ``settled`` per it."""
     from real.validation.verdict import targets_for, verdict
 
     targets = targets_for(quick)
-    out = [verdict(rows, targets)]
-    if any("profiled" in r for r in rows):
-        out.append(verdict(rows, targets, "profiled"))
-    return out
+    return [verdict(rows, targets, pricing, settled)
+            for pricing in (None, "profiled") if pricing is None or any(pricing in r for r in rows)]
+
+
+def growing(bar, per_round: int) -> Callable[[], None]:
+    """An A/B blocks bar's tick: a block done, the bar grown by a round where a further one starts."""
+    def tick() -> None:
+        if bar.n >= bar.total:
+            bar.total += per_round
+        bar.update()
+
+    return tick
 
 
 def _random_weight(settings: Settings, platform, device: str, threads: int, progress: bool,
@@ -267,10 +268,10 @@ def validate(out: str | Path | None = None, preset: str | None = None, quick: bo
     from real.train.corpus import prompts as corpus_prompts
     from real.validation.calibration.microbench import torch_threads
     from real.validation.grid import draft_tree_widths, medusa_tree, real_config
-    from real.validation.measure import measure_grid
+    from real.validation.measure import head_to_head, measure_grid
     from real.validation.predict import PredictionContext, predict_point
     from real.validation.report import write_report
-    from real.validation.verdict import headline, record
+    from real.validation.verdict import contests, headline, record
 
     t_start = time.perf_counter()
     started = datetime.now(timezone.utc)
@@ -337,28 +338,29 @@ def validate(out: str | Path | None = None, preset: str | None = None, quick: bo
     configs = [real_config(p, profile.medusa_accuracy, trees.get(p)) for p in grid]
     with tqdm(total=per_round * stop.least, desc="A/B blocks", unit="block", disable=not progress,
               file=sys.stderr) as bar, torch_threads(threads):
-        def tick() -> None:
-            if bar.n >= bar.total:           # a further round: the bar grows by it
-                bar.total += per_round
-            bar.update()
-
         meas = measure_grid(models, grid, configs, evaluation, settings.max_new_tokens, stop, worker=device,
-                            tick=tick)
+                            tick=growing(bar, per_round))
+    rows, judged_quick = point_rows(grid, preds, meas, preds_profiled), quick or settings.label != "full"
+    settled, fights = {}, contests(verdicts_of(rows, judged_quick))
+    if fights:
+        banner(f"[5/6] head to head, to settle the regret: {', '.join(fights)}'s predicted vs measured best", progress)
+        with tqdm(total=stop.least * sum(len(r) for _, r in fights.values()), desc="head-to-head blocks",
+                  unit="block", disable=not progress, file=sys.stderr) as bar, torch_threads(threads):
+            settled = head_to_head(models, grid, configs, evaluation, settings.max_new_tokens,
+                                   settings.stopping(HEAD_TO_HEAD_SHARE), fights, worker=device, tick=growing(bar, 1))
+    verdicts = verdicts_of(rows, judged_quick, settled)
 
     random_rows = []
     if settings.random_models:
         banner(f"[6/6] random-weight timing runs: {', '.join(settings.random_models)}", progress)
         random_rows = _random_weight(settings, host, device, threads, progress, placement)
-
-    rows = point_rows(grid, preds, meas, preds_profiled)
-    verdicts = verdicts_of(rows, quick or settings.label != "full")
     doc = {
         "format": "hetspec-validation/2",
         "command": command,
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "preset": preset, "preset_reason": why,
         "platform": {"name": host.name, "description": host.description, "path": shown_path(host.path), "device": device,
-                     "threads": threads, "device_fields": _device_json(dev),
+                     "threads": threads, "file": PRICED_PLATFORM,
                      "placement": placement.describe() if placement is not None else None},
         "settings": asdict(settings),
         "context_priced": ctx.context,
@@ -374,6 +376,7 @@ def validate(out: str | Path | None = None, preset: str | None = None, quick: bo
                        "positions": profile.meta.get("positions")},
         "points": rows,
         "verdicts": verdicts,
+        "head_to_head": settled,
         "profiled": ({"source": variant.source} if preds_profiled else
                      {"reason": variant.reason if variant is not None else
                       "GPU run: priced on the GPU platform's own device"}),
@@ -390,6 +393,7 @@ def validate(out: str | Path | None = None, preset: str | None = None, quick: bo
     profile.save(out / "acceptance-profile.json")     # with the report: a run stopped midway leaves the folder be
     write_report(doc, out, extra)
     write_run_machine(out, command, started, host, device)
+    write_platform_file(host, out / PRICED_PLATFORM)
     return doc
 
 
@@ -402,13 +406,3 @@ def write_run_machine(out: Path, command: str, started: datetime, host, device: 
     calibration = {"platform": shown_path(host.path), "description": host.description}
     extra = {"gpu": gpu_facts()} if str(device).startswith("cuda") else None
     return write_machine_json(out, command=command, started=started, calibration=calibration, extra=extra)
-
-
-def _device_json(dev) -> dict:
-    out = {}
-    for key in ("peak_tflops", "mem_bw_gbps", "bw_efficiency", "op_overhead_us", "cache_op_overhead_us",
-                "cache_loop_op_overhead_us", "masked_overhead_factor", "cache_gb", "gemv_cache_gb",
-                "cache_bw_gbps", "gemm_efficiency_curve", "cache_gemm_efficiency_curve", "cores"):
-        value = getattr(dev, key)
-        out[key] = dict(value) if key == "peak_tflops" else value
-    return out

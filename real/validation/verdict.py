@@ -12,7 +12,9 @@ For configuration ``c``, its blocks ``b`` and prompts ``p`` (decode seconds ``t`
 - speedup error ``|P_c - S_c| / S_c``.
 
 Per speculative method the headline is the **median speedup error** over its configurations and the
-**regret** of the predicted best ``p = argmax_c P_c``: ``1 - S_p / max_c S_c``.
+**regret** of the predicted best ``p = argmax_c P_c``: ``1 - S_p / max_c S_c``; where ``p`` is not the measured
+best ``m`` (picked among many noisy speedups), ``1 - S_p|m`` of the two timed head to head in A/B blocks after
+the grid (:func:`contests`; 0 where ``p`` wins), which tells their ratio closer than two speedups over ``ar``.
 
 The **noise band** of a run is the spread of its ``ar`` timings across the run,
 ``(P90 - P10) / median`` of the ``ar`` seconds per token of every pair. An absolute error (step latency,
@@ -27,12 +29,12 @@ half-width is under their target. A relative error above :data:`ERROR_LIMIT` is 
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from real.run.repeats import finite_median
 from real.validation.metrics import relative_error
 from real.validation.trust import band
 
@@ -65,28 +67,14 @@ def targets_for(quick: bool) -> Targets:
 
 
 def noise_band(rows: Sequence[dict]) -> float:
-    """The band of every ``ar`` timing the run's pairs took: each pair's seconds per token of ``ar`` (a row of
-    an older run: its blocks' ``ar`` step times)."""
-    ar = next((r for r in rows if r["method"] == "ar"), None)
-    if ar is None:
-        return float("nan")
-    if "pairs" in ar:
-        return band([t / n for tb, nb in zip(ar["pairs"]["ar_decode_s"], ar["pairs"]["ar_tokens"])
-                     for t, n in zip(tb, nb) if n > 0])
-    return band(ar.get("ar_step_ms_samples") or ar["meas_step_ms_samples"])
+    """The band of every ``ar`` timing the run's pairs took: each pair's seconds per token of ``ar``."""
+    ar = next((r["pairs"] for r in rows if r["method"] == "ar"), {"ar_decode_s": [], "ar_tokens": []})
+    return band([t / n for tb, nb in zip(ar["ar_decode_s"], ar["ar_tokens"]) for t, n in zip(tb, nb) if n > 0])
 
 
 def pair_tables(row: dict) -> tuple[np.ndarray, ...]:
-    """``(t, n, t_ar, n_ar)`` of ``row``'s pairs, each blocks x prompts; a row of an older run, which kept only
-    each block's tokens/s, as one prompt a block (its blocks' reciprocal throughputs)."""
-    if "pairs" in row:
-        p = row["pairs"]
-        return tuple(np.asarray(p[k], dtype=float) for k in ("decode_s", "tokens", "ar_decode_s", "ar_tokens"))
-    own, ar = row["meas_tokens_per_s_samples"], row["ar_tokens_per_s_samples"]
-    keep = [(a, b) for a, b in zip(own, ar) if a > 0 and b > 0]
-    t = np.array([[1.0 / a] for a, _ in keep]).reshape(-1, 1)
-    t_ar = np.array([[1.0 / b] for _, b in keep]).reshape(-1, 1)
-    return t, np.ones_like(t), t_ar, np.ones_like(t_ar)
+    """``(t, n, t_ar, n_ar)`` of ``row``'s pairs, each blocks x prompts."""
+    return tuple(np.asarray(row["pairs"][k], dtype=float) for k in ("decode_s", "tokens", "ar_decode_s", "ar_tokens"))
 
 
 def pooled(t, n, t_ar, n_ar, axis=-1) -> np.ndarray:
@@ -101,14 +89,7 @@ def measured_speedup(row: dict) -> float:
 
 
 def _pooled_all(tables) -> float:
-    if tables[0].size == 0:
-        return float("nan")
-    return float(pooled(*(x.reshape(1, -1) for x in tables))[0])
-
-
-def speedup_samples(row: dict) -> list[float]:
-    """The measured speedup of each of ``row``'s blocks (its tokens/s over the paired ar's in that block)."""
-    return [float(x) for x in pooled(*pair_tables(row))]
+    return float(pooled(*(x.reshape(1, -1) for x in tables))[0]) if tables[0].size else float("nan")
 
 
 def speedup_interval(row: dict) -> tuple[float, float]:
@@ -142,14 +123,7 @@ def speedup_uncertainty(row: dict) -> float:
 
 def paired_band(rows: Sequence[dict]) -> float:
     """The median over the speculative configurations of their :func:`speedup_uncertainty`."""
-    bands = [speedup_uncertainty(r) for r in rows if r["method"] in SPECULATIVE]
-    bands = [b for b in bands if math.isfinite(b)]
-    return statistics.median(bands) if bands else float("nan")
-
-
-def _median(xs) -> float:
-    xs = [x for x in xs if math.isfinite(x)]
-    return statistics.median(xs) if xs else float("nan")
+    return finite_median(speedup_uncertainty(r) for r in rows if r["method"] in SPECULATIVE)
 
 
 def priced(rows: Sequence[dict], pricing: str | None) -> list[dict]:
@@ -160,8 +134,10 @@ def priced(rows: Sequence[dict], pricing: str | None) -> list[dict]:
     return [{**r, **r[pricing]} for r in rows if pricing in r and not r[pricing].get("missing")]
 
 
-def method_verdicts(rows: Sequence[dict]) -> list[dict]:
-    """Per method of ``rows`` (one pricing): its speedup errors, regret, best configurations and absolute errors."""
+def method_verdicts(rows: Sequence[dict], settled: dict | None = None) -> list[dict]:
+    """Per method of ``rows`` (one pricing): its speedup errors, regret, best configurations and absolute errors.
+    ``settled``: per method, the head-to-head pairings of :func:`contests` (``against``: the measured best;
+    ``pairs``: per predicted best, its pairs with it)."""
     ar = next((r for r in rows if r["method"] == "ar"), None)
     if ar is None:
         return []
@@ -175,18 +151,33 @@ def method_verdicts(rows: Sequence[dict]) -> list[dict]:
         errors = [relative_error(p, m) for p, m in zip(predicted, measured)]
         p_best = max(range(len(pts)), key=lambda i: predicted[i])
         m_best = max(range(len(pts)), key=lambda i: measured[i])
+        duel = (settled or {}).get(method, {})
+        duel = duel["pairs"].get(pts[p_best]["label"]) if duel.get("against") == pts[m_best]["label"] else None
         out.append({
             "method": method, "points": len(pts),
-            "median_speedup_error": _median(errors),
-            "regret": 1.0 - measured[p_best] / measured[m_best] if measured[m_best] > 0 else float("nan"),
+            "median_speedup_error": finite_median(errors),
+            "regret": (max(0.0, 1.0 - measured_speedup({"pairs": duel})) if duel else
+                       1.0 - measured[p_best] / measured[m_best] if measured[m_best] > 0 else float("nan")),
+            "regret_head_to_head": bool(duel),
             "predicted_best": pts[p_best]["label"], "measured_best": pts[m_best]["label"],
             "predicted_best_speedup": predicted[p_best], "measured_best_speedup": measured[m_best],
-            "median_step_error": _median(relative_error(r["pred_step_ms"], r["meas_step_ms"]) for r in pts),
-            "median_tokens_per_s_error": _median(relative_error(r["pred_tokens_per_s"], r["meas_tokens_per_s"])
+            "median_step_error": finite_median(relative_error(r["pred_step_ms"], r["meas_step_ms"]) for r in pts),
+            "median_tokens_per_s_error": finite_median(relative_error(r["pred_tokens_per_s"], r["meas_tokens_per_s"])
                                                  for r in pts),
             "speedups": {r["label"]: {"predicted": p, "measured": m} for r, p, m in zip(pts, predicted, measured)},
         })
     return out
+
+
+def contests(verdicts: Sequence[dict]) -> dict:
+    """Per speculative method whose predicted best (by any pricing) is not its measured best: ``(measured best,
+    the predicted bests that are not it)``, the pairings that settle the regret (module docstring)."""
+    out: dict = {}
+    for m in (m for v in verdicts for m in v["methods"] if m["method"] != "ar"):
+        against, rivals = out.setdefault(m["method"], (m["measured_best"], []))
+        if against == m["measured_best"] != m["predicted_best"] not in rivals:
+            rivals.append(m["predicted_best"])
+    return {k: v for k, v in out.items() if v[1]}
 
 
 def judged(band_value: float, target: float) -> dict:
@@ -196,9 +187,10 @@ def judged(band_value: float, target: float) -> dict:
             "wider_by": None if ok or not math.isfinite(band_value) else band_value - target}
 
 
-def verdict(rows: Sequence[dict], targets: Targets, pricing: str | None = None) -> dict:
-    """The verdict of one pricing of a run's rows: per method, and whether its figures can be judged."""
-    methods = method_verdicts(priced(rows, pricing))
+def verdict(rows: Sequence[dict], targets: Targets, pricing: str | None = None, settled: dict | None = None) -> dict:
+    """The verdict of one pricing of a run's rows: per method, and whether its figures can be judged; ``settled``:
+    :func:`method_verdicts`."""
+    methods = method_verdicts(priced(rows, pricing), settled)
     absolute = judged(noise_band(rows), targets.absolute_error)
     paired = judged(paired_band(rows), targets.speedup_error)
     for m in methods:
@@ -255,15 +247,10 @@ def headline_figures(verdicts: Sequence[dict]) -> dict:
             if m["method"] == "ar":
                 continue
             for key, name in (("median_speedup_error", "speedup error %"), ("regret", "regret %")):
-                x = m[key]
-                out[f"{prefix}{m['method']} {name}"] = round(100 * x, 2) if math.isfinite(x) else None
+                out[f"{prefix}{m['method']} {name}"] = m[key]
     if verdicts:
-        for key, name in (("noise_band", "noise band %"),):
-            x = verdicts[0][key]
-            out[name] = round(100 * x, 2) if math.isfinite(x) else None
-        x = verdicts[0]["paired"]["band"]
-        out["paired band %"] = round(100 * x, 2) if math.isfinite(x) else None
-    return out
+        out |= {"noise band %": verdicts[0]["noise_band"], "paired band %": verdicts[0]["paired"]["band"]}
+    return {k: round(100 * x, 2) if math.isfinite(x) else None for k, x in out.items()}
 
 
 def record(kind: str, verdicts: Sequence[dict], line: str | None = None) -> dict:

@@ -99,7 +99,7 @@ def test_validate_end_to_end_on_tiny(tiny_demo, tmp_path, monkeypatch):
         assert row["pred_step_ms"] > 0 and row["meas_step_ms"] > 0 and row["meas_tokens_per_s"] > 0
     for row in (rows["chain γ=2"], rows["medusa w=4"]):
         # each configuration in 2 A/B blocks with ar: its timings and the paired ar's, aligned
-        assert len(row["meas_step_ms_samples"]) == 2 and len(row["ar_tokens_per_s_samples"]) == 2
+        assert len(row["meas_step_ms_samples"]) == 2 and len(row["pairs"]["ar_decode_s"]) == 2
     assert len(rows["ar"]["meas_step_ms_samples"]) == 4          # ar ran in every block: 2 points x 2 blocks
     # what the prediction counts per step beside what the run counted: chain gamma = 2 drafts 2 passes but in
     # a generation's last rounds (the profile's replayed rounds of 12-token generations) and verifies one token
@@ -142,6 +142,13 @@ def test_validate_end_to_end_on_tiny(tiny_demo, tmp_path, monkeypatch):
         assert priced["pred_step_ms"] != row["pred_step_ms"]          # another timing of the operators
     # the profile was written after the host, as `hetspec calibrate` writes them: one calibration run
     assert "older_than_host" not in saved["profiled"]["source"] and "Two calibration runs" not in report
+    # one configuration a method: nothing to settle head to head; the loop costs the run was priced with
+    assert saved["head_to_head"] == {} and "Head to head" not in report
+    from hwmodels.loader import load_platform_file
+
+    priced_by = load_platform_file(out / saved["platform"]["file"])
+    assert priced_by.loop_costs_us("cpu") == {"chain_step": 40.0, "medusa_node": 2.0}
+    assert priced_by.device("cpu").cache_gb == 0.032 and "as priced in [`platform.toml`](platform.toml)" in report
     summary = saved["models"]["summary"]                 # which training of the models was validated
     assert summary["device"] == "cpu" and f"recipe fingerprint {summary['fingerprint']}" in report
 
@@ -160,8 +167,8 @@ def test_every_configuration_is_timed_in_blocks_with_ar(tiny_demo):
     chain, ar = measure_grid(tiny_demo, points, configs, prompts, 10, 3,
                              tick=lambda: ticks.append(gc.isenabled()))
     assert ticks == [False] * 3 and gc.isenabled()
-    assert len(chain.step_samples) == len(chain.ar_step_samples) == 3
-    assert ar.step_samples == ar.ar_step_samples and len(ar.step_samples) == 3
+    assert len(chain.step_samples) == len(chain.pairs["ar_decode_s"]) == 3
+    assert ar.pairs["decode_s"] == ar.pairs["ar_decode_s"] and len(ar.step_samples) == 3
     # one pair per prompt in every block: greedy decoding gives each prompt the same tokens in every block
     assert [len(b) for b in chain.pairs["decode_s"]] == [2, 2, 2] and chain.pairs["ar_tokens"] == ar.pairs["tokens"]
     assert chain.pairs["tokens"][0] == chain.pairs["tokens"][2] and all(t > 0 for b in chain.pairs["decode_s"] for t in b)
@@ -210,6 +217,34 @@ def test_the_grid_measures_rounds_inside_its_time_budget(tiny_demo):
     finally:
         session.run_prompts = real_run
     assert [len(m.pairs["decode_s"]) for m in meas] == [6, 3, 3]      # ar: the blocks of both configurations
+
+
+def test_a_head_to_head_pairing_times_the_predicted_best_against_the_measured_best_alone(tiny_demo):
+    """The pairing that settles a regret: the rival in A/B blocks with the measured best, no ar run among them."""
+    from real.validation.measure import head_to_head
+
+    points = (GridPoint("ar"), GridPoint("chain", 2), GridPoint("chain", 3), GridPoint("draft-tree", 2))
+    configs = [real_config_of(p) for p in points]
+    ran = []
+    import real.run.session as session
+
+    real_run = session.run_prompts
+
+    def logged(models, method, config, *a, **k):
+        ran.append(method)
+        return real_run(models, method, config, *a, **k)
+
+    try:
+        session.run_prompts = logged
+        out = head_to_head(tiny_demo, points, configs, [[5, 6, 7, 8], [9, 10, 11]], 6, 2,
+                           {"chain": ("chain γ=3", ["chain γ=2"])})
+    finally:
+        session.run_prompts = real_run
+    assert set(ran) == {"chain"} and len(ran) == 2 * 2 * 2          # 2 blocks x 2 prompts x the pair
+    h = out["chain"]
+    assert h["against"] == "chain γ=3" and h["blocks"] == 2 and list(h["pairs"]) == ["chain γ=2"]
+    pairs = h["pairs"]["chain γ=2"]
+    assert [len(b) for b in pairs["decode_s"]] == [2, 2] and pairs["tokens"] == pairs["ar_tokens"]
 
 
 def real_config_of(point):

@@ -14,9 +14,10 @@ from real.validation.verdict import (
     headline,
     headline_figures,
     measured_speedup,
+    pair_tables,
+    pooled,
     record,
     speedup_interval,
-    speedup_samples,
     speedup_uncertainty,
     verdict,
     verdict_table,
@@ -58,9 +59,7 @@ def row_of(label: str, mine, ar) -> dict:
     return {"method": label.split()[0], "label": label, "missing": None,
             "pred_tokens_per_s": PREDICTED_TPS[label], "pred_step_ms": 1e3 / PREDICTED_TPS[label],
             "meas_tokens_per_s": sorted(tps)[len(tps) // 2], "meas_step_ms": sorted(steps)[len(steps) // 2],
-            "meas_tokens_per_s_samples": tps, "meas_step_ms_samples": steps,
-            "ar_tokens_per_s_samples": [per_block / sum(b) for b in ar],
-            "ar_step_ms_samples": [1e3 * sum(b) / per_block for b in ar],
+            "meas_step_ms_samples": steps,
             "pairs": {"decode_s": mine, "tokens": [[TOKENS] * len(b) for b in mine],
                       "ar_decode_s": ar, "ar_tokens": [[TOKENS] * len(b) for b in ar]}}
 
@@ -75,7 +74,8 @@ def rows_from(machine: SlowingMachine, repeats: int = 3) -> list[dict]:
 def test_paired_ratios_hold_under_a_slowdown_pattern_while_the_absolute_errors_are_flagged():
     rows = rows_from(SlowingMachine())
     for row in rows:        # every pair slows down together: its ratio is the quiet machine's
-        assert speedup_samples(row) == pytest.approx([TRUE_TPS[row["label"]] / 100.0] * len(speedup_samples(row)))
+        per_block = pooled(*pair_tables(row))                # each block's tokens/s over its paired ar's
+        assert list(per_block) == pytest.approx([TRUE_TPS[row["label"]] / 100.0] * len(per_block))
     v = verdict(rows, QUICK_TARGETS)
     methods = {m["method"]: m for m in v["methods"]}
     assert methods["medusa"]["median_speedup_error"] == pytest.approx(0.0, abs=1e-9)
@@ -116,6 +116,49 @@ def test_a_wrong_pick_costs_regret_and_misses_the_targets():
     assert medusa["predicted_best"] == "medusa w=4" and medusa["measured_best"] == "medusa w=8"
     assert medusa["regret"] == pytest.approx(1 - 160 / 190)
     assert not medusa["meets_paired"] and "misses the full targets: medusa" in headline(v)
+
+
+def head_to_head(machine: SlowingMachine, against: str, rival: str, repeats: int = 4) -> dict:
+    """``rival`` timed in A/B blocks with ``against`` on ``machine``: the pairs a head-to-head pairing keeps."""
+    labels = [against, rival]
+    own, paired = paired_blocks(2, 0, repeats, lambda i, part, first: machine.run(labels[i]), parts=PROMPTS)
+    return row_of(rival, own[1], paired[1])["pairs"]
+
+
+def test_a_head_to_head_pairing_settles_the_regret_of_a_pick_the_grid_mismeasured():
+    """One noisy block makes the grid read medusa w=8 (the true and predicted best) slower than w=4: the grid's
+    regret blames the model for the noise. Timed head to head with w=4, w=8 wins, and the regret is 0; a pick
+    that is truly worse keeps the regret its true speeds give."""
+    from real.validation.verdict import contests
+
+    rows = rows_from(SlowingMachine())
+    w8 = next(r for r in rows if r["label"] == "medusa w=8")
+    w8["pairs"]["decode_s"][0] = [t * 2.5 for t in w8["pairs"]["decode_s"][0]]
+    v = verdict(rows, QUICK_TARGETS)
+    medusa = next(m for m in v["methods"] if m["method"] == "medusa")
+    assert medusa["measured_best"] == "medusa w=4" and medusa["predicted_best"] == "medusa w=8"
+    assert medusa["regret"] > QUICK_TARGETS.regret and not medusa["regret_head_to_head"]
+    fights = contests([v])
+    assert fights == {"medusa": ("medusa w=4", ["medusa w=8"])}
+    settled = {"medusa": {"against": "medusa w=4", "blocks": 4,
+                          "pairs": {"medusa w=8": head_to_head(SlowingMachine(), "medusa w=4", "medusa w=8")}}}
+    medusa = next(m for m in verdict(rows, QUICK_TARGETS, settled=settled)["methods"] if m["method"] == "medusa")
+    assert medusa["regret"] == 0.0 and medusa["regret_head_to_head"]
+    # the same pairing, the other way round: the predicted best is w=4, truly slower than w=8
+    for r in rows:
+        r["pred_tokens_per_s"] = {"medusa w=4": 1.3 * 200.0, "medusa w=8": 1.3 * 150.0}.get(r["label"],
+                                                                                          r["pred_tokens_per_s"])
+    w8["pairs"]["decode_s"][0] = [t / 2.5 for t in w8["pairs"]["decode_s"][0]]
+    v = verdict(rows, QUICK_TARGETS)
+    assert contests([v]) == {"medusa": ("medusa w=8", ["medusa w=4"])}
+    settled = {"medusa": {"against": "medusa w=8", "blocks": 4,
+                          "pairs": {"medusa w=4": head_to_head(SlowingMachine(), "medusa w=8", "medusa w=4")}}}
+    medusa = next(m for m in verdict(rows, QUICK_TARGETS, settled=settled)["methods"] if m["method"] == "medusa")
+    assert medusa["regret"] == pytest.approx(1 - 160 / 190) and medusa["regret_head_to_head"]
+    # a pairing against another configuration than this pricing's measured best is not used
+    stale = {"medusa": {**settled["medusa"], "against": "medusa w=2"}}
+    assert not next(m for m in verdict(rows, QUICK_TARGETS, settled=stale)["methods"]
+                    if m["method"] == "medusa")["regret_head_to_head"]
 
 
 def test_paired_speedups_too_noisy_to_judge_say_so_with_their_band():

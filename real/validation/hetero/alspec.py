@@ -15,12 +15,11 @@ and S, predicted from calibration prompts and measured on evaluation prompts.
 
 from __future__ import annotations
 
-from real.run.repeats import median_index
+from real.run.repeats import finite_median, median_index
 from real.validation.gpu_target import platform_device
 from real.validation.hetero.setup import (
     HeteroSettings,
     default_cpu_pair,
-    finite_median,
     fresh_processes,
     progress_bar,
     split_prompts,

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from real.run.repeats import median_index
+from real.run.repeats import finite_median, median_index
 from real.validation.gpu_target import platform_device
 from real.validation.hetero.setup import (
     HeteroSettings,
-    finite_median,
     placements,
     split_prompts,
     timed_sweep,

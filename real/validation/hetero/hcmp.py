@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from hwmodels.errors import HetSpecError
+from real.run.repeats import finite_median
 from real.validation.gpu_target import platform_device
 from real.validation.hetero.setup import (
     HeteroSettings,
-    finite_median,
     split_prompts,
     timed_sweep,
     with_sync_latency,

@@ -3,12 +3,10 @@ they run on, the platform devices those workers stand for, and prompts and progr
 
 from __future__ import annotations
 
-import math
 import sys
 from dataclasses import dataclass, replace
 
 from hwmodels.errors import HetSpecError
-from real.run.repeats import median
 
 #: Output files of the section (next to report.md).
 JSON_FILE = "hetero.json"
@@ -124,11 +122,6 @@ def default_cpu_pair() -> tuple[str, str]:
 
 
 # ---------------------------------------------------------------------------- helpers
-def finite_median(xs) -> float:
-    """The median of the finite values of ``xs`` (NaN when none)."""
-    return median(x for x in xs if x is not None and math.isfinite(x))
-
-
 def with_repeats(settings: HeteroSettings, repeats: int | None) -> HeteroSettings:
     """``settings`` with ``repeats`` interleaved repeats of every timed section (the ALSpec grid's too);
     unchanged for None."""

@@ -30,9 +30,9 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from real.run.repeats import interleaved, median_index
+from real.run.repeats import finite_median, interleaved, median_index
 from real.validation.gpu_target import platform_device
-from real.validation.hetero.setup import HeteroSettings, finite_median, progress_bar, split_prompts
+from real.validation.hetero.setup import HeteroSettings, progress_bar, split_prompts
 
 
 def private_checkpoint(folder: Path, model) -> Path:

@@ -252,7 +252,7 @@ def test_user_runs_write_to_the_user_report_folder(monkeypatch, tmp_path, comman
 
 
 def test_stale_outputs_of_an_earlier_run_are_removed(tmp_path):
-    from real.validation.validate import remove_stale_outputs
+    from real.validation.commands import remove_stale_outputs
 
     names = ("hetero.md", "hetero.json", "hetero_ratio.png", "hetero_placement.png", "random_weight_timing.png",
              "report.md")

@@ -71,7 +71,7 @@ def host_platform(recalibrate: bool, device: str | None, preset: str = "tiny"):
         say(line)
     say(f"wrote {path}")
     worker = first_worker(platform)
-    busy = device is None and worker is not None and worker in platform.devices and bool(busy_warnings(cal))
+    busy = device is None and worker is not None and worker in platform.devices and bool(busy_warnings(cal, platform))
     if busy:
         say(f"the machine looks busy (all threads measured slower than one): the demo predicts and validates on "
             f"the single-thread worker {worker}, which another job slows far less (--device cpu insists on all "

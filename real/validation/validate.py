@@ -180,9 +180,9 @@ def point_rows(points, preds, meas, preds_profiled=None) -> list[dict]:
 
 def verdicts_of(rows: list[dict], quick: bool, settled: dict | None = None) -> list[dict]:
     """The paired verdict of each pricing the rows carry (roofline; profiled where priced), ``settled`` per it."""
-    from real.validation.verdict import targets_for, verdict
+    from real.validation.verdict import FULL_TARGETS, QUICK_TARGETS, verdict
 
-    targets = targets_for(quick)
+    targets = QUICK_TARGETS if quick else FULL_TARGETS
     return [verdict(rows, targets, pricing, settled)
             for pricing in (None, "profiled") if pricing is None or any(pricing in r for r in rows)]
 

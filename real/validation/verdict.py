@@ -62,10 +62,6 @@ QUICK_TARGETS = Targets("quick", speedup_error=0.10, regret=0.05, absolute_error
 FULL_TARGETS = Targets("full", speedup_error=0.05, regret=0.02, absolute_error=0.05)
 
 
-def targets_for(quick: bool) -> Targets:
-    return QUICK_TARGETS if quick else FULL_TARGETS
-
-
 def noise_band(rows: Sequence[dict]) -> float:
     """The band of every ``ar`` timing the run's pairs took: each pair's seconds per token of ``ar``."""
     ar = next((r["pairs"] for r in rows if r["method"] == "ar"), {"ar_decode_s": [], "ar_tokens": []})

@@ -97,7 +97,7 @@ def test_the_demo_calibrates_inside_the_budget_and_profiles_only_its_preset(monk
 
     monkeypatch.setattr(cal_mod, "calibrate", fake_calibrate)
     monkeypatch.setattr(cal_mod, "summary_lines", lambda platform, cal: ["summary"])
-    monkeypatch.setattr(cal_mod, "busy_warnings", lambda cal: [])
+    monkeypatch.setattr(cal_mod, "busy_warnings", lambda cal, platform=None: [])
     monkeypatch.setattr(cpu_profiles, "profile_cpu_beside", lambda path, quick, models=None, **kw: seen.update(
         quick=quick, models=models, **kw) or [])
     platform, device = demo_job.host_platform(False, None, "tiny")
@@ -124,7 +124,7 @@ def test_a_busy_machine_moves_the_demo_to_a_single_thread_worker(monkeypatch, tm
 
     monkeypatch.setattr(cal_mod, "calibrate", fake_calibrate)
     monkeypatch.setattr(cal_mod, "summary_lines", lambda platform, cal: [])
-    monkeypatch.setattr(cal_mod, "busy_warnings", lambda cal: ["warning: the machine looks busy"])
+    monkeypatch.setattr(cal_mod, "busy_warnings", lambda cal, platform=None: ["warning: the machine looks busy"])
     monkeypatch.setattr(cpu_profiles, "first_worker", lambda host: "cpu0")
     monkeypatch.setattr(cpu_profiles, "profile_cpu_beside", lambda path, quick, models=None, **kw: seen.update(kw) or [])
     platform, device = demo_job.host_platform(False, None, "tiny")

@@ -414,19 +414,20 @@ def calibration_age_days(platform_path: str | Path) -> float | None:
     return (time.time() - p.stat().st_mtime) / 86400.0
 
 
-def busy_warnings(cal: Calibration) -> list[str]:
-    """Signs that the machine was busy while calibrating: all threads measuring slower than one (a
-    multi-threaded operator waits for its other threads whenever the scheduler takes their cores). A
-    reference probe far below the GEMM peak is a problem of the calibration instead (:func:`calibrate`)."""
+def busy_warnings(cal: Calibration, platform: Platform | None = None) -> list[str]:
+    """Signs that the machine was busy while calibrating: all threads measuring slower than one (a multi-threaded
+    operator waits for its other threads whenever the scheduler takes their cores), in the benchmarks and in the
+    fixed cost per operator of a streamed model that ``platform`` (written from them: cpu, then cpu0...) prices."""
     whole, one = cal.all_threads, cal.one_thread
-    out = []
-    for label, a, b in (("GEMM peak", whole.peak_flops_per_s, one.peak_flops_per_s),
-                        ("cache bandwidth", whole.cache_bw_bytes_per_s, one.cache_bw_bytes_per_s),
-                        ("fixed cost per operator", one.overhead.per_op_s, whole.overhead.per_op_s)):
-        if whole.threads != one.threads and a < 0.5 * b:
-            out.append(f"warning: {label} with {whole.threads} threads is less than half of one thread's: the machine "
-                       "looks busy; calibrate again when it is idle (or use the single-thread workers cpu0, cpu1, ...)")
-    return out
+    cpus = platform.devices_of_kind("cpu") if platform is not None else ()
+    checks = [("GEMM peak", whole.peak_flops_per_s, one.peak_flops_per_s),
+              ("cache bandwidth", whole.cache_bw_bytes_per_s, one.cache_bw_bytes_per_s),
+              ("fixed cost per operator", one.overhead.per_op_s, whole.overhead.per_op_s)]
+    if len(cpus) > 1:
+        checks.append(("a streamed model's fixed cost per operator", cpus[1].op_overhead_us, cpus[0].op_overhead_us))
+    return [f"warning: {label} with {whole.threads} threads is less than half of one thread's: the machine looks "
+            "busy; calibrate again when it is idle (or use the single-thread workers cpu0, cpu1, ...)"
+            for label, a, b in checks if whole.threads != one.threads and a < 0.5 * b]
 
 
 def summary_lines(platform: Platform, cal: Calibration) -> list[str]:
@@ -463,7 +464,7 @@ def summary_lines(platform: Platform, cal: Calibration) -> list[str]:
         lines.append(f"  storage: {disk.bw_gbps:.3f} GB/s, {disk.latency_us:.0f} us per read, a read in flight takes "
                      f"{100 * disk.host_share:.0f} % of the compute beside it"
                      + (f"; a streamed layer after its wait costs {resume:.0f} us more" if resume is not None else ""))
-    return lines + robustness_lines(cal) + busy_warnings(cal)
+    return lines + robustness_lines(cal) + busy_warnings(cal, platform)
 
 
 def robustness_lines(cal: Calibration) -> list[str]:

@@ -99,9 +99,10 @@ def verdict_section(doc: dict) -> list[str]:
              "Per speculative method: the median error of the predicted speedup over `ar` "
              f"(target {pct(t['speedup_error'], False)}) and the regret of the predicted best configuration "
              f"(1 - measured speedup of the predicted best / the highest measured speedup, or, where they "
-             f"differ, 1 - the ratio of the two timed head to head, below; target {pct(t['regret'], False)}). Absolute step-latency and tokens/s errors are judged against "
-             f"{pct(t['absolute_error'], False)} only where the run's noise band (P90 - P10 over the median of "
-             f"the `ar` seconds per token of every pair: {pct(v0['noise_band'], False)}) is narrower than that.", ""]
+             f"differ, 1 - the ratio of the two timed head to head, below; target {pct(t['regret'], False)}). "
+             f"Absolute step-latency and tokens/s errors are judged against {pct(t['absolute_error'], False)} only "
+             f"where the run's noise band (P90 - P10 over the median of the `ar` seconds per token of every pair: "
+             f"{pct(v0['noise_band'], False)}) is narrower than that.", ""]
     for v in doc["verdicts"]:
         lines += [f"**{headline(v)}**", ""]
     for method, h in (doc.get("head_to_head") or {}).items():

@@ -147,8 +147,8 @@ def method_verdicts(rows: Sequence[dict], settled: dict | None = None) -> list[d
         errors = [relative_error(p, m) for p, m in zip(predicted, measured)]
         p_best = max(range(len(pts)), key=lambda i: predicted[i])
         m_best = max(range(len(pts)), key=lambda i: measured[i])
-        duel = (settled or {}).get(method, {})
-        duel = duel["pairs"].get(pts[p_best]["label"]) if duel.get("against") == pts[m_best]["label"] else None
+        pairing = (settled or {}).get(method, {})
+        duel = pairing["pairs"].get(pts[p_best]["label"]) if pairing.get("against") == pts[m_best]["label"] else None
         out.append({
             "method": method, "points": len(pts),
             "median_speedup_error": finite_median(errors),
@@ -171,7 +171,7 @@ def contests(verdicts: Sequence[dict]) -> dict:
     out: dict = {}
     for m in (m for v in verdicts for m in v["methods"] if m["method"] != "ar"):
         against, rivals = out.setdefault(m["method"], (m["measured_best"], []))
-        if against == m["measured_best"] != m["predicted_best"] not in rivals:
+        if against == m["measured_best"] and m["predicted_best"] not in (against, *rivals):
             rivals.append(m["predicted_best"])
     return {k: v for k, v in out.items() if v[1]}
 

@@ -417,14 +417,15 @@ def calibration_age_days(platform_path: str | Path) -> float | None:
 def busy_warnings(cal: Calibration, platform: Platform | None = None) -> list[str]:
     """Signs that the machine was busy while calibrating: all threads measuring slower than one (a multi-threaded
     operator waits for its other threads whenever the scheduler takes their cores), in the benchmarks and in the
-    fixed cost per operator of a streamed model that ``platform`` (written from them: cpu, then cpu0...) prices."""
+    fixed cost per operator of a streamed model that ``platform`` (written from them) prices."""
     whole, one = cal.all_threads, cal.one_thread
-    cpus = platform.devices_of_kind("cpu") if platform is not None else ()
+    cpus = {d.name: d for d in platform.devices_of_kind("cpu")} if platform is not None else {}
+    worker = next((d for name, d in cpus.items() if name != "cpu"), None)      # a single-thread worker
     checks = [("GEMM peak", whole.peak_flops_per_s, one.peak_flops_per_s),
               ("cache bandwidth", whole.cache_bw_bytes_per_s, one.cache_bw_bytes_per_s),
               ("fixed cost per operator", one.overhead.per_op_s, whole.overhead.per_op_s)]
-    if len(cpus) > 1:
-        checks.append(("a streamed model's fixed cost per operator", cpus[1].op_overhead_us, cpus[0].op_overhead_us))
+    if "cpu" in cpus and worker is not None:
+        checks.append(("a streamed model's fixed cost per operator", worker.op_overhead_us, cpus["cpu"].op_overhead_us))
     return [f"warning: {label} with {whole.threads} threads is less than half of one thread's: the machine looks "
             "busy; calibrate again when it is idle (or use the single-thread workers cpu0, cpu1, ...)"
             for label, a, b in checks if whole.threads != one.threads and a < 0.5 * b]
